@@ -1,0 +1,53 @@
+"""rllm_torch: PyTorch-native, tensorized advantage estimation with rLLM's API.
+
+Shape letters, used in docstrings and as suffixes of tensor names inside function bodies:
+
+* ``N`` trajectories (flat order), ``G`` groups, ``K`` slots of the padded ``[G, K]`` layout
+  (the largest group size), ``T`` tokens.
+
+So ``rewards_GK`` is a padded ``[G, K]`` tensor, ``mean_G`` holds one value per group and
+``adv_N`` one value per trajectory.
+
+Quick start::
+
+    import torch
+    from rllm_torch import GroupedRewards, grpo
+
+    rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 1.0]])  # 2 prompts x 4 rollouts
+    advantages, returns = grpo(GroupedRewards.from_padded(rewards))       # [8], flat order
+"""
+
+from rllm_torch.config import AlgorithmConfig, rLLMAdvantageEstimator
+from rllm_torch.errors import (
+    EstimatorOutputError,
+    InvalidGroupIndexError,
+    InvalidRewardsError,
+    InvalidRewardTypeError,
+    RLLMTorchError,
+    UnknownEstimatorError,
+)
+from rllm_torch.estimators import *  # noqa: F403 - re-exported public surface
+from rllm_torch.estimators import __all__ as _estimators_all
+from rllm_torch.labels import factorize_group_labels
+from rllm_torch.packing import GroupedRewards
+from rllm_torch.segment import segment_count, segment_mean, segment_sum, segment_var_mean
+
+__all__ = [
+    "AlgorithmConfig",
+    "rLLMAdvantageEstimator",
+    "GroupedRewards",
+    "factorize_group_labels",
+    "segment_count",
+    "segment_sum",
+    "segment_mean",
+    "segment_var_mean",
+    "RLLMTorchError",
+    "InvalidRewardsError",
+    "InvalidRewardTypeError",
+    "InvalidGroupIndexError",
+    "UnknownEstimatorError",
+    "EstimatorOutputError",
+    *_estimators_all,
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,42 @@
+"""Exceptions raised for bad input.
+
+Every error this package raises about user input is an :class:`RLLMTorchError`, and also a
+:class:`ValueError` or :class:`TypeError`, so ``except ValueError`` keeps working for callers
+who do not know this package. Messages name the argument, the group or position, the value
+received and the fix.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "RLLMTorchError",
+    "InvalidRewardsError",
+    "InvalidRewardTypeError",
+    "InvalidGroupIndexError",
+    "UnknownEstimatorError",
+    "EstimatorOutputError",
+]
+
+
+class RLLMTorchError(Exception):
+    """Base class of every input error raised by ``rllm_torch``."""
+
+
+class InvalidRewardsError(RLLMTorchError, ValueError):
+    """Rewards have the wrong shape, length, device, or contain ``None``."""
+
+
+class InvalidRewardTypeError(RLLMTorchError, TypeError):
+    """Rewards (or a group of them) are of a type that is not a number."""
+
+
+class InvalidGroupIndexError(RLLMTorchError, ValueError):
+    """A group index, group label or padding mask is inconsistent with the rewards."""
+
+
+class UnknownEstimatorError(RLLMTorchError, ValueError):
+    """An advantage estimator name that is not registered."""
+
+
+class EstimatorOutputError(RLLMTorchError, TypeError):
+    """A registered (custom) estimator returned something other than the documented pair."""

@@ -1,0 +1,85 @@
+"""Pieces shared by the tensor estimators: option checks, working dtype, docstring text (private)."""
+
+from __future__ import annotations
+
+import numbers
+
+import torch
+from torch import Tensor
+
+from rllm_torch.errors import InvalidRewardsError, InvalidRewardTypeError
+from rllm_torch.packing import GroupedRewards
+from rllm_torch.segment import SegmentLayout, accumulation_dtype
+
+# Text every estimator docstring shares, written once (formatted in by ``shared_docstring``).
+_SHARED_DOCS = {
+    "args_batch": """batch: packed rewards, a :class:`~rllm_torch.GroupedRewards` on any device. Reward
+                dtypes bool, integer, float16, bfloat16, float32 or float64 are accepted.""",
+    "returns": """``(advantages, returns)``: one ``[N]`` tensor in the batch's flat order, on its
+        device, float64 for float64 rewards and float32 otherwise, returned twice (as rLLM
+        returns the same array for both; clone before changing one in place). Never the
+        caller's tensor: the input is not modified.""",
+    "numerics": """Group statistics are two-pass (centred) and accumulate in float32 (float64 for
+        float64 input), see :mod:`rllm_torch.segment`. An empty batch gives empty outputs; a
+        NaN reward makes NaN only in its own group. No host-device synchronisation.""",
+}
+
+
+def shared_docstring(fn):
+    """Fill ``{args_batch}``, ``{returns}`` and ``{numerics}`` into ``fn``'s docstring."""
+    fn.__doc__ = fn.__doc__.format(**_SHARED_DOCS)
+    return fn
+
+
+def check_batch(batch: object, estimator: str) -> GroupedRewards:
+    if not isinstance(batch, GroupedRewards):
+        raise InvalidRewardTypeError(
+            f"{estimator} expects a GroupedRewards, got {type(batch).__name__}; build one with "
+            "GroupedRewards.from_groups(list_of_groups), .from_flat(rewards, group_index) or .from_padded(rewards_GK)."
+        )
+    return batch
+
+
+def check_epsilon(epsilon: object) -> float:
+    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or not epsilon >= 0:
+        raise InvalidRewardsError(f"epsilon must be a non-negative real number (added to the std), got {epsilon!r}.")
+    return float(epsilon)
+
+
+def check_correction(correction: object) -> int:
+    if isinstance(correction, bool) or not isinstance(correction, numbers.Integral) or correction < 0:
+        raise InvalidRewardsError(f"std_correction must be a non-negative int as in torch.std (0 = population, 1 = sample), got {correction!r}.")
+    return int(correction)
+
+
+def check_flag(value: object, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidRewardTypeError(f"{name} must be a bool, got {value!r}.")
+    return value
+
+
+def working_rewards(batch: GroupedRewards) -> tuple[Tensor, SegmentLayout]:
+    """The rewards in the accumulation dtype and the layout's working shape, plus the layout."""
+    layout = batch.layout
+    return layout.values(batch.rewards.to(accumulation_dtype(batch.rewards.dtype))), layout
+
+
+def baseline_or_reward(layout: SegmentLayout, x: Tensor, centered: Tensor) -> Tensor:
+    """``centered`` where the group has two or more members, the reward itself for a group of one
+    (baseline 0)."""
+    if layout.is_dense:
+        return x.clone() if layout.group_size == 1 else centered
+    return torch.where(layout.expand(layout.counts <= 1), x, centered)
+
+
+def per_group_or(layout: SegmentLayout, value_G: Tensor, singleton_value: float) -> Tensor:
+    """``value_G`` with ``singleton_value`` in groups of one."""
+    if layout.is_dense:
+        return torch.full_like(value_G, singleton_value) if layout.group_size == 1 else value_G
+    return torch.where(layout.counts <= 1, singleton_value, value_G)
+
+
+def whiten(centered: Tensor, epsilon: float) -> Tensor:
+    """``c / (std(c) + epsilon)`` with one population std over all of ``c`` (two-pass)."""
+    std = torch.std(centered, correction=0) if centered.numel() else centered.new_zeros(())
+    return centered / (std + epsilon)

@@ -1,0 +1,51 @@
+"""PRPO: rewards whitened over the whole batch (role), with no group baseline."""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from rllm_torch.estimators._common import check_batch, check_epsilon, shared_docstring, working_rewards
+from rllm_torch.packing import GroupedRewards
+from rllm_torch.segment import SegmentLayout
+
+__all__ = ["prpo"]
+
+
+@shared_docstring
+def prpo(batch: GroupedRewards, *, epsilon: float = 1e-6) -> tuple[Tensor, Tensor]:
+    """PRPO advantages: ``A_i = (r_i - m) / (s + epsilon)``, ``m`` and ``s`` the mean and
+    population std of all rewards of the batch; groups play no part.
+
+    Args:
+        {args_batch} Pass one role's groups per call: the statistics are batch-wide.
+        epsilon: added to the batch std in the denominator.
+
+    Returns:
+        {returns}
+
+    Raises:
+        InvalidRewardTypeError: ``batch`` is not a GroupedRewards.
+        InvalidRewardsError: ``epsilon`` is negative.
+
+    Edge cases: a batch whose rewards are all equal gets exactly 0; one NaN reward makes the
+    whole batch NaN.
+    {numerics}
+
+    References: rLLM's ``rLLMAdvantageEstimator.PRPO`` (batch-level reward whitening, as in
+    REINFORCE++'s global normalisation, arXiv:2501.03262), with the semantics of DESIGN.md §3.
+
+    Example:
+        >>> adv, _ = prpo(GroupedRewards.from_groups([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0]]))
+        >>> adv
+        tensor([ 1.0000, -1.0000, -1.0000, -1.0000,  1.0000,  1.0000], dtype=torch.float64)
+    """
+    check_batch(batch, "prpo")
+    epsilon = check_epsilon(epsilon)
+    x, layout = working_rewards(batch)
+    x_N = layout.flat(x)
+    if batch.num_trajectories == 0:
+        return x_N, x_N
+    whole = SegmentLayout.dense_layout(1, batch.num_trajectories)
+    centered, var, _ = whole.center(whole.values(x_N))
+    adv = whole.flat(centered.div_(var.sqrt_().add_(epsilon)))
+    return adv, adv

@@ -1,0 +1,204 @@
+"""The advantage-estimator registry: rLLM's ``register_rllm_adv_estimator`` /
+``get_rllm_adv_estimator``, and :func:`compute_advantages`, which runs any registered estimator
+on packed rewards.
+
+An estimator is registered in one of two forms:
+
+* ``form="arrays"`` (rLLM's): ``fn(rewards: list[np.ndarray], **options) ->
+  (advantages_by_group, returns_by_group)``, per-group arrays in and out. Existing rLLM custom
+  estimators register and run unchanged.
+* ``form="tensors"`` (the fast path): ``fn(batch: GroupedRewards, **options) ->
+  (advantages [N], returns [N])``, like the built-ins in :mod:`rllm_torch.estimators`.
+
+Options (``norm_adv_by_std_in_grpo``, ``epsilon``, ``std_correction``) are passed to an
+estimator only if its signature names them (or takes ``**kwargs``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Literal
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from rllm_torch.errors import EstimatorOutputError, UnknownEstimatorError
+from rllm_torch.packing import GroupedRewards
+from rllm_torch.segment import accumulation_dtype
+
+__all__ = [
+    "register_rllm_adv_estimator",
+    "get_rllm_adv_estimator",
+    "registered_estimator_names",
+    "compute_advantages",
+]
+
+EstimatorForm = Literal["arrays", "tensors"]
+
+
+@dataclass(frozen=True)
+class _Entry:
+    fn: Callable
+    form: EstimatorForm
+    tensor_fn: Callable | None  # tensor implementation behind a built-in's arrays-form function
+    options: frozenset[str] | None  # keyword options the function accepts; None = **kwargs
+
+
+_REGISTRY: dict[str, _Entry] = {}
+
+
+def _key(name: object) -> str:
+    if isinstance(name, Enum):
+        name = name.value
+    if not isinstance(name, str) or not name:
+        raise UnknownEstimatorError(f"an estimator name must be a non-empty str or rLLMAdvantageEstimator, got {name!r}.")
+    return name
+
+
+def _accepted_options(fn: Callable) -> frozenset[str] | None:
+    params = inspect.signature(fn).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return frozenset(p.name for p in params if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD))
+
+
+def _add(name: object, fn: Callable, form: EstimatorForm, tensor_fn: Callable | None) -> None:
+    if form not in ("arrays", "tensors"):
+        raise ValueError(f"form must be 'arrays' (rLLM per-group arrays) or 'tensors' (GroupedRewards), got {form!r}.")
+    if not callable(fn):
+        raise TypeError(f"estimator {name!r} must be callable, got {type(fn).__name__}.")
+    key = _key(name)
+    if key in _REGISTRY and _REGISTRY[key].fn is not fn:
+        warnings.warn(f"advantage estimator {key!r} is registered again: {getattr(fn, '__qualname__', fn)} replaces {getattr(_REGISTRY[key].fn, '__qualname__', _REGISTRY[key].fn)}.", UserWarning, stacklevel=3)
+    _REGISTRY[key] = _Entry(fn, form, tensor_fn, _accepted_options(tensor_fn or fn))
+
+
+def register_rllm_adv_estimator(name: str | Enum, *, form: EstimatorForm = "arrays") -> Callable[[Callable], Callable]:
+    """Decorator registering an advantage estimator under ``name`` (rLLM's API).
+
+    Args:
+        name: a str or an ``rLLMAdvantageEstimator`` member (stored by its value).
+        form: ``"arrays"`` for rLLM's per-group numpy form, ``"tensors"`` for a function of a
+            :class:`~rllm_torch.GroupedRewards` returning ``[N]`` tensors (the fast path).
+
+    Registering a name again replaces the earlier function, with a ``UserWarning``.
+
+    Example:
+        >>> @register_rllm_adv_estimator("centered_doc_example", form="tensors")
+        ... def centered(batch):
+        ...     adv = batch.rewards.float() - batch.rewards.float().mean()
+        ...     return adv, adv
+        >>> compute_advantages(GroupedRewards.from_groups([[1.0, 0.0]]), "centered_doc_example")[0]
+        tensor([ 0.5000, -0.5000])
+    """
+
+    def decorator(fn: Callable) -> Callable:
+        _add(name, fn, form, None)
+        return fn
+
+    return decorator
+
+
+def register_builtin(name: str | Enum, arrays_fn: Callable, tensor_fn: Callable) -> None:
+    """Register a built-in: its rLLM arrays-form function, run through its tensor implementation."""
+    _add(name, arrays_fn, "arrays", tensor_fn)
+
+
+def registered_estimator_names() -> list[str]:
+    """The registered estimator names, sorted."""
+    return sorted(_REGISTRY)
+
+
+def _entry(name: object) -> _Entry:
+    key = _key(name)
+    if key not in _REGISTRY:
+        raise UnknownEstimatorError(
+            f"unknown advantage estimator {key!r}; registered: {', '.join(registered_estimator_names())}. "
+            "Register a custom one with @register_rllm_adv_estimator(name) before it is used."
+        )
+    return _REGISTRY[key]
+
+
+def get_rllm_adv_estimator(name: str | Enum) -> Callable:
+    """The function registered under ``name`` (rLLM's API).
+
+    For a built-in this is rLLM's arrays-form function (e.g. ``calculate_grpo_advantages``).
+
+    Raises:
+        UnknownEstimatorError: ``name`` is not registered; the message lists the registered names.
+    """
+    return _entry(name).fn
+
+
+def compute_advantages(
+    batch: GroupedRewards,
+    estimator: str | Enum,
+    *,
+    norm_adv_by_std_in_grpo: bool = True,
+    epsilon: float = 1e-6,
+    std_correction: int = 0,
+) -> tuple[Tensor, Tensor]:
+    """Run the estimator registered as ``estimator`` on packed rewards.
+
+    Built-ins and ``form="tensors"`` estimators run on the tensors directly; an ``"arrays"``
+    estimator gets per-group numpy arrays (float32, float64 for float64 rewards) and its
+    per-group output is packed back.
+
+    Args:
+        batch: the packed rewards of one role.
+        estimator: a registered name.
+        norm_adv_by_std_in_grpo, epsilon, std_correction: options, passed to estimators that
+            declare them.
+
+    Returns:
+        ``(advantages [N], returns [N])`` in the batch's flat order, on its device.
+
+    Raises:
+        UnknownEstimatorError: ``estimator`` is not registered.
+        EstimatorOutputError: a custom estimator returned something else than a pair with one
+            value per trajectory.
+    """
+    entry = _entry(estimator)
+    options = {"norm_adv_by_std_in_grpo": norm_adv_by_std_in_grpo, "epsilon": epsilon, "std_correction": std_correction}
+    if entry.options is not None:
+        options = {k: v for k, v in options.items() if k in entry.options}
+    name = _key(estimator)
+    if entry.tensor_fn is not None or entry.form == "tensors":
+        out = (entry.tensor_fn or entry.fn)(batch, **options)
+        return _check_tensor_pair(out, batch, name)
+    dtype = accumulation_dtype(batch.rewards.dtype)
+    groups = [g.cpu().numpy() for g in batch.split(batch.rewards.to(dtype))]
+    out = entry.fn(rewards=groups, **options)
+    return _pack_array_pair(out, batch, name, dtype)
+
+
+def _check_tensor_pair(out: object, batch: GroupedRewards, name: str) -> tuple[Tensor, Tensor]:
+    if not (isinstance(out, tuple) and len(out) == 2 and all(isinstance(t, Tensor) for t in out)):
+        raise EstimatorOutputError(f"estimator {name!r} must return a pair (advantages, returns) of tensors, got {type(out).__name__}.")
+    for what, t in zip(("advantages", "returns"), out):
+        if t.shape != (batch.num_trajectories,):
+            raise EstimatorOutputError(f"estimator {name!r} returned {what} of shape {tuple(t.shape)}; expected ({batch.num_trajectories},), one per trajectory in flat order.")
+    return out
+
+
+def _pack_array_pair(out: object, batch: GroupedRewards, name: str, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    if not (isinstance(out, (tuple, list)) and len(out) == 2):
+        raise EstimatorOutputError(f"estimator {name!r} must return a pair (advantages_by_group, returns_by_group), got {type(out).__name__}.")
+    packed = []
+    for what, by_group in zip(("advantages", "returns"), out):
+        if len(by_group) != batch.num_groups:
+            raise EstimatorOutputError(f"estimator {name!r} returned {what} for {len(by_group)} groups; the batch has {batch.num_groups}.")
+        per_group = []
+        for g, values in enumerate(by_group):
+            arr = np.asarray(values, dtype=np.float64).reshape(-1) if not isinstance(values, Tensor) else values.detach().cpu()
+            per_group.append(torch.as_tensor(arr).to(dtype))
+        try:
+            packed.append(batch.merge(per_group).to(batch.device))
+        except ValueError as exc:
+            raise EstimatorOutputError(f"estimator {name!r} returned {what} that do not match the groups: {exc}") from exc
+    return packed[0], packed[1]

@@ -1,0 +1,256 @@
+"""The packed layout of a batch of trajectory groups (DESIGN.md section 2).
+
+G groups with N trajectories in total are held as a flat reward tensor ``rewards [N]`` with a
+dense ``group_index [N]`` (int64, ``0..G-1``). The padded view ``[G, K]`` (``K`` = largest
+group) with its ``mask [G, K]`` and ``slot_index [N]`` is derived on demand; when every group has
+the same size and trajectories are in group-major order (n rollouts per prompt, the common
+case) the padded view is a free ``view(G, K)`` and estimators take a dense fast path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from rllm_torch._checks import check_group_index, check_index_range, check_reward_tensor, group_to_array
+from rllm_torch.errors import InvalidGroupIndexError, InvalidRewardsError
+from rllm_torch.labels import factorize_group_labels
+from rllm_torch.segment import SegmentLayout, segment_count
+
+__all__ = ["GroupedRewards"]
+
+
+@dataclass(frozen=True, eq=False)
+class GroupedRewards:
+    """Rewards of ``G`` trajectory groups, packed as tensors.
+
+    Attributes:
+        rewards: ``[N]`` rewards in flat order; dtype as given (bool, integer or float), any device.
+        group_index: ``[N]`` int64 group of each trajectory, dense ids ``0..G-1``, same device.
+        num_groups: ``G``. Groups with no trajectory are allowed and produce nothing.
+        group_size: ``K`` when every group has exactly ``K`` trajectories and flat order is
+            group-major (``rewards.view(G, K)`` is the padded tensor); else ``None``.
+        group_major: True when flat order lists group 0's trajectories, then group 1's, and so
+            on (as :meth:`from_groups` and :meth:`from_padded` build it).
+
+    Build it with :meth:`from_groups` (lists / arrays / tensors per group), :meth:`from_flat`
+    (a flat tensor and a dense group index), :meth:`from_padded` (a ``[G, K]`` tensor and an
+    optional mask) or :meth:`from_labels` (arbitrary group labels). The constructors check
+    their input and raise :class:`~rllm_torch.errors.InvalidRewardsError`,
+    :class:`~rllm_torch.errors.InvalidRewardTypeError` or
+    :class:`~rllm_torch.errors.InvalidGroupIndexError` naming the group and position.
+    """
+
+    rewards: Tensor
+    group_index: Tensor
+    num_groups: int
+    group_size: int | None = None
+    group_major: bool = False
+
+    # ---- constructors -------------------------------------------------------------------
+    @classmethod
+    def from_groups(cls, groups: Sequence[Sequence[float] | np.ndarray | Tensor], *, device: torch.device | str | None = None) -> GroupedRewards:
+        """Pack per-group rewards (Python lists, 1-D numpy arrays or 1-D tensors).
+
+        Flat order is the concatenation of the groups. The dtype follows type promotion over
+        all groups (Python floats give float64, as numpy does). ``device`` defaults to the first
+        tensor group's device, else CPU.
+
+        Raises:
+            InvalidRewardTypeError: a group is not a sequence, or a reward is not a real number.
+            InvalidRewardsError: a reward is ``None``, or a group is not 1-D.
+        """
+        if isinstance(groups, (Tensor, np.ndarray, str, bytes)) or not isinstance(groups, Sequence):
+            raise InvalidRewardsError(f"groups must be a list with one sequence of rewards per group, got {type(groups).__name__}; for a flat tensor use GroupedRewards.from_flat or from_padded.")
+        parts = [group_to_array(group, g) for g, group in enumerate(groups)]
+        if device is None:
+            device = next((p.device for p in parts if isinstance(p, Tensor)), torch.device("cpu"))
+        tensors = [p.to(device) if isinstance(p, Tensor) else torch.from_numpy(np.ascontiguousarray(p)).to(device) for p in parts]
+        sizes = [t.shape[0] for t in tensors]
+        num_groups = len(tensors)
+        rewards = torch.cat(tensors) if tensors else torch.zeros(0, dtype=torch.float64, device=device)
+        counts_G = torch.tensor(sizes, dtype=torch.int64, device=device)
+        group_index = torch.repeat_interleave(torch.arange(num_groups, device=device), counts_G, output_size=rewards.shape[0])
+        equal = num_groups > 0 and sizes[0] > 0 and all(s == sizes[0] for s in sizes)
+        packed = cls(rewards, group_index, num_groups, sizes[0] if equal else None, group_major=True)
+        packed.__dict__["counts"] = counts_G
+        return packed
+
+    @classmethod
+    def from_flat(cls, rewards: Tensor, group_index: Tensor, *, num_groups: int | None = None, validate: bool = True) -> GroupedRewards:
+        """Pack a flat reward tensor with a dense group index, in any order.
+
+        Args:
+            rewards: ``[N]`` bool/int/float rewards, any device.
+            group_index: ``[N]`` integer group ids in ``[0, num_groups)``, same device.
+            num_groups: ``G``; when ``None`` it is ``group_index.max() + 1`` (one host sync).
+            validate: check that every id is in ``[0, num_groups)`` (reads ``group_index``: one
+                host sync on an accelerator). With ``num_groups`` given and ``validate=False``
+                nothing synchronises, for use inside compiled or graph-captured loops; ids out of
+                range are then undefined behaviour.
+
+        Raises:
+            InvalidRewardTypeError, InvalidRewardsError, InvalidGroupIndexError: see the class.
+        """
+        rewards = check_reward_tensor(rewards, "rewards", ndim=1)
+        group_index = check_group_index(group_index, rewards, num_groups)
+        if num_groups is None:
+            if validate and group_index.numel() and bool((group_index < 0).any()):
+                check_index_range(group_index, 0)
+            num_groups = int(group_index.max()) + 1 if group_index.numel() else 0
+        elif validate:
+            check_index_range(group_index, num_groups)
+        return cls(rewards, group_index, num_groups, None)
+
+    @classmethod
+    def from_padded(cls, rewards: Tensor, mask: Tensor | None = None) -> GroupedRewards:
+        """Pack a padded ``[G, K]`` reward tensor; ``mask [G, K]`` (bool) marks real trajectories.
+
+        Without a mask every entry is a trajectory: the dense layout, built without copying
+        or synchronising (``rewards`` must then be contiguous). With a mask, flat order is the
+        row-major order of the ``True`` entries (one host sync to count them); padded entries
+        are never read, so they may hold anything, NaN included.
+        """
+        rewards = check_reward_tensor(rewards, "rewards", ndim=2)
+        num_groups, width = rewards.shape
+        if mask is None:
+            flat = rewards.reshape(-1)
+            index = torch.arange(num_groups, device=rewards.device).repeat_interleave(width)
+            packed = cls(flat, index, num_groups, width if width > 0 else None, group_major=True)
+            packed.__dict__["slot_index"] = torch.arange(width, device=rewards.device).repeat(num_groups)
+            return packed
+        if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+            raise InvalidGroupIndexError(f"mask must be a bool tensor, got {getattr(mask, 'dtype', type(mask).__name__)}.")
+        if mask.shape != rewards.shape:
+            raise InvalidGroupIndexError(f"mask has shape {tuple(mask.shape)} but rewards has shape {tuple(rewards.shape)}; they must match.")
+        if mask.device != rewards.device:
+            raise InvalidGroupIndexError(f"mask is on {mask.device} but rewards is on {rewards.device}; move both to one device.")
+        rows_N, cols_N = mask.nonzero(as_tuple=True)
+        packed = cls(rewards[rows_N, cols_N], rows_N, num_groups, None, group_major=True)
+        packed.__dict__["slot_index"] = cols_N
+        packed.__dict__["max_group_size"] = width
+        return packed
+
+    @classmethod
+    def from_labels(cls, rewards: Tensor, labels: Sequence | np.ndarray | Tensor) -> GroupedRewards:
+        """Pack a flat reward tensor whose groups are given by arbitrary labels (strings, sparse
+        or negative ints); groups are numbered in order of first appearance
+        (:func:`~rllm_torch.labels.factorize_group_labels`)."""
+        rewards = check_reward_tensor(rewards, "rewards", ndim=1)
+        if len(labels) != rewards.shape[0]:
+            raise InvalidGroupIndexError(f"labels has {len(labels)} entries but rewards has {rewards.shape[0]}; give one label per reward.")
+        group_index, unique = factorize_group_labels(labels)
+        return cls.from_flat(rewards, group_index.to(rewards.device), num_groups=len(unique), validate=False)
+
+    # ---- derived layout -----------------------------------------------------------------
+    @property
+    def num_trajectories(self) -> int:
+        """``N``, the number of trajectories."""
+        return self.rewards.shape[0]
+
+    @property
+    def device(self) -> torch.device:
+        return self.rewards.device
+
+    @cached_property
+    def layout(self) -> SegmentLayout:
+        """The :class:`~rllm_torch.segment.SegmentLayout` estimators reduce with."""
+        if self.group_size is not None:
+            return SegmentLayout.dense_layout(self.num_groups, self.group_size)
+        first_index = self.starts if self.group_major else None
+        return SegmentLayout.ragged(self.group_index, self.num_groups, first_index=first_index, counts=self.counts)
+
+    @cached_property
+    def counts(self) -> Tensor:
+        """``[G]`` int64 number of trajectories per group."""
+        if self.group_size is not None:
+            return torch.full((self.num_groups,), self.group_size, dtype=torch.int64, device=self.device)
+        return segment_count(self.group_index, self.num_groups)
+
+    @property
+    def starts(self) -> Tensor:
+        """``[G]`` int64 flat position of each group's first trajectory (group-major order only)."""
+        return torch.cumsum(self.counts, 0) - self.counts
+
+    @cached_property
+    def slot_index(self) -> Tensor:
+        """``[N]`` int64 column of each trajectory in the padded tensor: its rank within its group
+        in flat order (a stable sort of ``group_index``)."""
+        order_N = torch.sort(self.group_index, stable=True).indices
+        starts_G = torch.cumsum(self.counts, 0) - self.counts
+        rank_N = torch.arange(self.num_trajectories, device=self.device) - starts_G[self.group_index[order_N]]
+        return torch.empty_like(rank_N).scatter_(0, order_N, rank_N)
+
+    @cached_property
+    def max_group_size(self) -> int:
+        """``K``, the largest group size (one host sync unless the layout is dense)."""
+        if self.group_size is not None:
+            return self.group_size
+        return int(self.counts.max()) if self.num_groups else 0
+
+    @cached_property
+    def mask(self) -> Tensor:
+        """``[G, K]`` bool, True where a trajectory exists."""
+        return self.to_padded(torch.ones_like(self.rewards, dtype=torch.bool), fill_value=False)
+
+    @property
+    def padded_rewards(self) -> Tensor:
+        """``[G, K]`` rewards, 0 where there is no trajectory (see :attr:`mask`)."""
+        return self.to_padded(self.rewards)
+
+    def to_padded(self, values: Tensor, *, fill_value: float | bool = 0) -> Tensor:
+        """Scatter flat ``[N]`` values into ``[G, K]``, ``fill_value`` where :attr:`mask` is False."""
+        self._check_flat(values)
+        if self.group_size is not None:
+            return values.view(self.num_groups, self.group_size)
+        out_GK = values.new_full((self.num_groups, self.max_group_size), fill_value)
+        out_GK[self.group_index, self.slot_index] = values
+        return out_GK
+
+    def to_flat(self, values: Tensor) -> Tensor:
+        """Gather padded ``[G, K]`` values back into flat ``[N]`` order."""
+        if values.shape[:2] != (self.num_groups, self.max_group_size):
+            raise InvalidRewardsError(f"padded values have shape {tuple(values.shape)}, expected ({self.num_groups}, {self.max_group_size}).")
+        if self.group_size is not None:
+            return values.reshape(self.num_trajectories, *values.shape[2:])
+        return values[self.group_index, self.slot_index]
+
+    def split(self, values: Tensor) -> list[Tensor]:
+        """Flat ``[N]`` values as a list of ``G`` per-group tensors, members in flat order."""
+        self._check_flat(values)
+        sizes = self.counts.tolist()
+        if self.group_major:
+            return list(torch.split(values, sizes))
+        order_N = torch.sort(self.group_index, stable=True).indices
+        return list(torch.split(values[order_N], sizes))
+
+    def merge(self, groups: Sequence[Tensor]) -> Tensor:
+        """Inverse of :meth:`split`: ``G`` per-group ``[n_g]`` tensors back to flat ``[N]`` order."""
+        sizes = self.counts.tolist()
+        if len(groups) != self.num_groups:
+            raise InvalidRewardsError(f"expected {self.num_groups} groups of values, got {len(groups)}.")
+        for g, (values, size) in enumerate(zip(groups, sizes)):
+            if values.shape[:1] != (size,):
+                raise InvalidRewardsError(f"group {g} has {size} trajectories but {tuple(values.shape)} values were given for it.")
+        flat = torch.cat(list(groups)) if groups else self.rewards.new_zeros(0)
+        if self.group_major:
+            return flat
+        order_N = torch.sort(self.group_index, stable=True).indices
+        return torch.empty_like(flat).index_copy_(0, order_N, flat)
+
+    def to(self, device: torch.device | str) -> GroupedRewards:
+        """The same packing on another device."""
+        moved = GroupedRewards(self.rewards.to(device), self.group_index.to(device), self.num_groups, self.group_size, self.group_major)
+        for key in ("counts", "slot_index"):
+            if key in self.__dict__:
+                moved.__dict__[key] = self.__dict__[key].to(device)
+        return moved
+
+    def _check_flat(self, values: Tensor) -> None:
+        if not isinstance(values, Tensor) or values.shape[:1] != (self.num_trajectories,):
+            raise InvalidRewardsError(f"expected a tensor with {self.num_trajectories} rows (one per trajectory), got {getattr(values, 'shape', type(values).__name__)}.")

@@ -1,0 +1,173 @@
+"""Group-wise (segment) reductions over a flat tensor with a dense group index.
+
+Vocabulary follows ``torch_scatter``: ``src`` holds the values ``[N]``, ``index`` the group of
+each value ``[N]`` (int64, dense ids ``0..G-1``), ``dim_size`` the number of groups ``G``.
+Reductions return one value per group, ``[G]``, on ``src``'s device.
+
+Numerics, defined here once for the whole package (every estimator goes through
+:class:`SegmentLayout`):
+
+* **Accumulation dtype**: float64 for float64 input, float32 for everything else (bool, integer,
+  float16, bfloat16, float32). Results have the accumulation dtype.
+* **Variance is two-pass (centred)**: ``var = sum((x - mean)^2) / (n - correction)``, never
+  ``E[x^2] - E[x]^2``. The data are first shifted by one member of their group, so a constant
+  group has centred values and variance exactly 0, and large offsets lose no precision.
+* **Empty groups** (count 0) give sum 0 and mean/variance NaN; ``n - correction <= 0`` gives
+  an infinite or NaN variance, as ``torch.var`` does. Callers handle groups of one explicitly.
+* **No host-device synchronisation**: ``index_add_``, gathers and elementwise ops with shapes
+  known from ``dim_size``; usable inside ``torch.compile`` or CUDA-graph capture.
+* **Determinism**: deterministic on CPU. On CUDA, ``index_add_`` on floating-point values uses
+  atomic adds, so ragged-group sums may differ in the last bits between runs
+  (``torch.use_deterministic_algorithms(True)`` selects PyTorch's deterministic kernel). The
+  equal-group path (a ``[G, K]`` view) uses plain row reductions and is deterministic.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "accumulation_dtype",
+    "segment_count",
+    "segment_sum",
+    "segment_mean",
+    "segment_var_mean",
+    "SegmentLayout",
+]
+
+
+def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype statistics accumulate in: float64 for float64 input, else float32."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def segment_count(index: Tensor, dim_size: int) -> Tensor:
+    """Number of members of each group, ``[G]`` int64, on ``index``'s device."""
+    counts_G = torch.zeros(dim_size, dtype=torch.int64, device=index.device)
+    return counts_G.index_add_(0, index, torch.ones_like(index))
+
+
+def segment_sum(src: Tensor, index: Tensor, dim_size: int) -> Tensor:
+    """Sum of each group ``[G]``, accumulated in :func:`accumulation_dtype` of ``src``.
+
+    Args:
+        src: ``[N]`` values (bool, integer or floating point), any device.
+        index: ``[N]`` int64 group of each value, in ``[0, dim_size)``, same device.
+        dim_size: number of groups ``G``.
+    """
+    acc = accumulation_dtype(src.dtype)
+    sum_G = torch.zeros(dim_size, dtype=acc, device=src.device)
+    return sum_G.index_add_(0, index, src.to(acc))
+
+
+def segment_mean(src: Tensor, index: Tensor, dim_size: int) -> Tensor:
+    """Mean of each group ``[G]``: ``segment_sum / segment_count``; NaN for an empty group."""
+    return segment_sum(src, index, dim_size) / segment_count(index, dim_size)
+
+
+def segment_var_mean(src: Tensor, index: Tensor, dim_size: int, *, correction: int = 0) -> tuple[Tensor, Tensor]:
+    """Two-pass variance and mean of each group, ``(var [G], mean [G])``.
+
+    ``var = sum((x - mean)^2) / (n - correction)`` with ``correction`` as in :func:`torch.var`
+    (0 = population variance, as rLLM; 1 = sample variance, as verl). See the module docstring
+    for the shift, the accumulation dtype and empty groups.
+    """
+    layout = SegmentLayout.ragged(index, dim_size)
+    _, var_G, mean_G = layout.center(src.to(accumulation_dtype(src.dtype)), correction=correction)
+    return var_G, mean_G
+
+
+class SegmentLayout:
+    """How a flat ``[N]`` tensor maps onto ``G`` groups, with the reductions estimators need.
+
+    Two private branches give the same numbers:
+
+    * ``dense``: all groups have ``K`` members and flat order is group-major, so values are a
+      free ``view(G, K)``; reductions are row reductions and per-group values broadcast as
+      ``[G, 1]``.
+    * ``ragged``: any sizes and any order, described by ``index [N]``; reductions are
+      ``index_add_`` and per-group values are gathered with ``index``.
+
+    Estimators write their formula once against :meth:`values`, :meth:`sum`, :meth:`expand`,
+    :meth:`center` and :meth:`flat`. Build one with :meth:`dense_layout` or :meth:`ragged`
+    (``GroupedRewards.layout`` does it for you).
+    """
+
+    def __init__(self, *, num_groups: int, group_size: int | None, index: Tensor | None, first_index: Tensor | None, counts: Tensor | None):
+        self.num_groups = num_groups
+        self.group_size = group_size
+        self.index = index
+        self._first_index = first_index
+        self._counts = counts
+
+    @classmethod
+    def dense_layout(cls, num_groups: int, group_size: int) -> SegmentLayout:
+        """Layout of ``num_groups`` groups of ``group_size`` members each, in group-major order."""
+        return cls(num_groups=num_groups, group_size=group_size, index=None, first_index=None, counts=None)
+
+    @classmethod
+    def ragged(cls, index: Tensor, num_groups: int, *, first_index: Tensor | None = None, counts: Tensor | None = None) -> SegmentLayout:
+        """Layout given by a dense group index ``[N]``. ``first_index [G]`` (flat position of each
+        group's first member) and ``counts [G]`` are computed here, without a host sync, when
+        ``None``."""
+        return cls(num_groups=num_groups, group_size=None, index=index, first_index=first_index, counts=counts)
+
+    @property
+    def is_dense(self) -> bool:
+        return self.group_size is not None
+
+    @property
+    def counts(self) -> Tensor | int:
+        """Members per group: the int ``K`` (dense) or a ``[G]`` int64 tensor (ragged)."""
+        if self.group_size is not None:
+            return self.group_size
+        if self._counts is None:
+            self._counts = segment_count(self.index, self.num_groups)
+        return self._counts
+
+    @property
+    def first_index(self) -> Tensor:
+        """``[G]`` flat position of one member of each group (the first, in flat order)."""
+        if self._first_index is None:
+            positions_N = torch.arange(self.index.numel(), device=self.index.device)
+            first_G = torch.zeros(self.num_groups, dtype=torch.int64, device=self.index.device)
+            self._first_index = first_G.scatter_reduce_(0, self.index, positions_N, "amin", include_self=False)
+        return self._first_index
+
+    def values(self, x_N: Tensor) -> Tensor:
+        """``x`` in the layout's working shape: ``[G, K]`` view (dense) or ``[N]`` (ragged)."""
+        return x_N.view(self.num_groups, self.group_size) if self.group_size is not None else x_N
+
+    def flat(self, x: Tensor) -> Tensor:
+        """Inverse of :meth:`values`: back to flat ``[N]`` order (a view)."""
+        return x.reshape(-1)
+
+    def sum(self, x: Tensor) -> Tensor:
+        """Per-group sums: ``[G, 1]`` (dense) or ``[G]`` (ragged), in ``x``'s dtype."""
+        if self.group_size is not None:
+            return x.sum(dim=1, keepdim=True)
+        return torch.zeros(self.num_groups, dtype=x.dtype, device=x.device).index_add_(0, self.index, x)
+
+    def expand(self, v_G: Tensor) -> Tensor:
+        """A per-group value broadcast to every member (``[G, 1]`` or gathered ``[N]``)."""
+        return v_G if self.group_size is not None else v_G[self.index]
+
+    def first(self, x: Tensor) -> Tensor:
+        """The first member's value of each group, shaped like :meth:`sum`'s output."""
+        if self.group_size is not None:
+            return x[:, :1]
+        return x[self.first_index]
+
+    def center(self, x: Tensor, *, correction: int = 0) -> tuple[Tensor, Tensor, Tensor]:
+        """Two-pass centring: ``(x - mean, var, mean)``, ``x`` and the result in the working shape.
+
+        The mean is taken of ``x - shift`` with ``shift`` each group's first value, so a constant
+        group gives exactly 0 for ``x - mean`` and for ``var``.
+        """
+        shift_G = self.first(x)
+        d = x - self.expand(shift_G)
+        mean_d_G = self.sum(d) / self.counts
+        centered = d.sub_(self.expand(mean_d_G))
+        var_G = self.sum(centered * centered) / (self.counts - correction)
+        return centered, var_G, shift_G + mean_d_G
