@@ -39,7 +39,7 @@ def group_to_array(group: object, g: int) -> np.ndarray | Tensor:
     if arr.ndim != 1:
         raise InvalidRewardsError(f"group {g} must be 1-D (one reward per trajectory), got shape {arr.shape}.")
     if arr.dtype.kind not in _NUMERIC_KINDS:
-        for pos, value in enumerate(arr.tolist()):
+        for pos, value in enumerate(group):  # the caller's values: numpy may have made them str
             if value is None:
                 raise InvalidRewardsError(f"reward of group {g}, position {pos} is None; every trajectory needs a numeric reward (set it, or drop the trajectory before packing).")
             if not isinstance(value, (numbers.Real, np.bool_)) or isinstance(value, complex):

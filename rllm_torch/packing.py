@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 import torch
@@ -23,6 +22,22 @@ from rllm_torch.labels import factorize_group_labels
 from rllm_torch.segment import SegmentLayout, segment_count
 
 __all__ = ["GroupedRewards"]
+
+
+def _lazy(compute):
+    """A read-only property computed on first use and kept in the instance ``__dict__``.
+
+    (``functools.cached_property`` takes a lock that ``torch.compile`` cannot trace.)
+    """
+    key = compute.__name__
+
+    def get(self):
+        cache = self.__dict__
+        if key not in cache:
+            cache[key] = compute(self)
+        return cache[key]
+
+    return property(get, doc=compute.__doc__)
 
 
 @dataclass(frozen=True, eq=False)
@@ -100,10 +115,8 @@ class GroupedRewards:
         rewards = check_reward_tensor(rewards, "rewards", ndim=1)
         group_index = check_group_index(group_index, rewards, num_groups)
         if num_groups is None:
-            if validate and group_index.numel() and bool((group_index < 0).any()):
-                check_index_range(group_index, 0)
             num_groups = int(group_index.max()) + 1 if group_index.numel() else 0
-        elif validate:
+        if validate:
             check_index_range(group_index, num_groups)
         return cls(rewards, group_index, num_groups, None)
 
@@ -157,7 +170,7 @@ class GroupedRewards:
     def device(self) -> torch.device:
         return self.rewards.device
 
-    @cached_property
+    @_lazy
     def layout(self) -> SegmentLayout:
         """The :class:`~rllm_torch.segment.SegmentLayout` estimators reduce with."""
         if self.group_size is not None:
@@ -165,7 +178,7 @@ class GroupedRewards:
         first_index = self.starts if self.group_major else None
         return SegmentLayout.ragged(self.group_index, self.num_groups, first_index=first_index, counts=self.counts)
 
-    @cached_property
+    @_lazy
     def counts(self) -> Tensor:
         """``[G]`` int64 number of trajectories per group."""
         if self.group_size is not None:
@@ -177,7 +190,7 @@ class GroupedRewards:
         """``[G]`` int64 flat position of each group's first trajectory (group-major order only)."""
         return torch.cumsum(self.counts, 0) - self.counts
 
-    @cached_property
+    @_lazy
     def slot_index(self) -> Tensor:
         """``[N]`` int64 column of each trajectory in the padded tensor: its rank within its group
         in flat order (a stable sort of ``group_index``)."""
@@ -186,14 +199,14 @@ class GroupedRewards:
         rank_N = torch.arange(self.num_trajectories, device=self.device) - starts_G[self.group_index[order_N]]
         return torch.empty_like(rank_N).scatter_(0, order_N, rank_N)
 
-    @cached_property
+    @_lazy
     def max_group_size(self) -> int:
         """``K``, the largest group size (one host sync unless the layout is dense)."""
         if self.group_size is not None:
             return self.group_size
         return int(self.counts.max()) if self.num_groups else 0
 
-    @cached_property
+    @_lazy
     def mask(self) -> Tensor:
         """``[G, K]`` bool, True where a trajectory exists."""
         return self.to_padded(torch.ones_like(self.rewards, dtype=torch.bool), fill_value=False)

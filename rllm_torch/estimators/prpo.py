@@ -36,8 +36,8 @@ def prpo(batch: GroupedRewards, *, epsilon: float = 1e-6) -> tuple[Tensor, Tenso
 
     Example:
         >>> adv, _ = prpo(GroupedRewards.from_groups([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0]]))
-        >>> adv
-        tensor([ 1.0000, -1.0000, -1.0000, -1.0000,  1.0000,  1.0000], dtype=torch.float64)
+        >>> adv.tolist()  # mean 0.5, std 0.5
+        [0.999998000004, -0.999998000004, -0.999998000004, -0.999998000004, 0.999998000004, 0.999998000004]
     """
     check_batch(batch, "prpo")
     epsilon = check_epsilon(epsilon)

@@ -69,8 +69,8 @@ def reinforce_plus_plus_baseline(batch: GroupedRewards, *, epsilon: float = 1e-6
 
     Example:
         >>> adv, _ = reinforce_plus_plus_baseline(GroupedRewards.from_groups([[1.0, 0.0], [1.0]]))
-        >>> adv
-        tensor([ 0.7500, -1.2500,  1.2500], dtype=torch.float64)
+        >>> adv  # c = [0.5, -0.5, 1.0], std(c) = sqrt(42/108)
+        tensor([ 0.8018, -0.8018,  1.6036], dtype=torch.float64)
     """
     check_batch(batch, "reinforce_plus_plus_baseline")
     epsilon = check_epsilon(epsilon)
