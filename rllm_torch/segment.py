@@ -73,8 +73,11 @@ def segment_var_mean(src: Tensor, index: Tensor, dim_size: int, *, correction: i
     (0 = population variance, as rLLM; 1 = sample variance, as verl). See the module docstring
     for the shift, the accumulation dtype and empty groups.
     """
-    layout = SegmentLayout.ragged(index, dim_size)
-    _, var_G, mean_G = layout.center(src.to(accumulation_dtype(src.dtype)), correction=correction)
+    x_N = src.to(accumulation_dtype(src.dtype))
+    if x_N.numel() == 0:
+        nan_G = x_N.new_full((dim_size,), float("nan"))
+        return nan_G, nan_G.clone()
+    _, var_G, mean_G = SegmentLayout.ragged(index, dim_size).center(x_N, correction=correction, singleton_baseline=None)
     return var_G, mean_G
 
 
@@ -83,15 +86,13 @@ class SegmentLayout:
 
     Two private branches give the same numbers:
 
-    * ``dense``: all groups have ``K`` members and flat order is group-major, so values are a
-      free ``view(G, K)``; reductions are row reductions and per-group values broadcast as
-      ``[G, 1]``.
-    * ``ragged``: any sizes and any order, described by ``index [N]``; reductions are
-      ``index_add_`` and per-group values are gathered with ``index``.
+    * dense: all groups have ``K`` members and flat order is group-major, so values are a free
+      ``view(G, K)``; sums are matrix-vector products, per-group values broadcast as ``[G, 1]``.
+    * ragged: any sizes and any order, described by ``index [N]``; sums are ``scatter_add_`` and
+      per-group values are gathered with ``index_select``.
 
-    Estimators write their formula once against :meth:`values`, :meth:`sum`, :meth:`expand`,
-    :meth:`center` and :meth:`flat`. Build one with :meth:`dense_layout` or :meth:`ragged`
-    (``GroupedRewards.layout`` does it for you).
+    Estimators write their formula once against :meth:`values`, :meth:`center`, :meth:`expand`,
+    :meth:`where_singleton` and :meth:`flat`. ``GroupedRewards.layout`` builds the right one.
     """
 
     def __init__(self, *, num_groups: int, group_size: int | None, index: Tensor | None, first_index: Tensor | None, counts: Tensor | None):
@@ -128,7 +129,7 @@ class SegmentLayout:
 
     @property
     def first_index(self) -> Tensor:
-        """``[G]`` flat position of one member of each group (the first, in flat order)."""
+        """``[G]`` flat position of each group's first member (0 for an empty group)."""
         if self._first_index is None:
             positions_N = torch.arange(self.index.numel(), device=self.index.device)
             first_G = torch.zeros(self.num_groups, dtype=torch.int64, device=self.index.device)
@@ -146,28 +147,46 @@ class SegmentLayout:
     def sum(self, x: Tensor) -> Tensor:
         """Per-group sums: ``[G, 1]`` (dense) or ``[G]`` (ragged), in ``x``'s dtype."""
         if self.group_size is not None:
-            return x.sum(dim=1, keepdim=True)
-        return torch.zeros(self.num_groups, dtype=x.dtype, device=x.device).index_add_(0, self.index, x)
+            return torch.mv(x, x.new_ones(self.group_size)).unsqueeze(1)
+        return x.new_zeros(self.num_groups).scatter_add_(0, self.index, x)
+
+    def sum_of_squares(self, x: Tensor) -> Tensor:
+        """Per-group sums of ``x * x``, shaped like :meth:`sum`."""
+        if self.group_size is not None:
+            return torch.linalg.vector_norm(x, dim=1, keepdim=True).square_()
+        return self.sum(x * x)
 
     def expand(self, v_G: Tensor) -> Tensor:
         """A per-group value broadcast to every member (``[G, 1]`` or gathered ``[N]``)."""
-        return v_G if self.group_size is not None else v_G[self.index]
+        return v_G if self.group_size is not None else torch.index_select(v_G, 0, self.index)
 
-    def first(self, x: Tensor) -> Tensor:
-        """The first member's value of each group, shaped like :meth:`sum`'s output."""
-        if self.group_size is not None:
-            return x[:, :1]
-        return x[self.first_index]
+    def singletons(self) -> Tensor | bool:
+        """Which groups have at most one member: a bool (dense) or ``[G]`` bool tensor (ragged)."""
+        return self.group_size <= 1 if self.group_size is not None else self.counts <= 1
 
-    def center(self, x: Tensor, *, correction: int = 0) -> tuple[Tensor, Tensor, Tensor]:
-        """Two-pass centring: ``(x - mean, var, mean)``, ``x`` and the result in the working shape.
+    def where_singleton(self, value_G: Tensor, singleton_value: float | Tensor) -> Tensor:
+        """``value_G`` (shaped like :meth:`sum`) with ``singleton_value`` (a number, or a tensor
+        shaped like ``value_G``) in groups of at most one member."""
+        single = self.singletons()
+        if isinstance(single, bool):
+            return torch.zeros_like(value_G).add_(singleton_value) if single else value_G
+        return torch.where(single, singleton_value, value_G)
 
-        The mean is taken of ``x - shift`` with ``shift`` each group's first value, so a constant
-        group gives exactly 0 for ``x - mean`` and for ``var``.
+    def center(self, x: Tensor, *, correction: int = 0, singleton_baseline: float | None = 0.0) -> tuple[Tensor, Tensor, Tensor]:
+        """Two-pass centring on the group mean: ``(x - mean, var, mean)``.
+
+        ``x`` and the centred result are in the working shape, ``var`` and ``mean`` are shaped
+        like :meth:`sum`. The mean is taken of ``x - shift`` with ``shift`` each group's first
+        value, so a constant group gives exactly 0. With ``singleton_baseline`` a number, a group
+        of one uses that value as its mean (0: its centred value is its reward) and its ``var``
+        is meaningless (callers override it with :meth:`where_singleton`); with ``None`` it is
+        treated like any group.
         """
-        shift_G = self.first(x)
-        d = x - self.expand(shift_G)
-        mean_d_G = self.sum(d) / self.counts
-        centered = d.sub_(self.expand(mean_d_G))
-        var_G = self.sum(centered * centered) / (self.counts - correction)
-        return centered, var_G, shift_G + mean_d_G
+        shift_G = x[:, :1] if self.group_size is not None else torch.index_select(x, 0, self.first_index)
+        centered = x - self.expand(shift_G)  # exactly 0 in a constant group
+        mean_shifted_G = self.sum(centered).div_(self.counts)
+        if singleton_baseline is not None:  # a singleton's centred value is 0: make it x - baseline
+            mean_shifted_G = self.where_singleton(mean_shifted_G, singleton_baseline - shift_G)
+        centered.sub_(self.expand(mean_shifted_G))
+        var_G = self.sum_of_squares(centered).div_(self.counts - correction)
+        return centered, var_G, mean_shifted_G + shift_G

@@ -64,22 +64,6 @@ def working_rewards(batch: GroupedRewards) -> tuple[Tensor, SegmentLayout]:
     return layout.values(batch.rewards.to(accumulation_dtype(batch.rewards.dtype))), layout
 
 
-def baseline_or_reward(layout: SegmentLayout, x: Tensor, centered: Tensor) -> Tensor:
-    """``centered`` where the group has two or more members, the reward itself for a group of one
-    (baseline 0)."""
-    if layout.is_dense:
-        return x.clone() if layout.group_size == 1 else centered
-    return torch.where(layout.expand(layout.counts <= 1), x, centered)
-
-
-def per_group_or(layout: SegmentLayout, value_G: Tensor, singleton_value: float) -> Tensor:
-    """``value_G`` with ``singleton_value`` in groups of one."""
-    if layout.is_dense:
-        return torch.full_like(value_G, singleton_value) if layout.group_size == 1 else value_G
-    return torch.where(layout.counts <= 1, singleton_value, value_G)
-
-
 def whiten(centered: Tensor, epsilon: float) -> Tensor:
-    """``c / (std(c) + epsilon)`` with one population std over all of ``c`` (two-pass)."""
-    std = torch.std(centered, correction=0) if centered.numel() else centered.new_zeros(())
-    return centered / (std + epsilon)
+    """``c / (std(c) + epsilon)`` in place, one population std over all of ``c`` (``torch.std``)."""
+    return centered.div_(torch.std(centered, correction=0).add_(epsilon))

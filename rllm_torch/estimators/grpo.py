@@ -4,16 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from rllm_torch.estimators._common import (
-    baseline_or_reward,
-    check_batch,
-    check_correction,
-    check_epsilon,
-    check_flag,
-    per_group_or,
-    shared_docstring,
-    working_rewards,
-)
+from rllm_torch.estimators._common import check_batch, check_correction, check_epsilon, check_flag, shared_docstring, working_rewards
 from rllm_torch.packing import GroupedRewards
 
 __all__ = ["grpo"]
@@ -66,10 +57,9 @@ def grpo(
     x, layout = working_rewards(batch)
     if batch.num_trajectories == 0:
         return x, x
-    centered, var_G, _ = layout.center(x, correction=std_correction)
-    adv = baseline_or_reward(layout, x, centered)
+    adv, var_G, _ = layout.center(x, correction=std_correction)  # a group of one: mean 0
     if norm_adv_by_std_in_grpo:
-        std_G = per_group_or(layout, var_G.sqrt(), 1.0)
-        adv = adv.div_(layout.expand(std_G.add_(epsilon)))
+        std_G = layout.where_singleton(var_G.sqrt_(), 1.0)  # a group of one: std 1
+        adv.mul_(layout.expand(std_G.add_(epsilon).reciprocal_()))  # one division per group
     adv = layout.flat(adv)
     return adv, adv

@@ -36,8 +36,8 @@ def prpo(batch: GroupedRewards, *, epsilon: float = 1e-6) -> tuple[Tensor, Tenso
 
     Example:
         >>> adv, _ = prpo(GroupedRewards.from_groups([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0]]))
-        >>> adv.tolist()  # mean 0.5, std 0.5
-        [0.999998000004, -0.999998000004, -0.999998000004, -0.999998000004, 0.999998000004, 0.999998000004]
+        >>> [round(a, 6) for a in adv.tolist()]  # mean 0.5, std 0.5: +-0.5 / (0.5 + 1e-6)
+        [0.999998, -0.999998, -0.999998, -0.999998, 0.999998, 0.999998]
     """
     check_batch(batch, "prpo")
     epsilon = check_epsilon(epsilon)
@@ -46,6 +46,6 @@ def prpo(batch: GroupedRewards, *, epsilon: float = 1e-6) -> tuple[Tensor, Tenso
     if batch.num_trajectories == 0:
         return x_N, x_N
     whole = SegmentLayout.dense_layout(1, batch.num_trajectories)
-    centered, var, _ = whole.center(whole.values(x_N))
+    centered, var, _ = whole.center(whole.values(x_N), singleton_baseline=None)
     adv = whole.flat(centered.div_(var.sqrt_().add_(epsilon)))
     return adv, adv

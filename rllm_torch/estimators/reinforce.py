@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from rllm_torch.estimators._common import baseline_or_reward, check_batch, check_epsilon, shared_docstring, whiten, working_rewards
+from rllm_torch.estimators._common import check_batch, check_epsilon, shared_docstring, whiten, working_rewards
 from rllm_torch.packing import GroupedRewards
 
 __all__ = ["reinforce", "reinforce_plus_plus_baseline"]
@@ -77,6 +77,6 @@ def reinforce_plus_plus_baseline(batch: GroupedRewards, *, epsilon: float = 1e-6
     x, layout = working_rewards(batch)
     if batch.num_trajectories == 0:
         return x, x
-    centered, _, _ = layout.center(x)
-    adv = whiten(layout.flat(baseline_or_reward(layout, x, centered)), epsilon)
+    centered, _, _ = layout.center(x)  # a group of one: baseline 0
+    adv = whiten(layout.flat(centered), epsilon)
     return adv, adv

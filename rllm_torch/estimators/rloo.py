@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from rllm_torch.estimators._common import baseline_or_reward, check_batch, per_group_or, shared_docstring, working_rewards
+from rllm_torch.estimators._common import check_batch, shared_docstring, working_rewards
 from rllm_torch.packing import GroupedRewards
 
 __all__ = ["rloo"]
@@ -43,13 +43,12 @@ def rloo(batch: GroupedRewards) -> tuple[Tensor, Tensor]:
     x, layout = working_rewards(batch)
     if batch.num_trajectories == 0:
         return x, x
-    centered, _, _ = layout.center(x)
-    adv = baseline_or_reward(layout, x, centered)
+    adv, _, _ = layout.center(x)  # a group of one: baseline 0
     n = layout.counts
     if layout.is_dense:
-        adv = adv.mul_(n / (n - 1) if n > 1 else 1.0)
+        adv.mul_(n / (n - 1) if n > 1 else 1.0)
     else:
         n_G = n.to(x.dtype)
-        adv = adv.mul_(layout.expand(per_group_or(layout, n_G / (n_G - 1), 1.0)))
+        adv.mul_(layout.expand(layout.where_singleton(n_G / (n_G - 1), 1.0)))
     adv = layout.flat(adv)
     return adv, adv

@@ -1,0 +1,159 @@
+"""Estimator speed: rllm_torch against four references and a memory floor, in one run.
+
+    python benchmarks/bench_estimators.py                 # CPU, writes benchmarks/RESULTS.md
+    python benchmarks/bench_estimators.py --device cuda   # our estimators and the floor on CUDA
+
+Columns (milliseconds, median of repeats): ``ours`` the estimator on packed rewards;
+``ours+pack`` packing from a flat reward tensor + dense group ids included; (b) ``loop`` a
+per-group numpy loop as rLLM's reference page; (c) ``dict`` a per-trajectory Python dict loop;
+(d) ``bincount`` label factorizing (``np.unique``) + ``np.bincount``; (e) ``floor`` one
+elementwise pass over the same reward tensor into a preallocated output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from references import dict_loop, factorize_bincount, per_group_loop  # noqa: E402
+
+from rllm_torch import GroupedRewards, compute_advantages  # noqa: E402
+
+ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline")
+SIZES = (8 * 1024, 64 * 1024, 1024 * 1024, 4 * 1024 * 1024)
+
+
+def timed(fn, device: str, budget_s: float = 0.5, max_repeats: int = 15) -> float:
+    """Median wall time of ``fn`` in ms: one warm-up, then repeats within ``budget_s``."""
+
+    def once() -> float:
+        if device == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - start
+
+    first = once()
+    repeats = 1 if first > budget_s else max(3, min(max_repeats, int(budget_s / max(first, 1e-6))))
+    return 1e3 * statistics.median(once() for _ in range(repeats))
+
+
+def make_batch(n: int, layout: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(rewards [N] float32, sizes [G])``: equal groups of 8, or ragged groups of 1-16."""
+    rng = np.random.default_rng(seed)
+    if layout == "equal":
+        sizes = np.full(n // 8, 8)
+    else:
+        sizes = rng.integers(1, 17, size=n // 4)
+        sizes = sizes[: np.searchsorted(np.cumsum(sizes), n, side="right")]
+        sizes = np.append(sizes, n - sizes.sum()) if sizes.sum() < n else sizes
+    return rng.random(int(sizes.sum()), dtype=np.float32), sizes
+
+
+def run(sizes: tuple[int, ...], device: str, slow_limit: int) -> list[dict]:
+    rows = []
+    for n in sizes:
+        for layout in ("equal", "ragged"):
+            rewards_np, sizes_np = make_batch(n, layout, seed=n)
+            labels_np = np.repeat(np.arange(len(sizes_np)), sizes_np)
+            groups = np.split(rewards_np, np.cumsum(sizes_np)[:-1])
+            rewards = torch.from_numpy(rewards_np).to(device)
+            group_index = torch.from_numpy(labels_np).to(device)
+            num_groups = len(sizes_np)
+
+            def pack():
+                if layout == "equal":
+                    return GroupedRewards.from_padded(rewards.view(num_groups, 8))
+                return GroupedRewards.from_flat(rewards, group_index, num_groups=num_groups, validate=False)
+
+            packed = pack()
+            compute_advantages(packed, "grpo")  # builds the cached layout
+            out = torch.empty_like(rewards)
+            floor = timed(lambda: torch.neg(rewards, out=out), device)
+            labels_list, rewards_list = labels_np.tolist(), rewards_np.astype(np.float64).tolist()
+            for est in ESTIMATORS:
+                ours_adv = compute_advantages(packed, est)[0].cpu().numpy()
+                np.testing.assert_allclose(ours_adv, factorize_bincount(est, labels_np, rewards_np.astype(np.float64)), rtol=1e-3, atol=1e-3)
+                row = dict(n=int(rewards_np.size), layout=layout, estimator=est, floor=floor)
+                row["ours"] = timed(lambda: compute_advantages(packed, est), device)
+                row["ours+pack"] = timed(lambda: compute_advantages(pack(), est), device)
+                row["bincount"] = timed(lambda: factorize_bincount(est, labels_np, rewards_np), "cpu")
+                slow = n <= slow_limit
+                row["loop"] = timed(lambda: per_group_loop(est, groups), "cpu", budget_s=2.0) if slow else float("nan")
+                row["dict"] = timed(lambda: dict_loop(est, labels_list, rewards_list), "cpu", budget_s=2.0) if slow else float("nan")
+                rows.append(row)
+                print(format_row(row), flush=True)
+    return rows
+
+
+HEADER = "| N | groups | estimator | ours ms | ours+pack ms | (b) loop ms | (c) dict ms | (d) bincount ms | (e) floor ms | (b)/ours | (d)/ours | ours/floor |"
+
+
+def format_row(r: dict) -> str:
+    return (
+        f"| {r['n']:,} | {r['layout']} | {r['estimator']} | {r['ours']:.3f} | {r['ours+pack']:.3f} | {r['loop']:.1f} | {r['dict']:.1f} | "
+        f"{r['bincount']:.2f} | {r['floor']:.3f} | {r['loop'] / r['ours']:.0f}x | {r['bincount'] / r['ours']:.1f}x | {r['ours'] / r['floor']:.1f}x |"
+    )
+
+
+def machine(device: str) -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    text = f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB; torch {torch.__version__} ({torch.get_num_threads()} threads), numpy {np.__version__}, Python {platform.python_version()}"
+    if device == "cuda":
+        text += f"; GPU: {torch.cuda.get_device_name()}"
+    return text
+
+
+def write_results(path: Path, rows: list[dict], device: str, command: str) -> None:
+    lines = [
+        f"# Estimator benchmark ({device})",
+        "",
+        f"Run {datetime.date.today().isoformat()} with `{command}` on: {machine(device)}.",
+        "",
+        "Float32 rewards; equal = groups of 8, ragged = groups of 1-16 (uniform). Times are medians in ms.",
+        "(b)/(c) run only up to the size given by --slow-limit (nan above it).",
+        "",
+        HEADER,
+        "|" + "---|" * HEADER.count("|")[:-1] if False else "|" + "---|" * (HEADER.count("|") - 1),
+        *[format_row(r) for r in rows],
+        "",
+    ]
+    path.write_text("\n".join(lines))
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
+    parser.add_argument("--slow-limit", type=int, default=4 * 1024 * 1024, help="largest N for the slow references (b) and (c)")
+    parser.add_argument("--output", type=Path, default=Path(__file__).parent / "RESULTS.md", help="results file ('-' to skip writing)")
+    args = parser.parse_args(argv)
+    print(f"machine: {machine(args.device)}\n{HEADER}", flush=True)
+    rows = run(tuple(args.sizes), args.device, args.slow_limit)
+    if str(args.output) != "-":
+        write_results(args.output, rows, args.device, "python benchmarks/bench_estimators.py " + " ".join(argv if argv is not None else sys.argv[1:]))
+    return rows
+
+
+if __name__ == "__main__":
+    main()
