@@ -36,8 +36,8 @@ def prpo(batch: GroupedRewards, *, epsilon: float = 1e-6) -> tuple[Tensor, Tenso
 
     Example:
         >>> adv, _ = prpo(GroupedRewards.from_groups([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0]]))
-        >>> adv
-        tensor([ 1.0000, -1.0000, -1.0000, -1.0000,  1.0000,  1.0000], dtype=torch.float64)
+        >>> [round(a, 4) for a in adv.tolist()]
+        [1.0, -1.0, -1.0, -1.0, 1.0, 1.0]
     """
     check_batch(batch, "prpo")
     epsilon = check_epsilon(epsilon)

@@ -70,7 +70,7 @@ def reinforce_plus_plus_baseline(batch: GroupedRewards, *, epsilon: float = 1e-6
     Example:
         >>> adv, _ = reinforce_plus_plus_baseline(GroupedRewards.from_groups([[1.0, 0.0], [1.0]]))
         >>> adv
-        tensor([ 0.7500, -1.2500,  1.2500], dtype=torch.float64)
+        tensor([ 0.8018, -0.8018,  1.6036], dtype=torch.float64)
     """
     check_batch(batch, "reinforce_plus_plus_baseline")
     epsilon = check_epsilon(epsilon)
