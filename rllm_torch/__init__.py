@@ -17,6 +17,7 @@ Quick start::
     advantages, returns = grpo(GroupedRewards.from_padded(rewards))       # [8], flat order
 """
 
+from rllm_torch.advantage import collect_reward_and_advantage_from_trajectory_groups
 from rllm_torch.config import AlgorithmConfig, rLLMAdvantageEstimator
 from rllm_torch.errors import (
     EstimatorOutputError,
@@ -56,6 +57,7 @@ __all__ = [
     "TrajectoryGroup",
     "Episode",
     "TerminationReason",
+    "collect_reward_and_advantage_from_trajectory_groups",
     *_trainer_all,
 ]
 
