@@ -17,6 +17,7 @@ Quick start::
     advantages, returns = grpo(GroupedRewards.from_padded(rewards))       # [8], flat order
 """
 
+from rllm_torch.advantage import collect_reward_and_advantage_from_trajectory_groups
 from rllm_torch.config import AlgorithmConfig, rLLMAdvantageEstimator
 from rllm_torch.errors import (
     EstimatorOutputError,
@@ -31,6 +32,9 @@ from rllm_torch.estimators import __all__ as _estimators_all
 from rllm_torch.labels import factorize_group_labels
 from rllm_torch.packing import GroupedRewards
 from rllm_torch.segment import segment_count, segment_mean, segment_sum, segment_var_mean
+from rllm_torch.trainer import *  # noqa: F403 - re-exported public surface
+from rllm_torch.trainer import __all__ as _trainer_all
+from rllm_torch.types import Episode, Step, TerminationReason, Trajectory, TrajectoryGroup
 
 __all__ = [
     "AlgorithmConfig",
@@ -48,6 +52,13 @@ __all__ = [
     "UnknownEstimatorError",
     "EstimatorOutputError",
     *_estimators_all,
+    "Step",
+    "Trajectory",
+    "TrajectoryGroup",
+    "Episode",
+    "TerminationReason",
+    "collect_reward_and_advantage_from_trajectory_groups",
+    *_trainer_all,
 ]
 
 __version__ = "0.1.0"

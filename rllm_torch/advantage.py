@@ -1,0 +1,186 @@
+"""rLLM's ``collect_reward_and_advantage_from_trajectory_groups``, tensorized: per role, every
+group is packed once and the role's estimator runs once on the packed rewards.
+
+Two modes per group, as rLLM decides them:
+
+* **precomputed**: ``use_precomputed_advantage`` is on and some step of the group has an
+  advantage. Every step ends with a per-token list of ``T`` floats: a list is kept, a scalar
+  ``a`` becomes ``a * response_mask`` (``[a] * T`` without a mask), a missing one becomes zeros
+  (with one ``UserWarning`` per call that counts them).
+* **RL**: otherwise. The role's estimator (``estimator_map[role]``, else ``estimator``) turns
+  trajectory rewards into one advantage per trajectory, and each step of the trajectory gets it
+  as a Python float (``step.advantage = a``). The backend multiplies it by each step's own
+  response mask (:meth:`~rllm_torch.types.Step.token_advantages`), so every step of a
+  multi-step trajectory gets the advantage exactly at its own response tokens.
+
+Everything is validated before any step is written: when an error is raised, no step changed.
+In RL mode ``step.advantage`` is an output: a value left there (e.g. by an earlier call) is
+overwritten without a warning (rLLM logs one per group; detecting it costs a scan of every step).
+"""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+from collections import defaultdict
+
+import numpy as np
+import torch
+
+from rllm_torch.config import AlgorithmConfig
+from rllm_torch.errors import InvalidRewardsError, InvalidRewardTypeError, UnknownEstimatorError
+from rllm_torch.estimators import compute_advantages, get_rllm_adv_estimator
+from rllm_torch.metrics import difficulty_metrics, summary_metrics
+from rllm_torch.packing import GroupedRewards
+from rllm_torch.types import Step, Trajectory, TrajectoryGroup
+
+__all__ = ["collect_reward_and_advantage_from_trajectory_groups", "pack_role_rewards"]
+
+
+def _where(group: TrajectoryGroup, traj: Trajectory, step_index: int | None = None) -> str:
+    step = "" if step_index is None else f", step {step_index}"
+    return f"task {group.task_id!r}, trajectory {traj.name!r} (group {group.group_id!r}){step}"
+
+
+def _locate_bad_reward(groups: list[TrajectoryGroup]) -> None:
+    """Raise the error for the first reward that is not a real number (slow path, on failure only)."""
+    for group in groups:
+        for traj in group.trajectories:
+            r = traj.reward
+            if r is None:
+                raise InvalidRewardsError(f"{_where(group, traj)}: reward is None; in RL (broadcast) mode every trajectory needs a reward (set trajectory.reward, or a last-step reward before the transform).")
+            if not isinstance(r, (numbers.Real, np.bool_)) or isinstance(r, complex):
+                raise InvalidRewardTypeError(f"{_where(group, traj)}: reward {r!r} of type {type(r).__name__} is not a real number.")
+
+
+def pack_role_rewards(groups: list[TrajectoryGroup]) -> tuple[GroupedRewards, list[Trajectory]]:
+    """Pack the trajectory rewards of some groups as float64 tensors, in one go.
+
+    Returns:
+        ``(batch, trajectories)``: the :class:`~rllm_torch.GroupedRewards` (dense ``[G, K]`` view
+        when every group has ``K`` members, else ragged) and the trajectories in its flat order.
+
+    Raises:
+        InvalidRewardsError: a reward is None. InvalidRewardTypeError: a reward is not a real
+        number. Both name the task id and the trajectory.
+    """
+    trajs = [t for g in groups for t in g.trajectories]
+    rewards = np.array([t.reward for t in trajs])
+    if rewards.dtype.kind not in "biuf":
+        _locate_bad_reward(groups)
+    rewards_N = torch.from_numpy(rewards.astype(np.float64, copy=False)).reshape(-1)
+    sizes = [len(g.trajectories) for g in groups]
+    if sizes and sizes[0] > 0 and sizes.count(sizes[0]) == len(sizes):
+        return GroupedRewards.from_padded(rewards_N.view(len(sizes), sizes[0])), trajs
+    group_index_N = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes, dtype=torch.int64), output_size=len(trajs))
+    return GroupedRewards.from_flat(rewards_N, group_index_N, num_groups=len(sizes), validate=False), trajs
+
+
+def _precomputed_values(group: TrajectoryGroup, missing: list[str]) -> list[tuple[Step, list]]:
+    """(step, per-token list to write) for every step of a precomputed group; appends the
+    location of each step without an advantage to ``missing``."""
+    out = []
+    for traj in group.trajectories:
+        for index, step in enumerate(traj.steps):
+            adv, num_tokens = step.advantage, len(step.response_ids)
+            if adv is None:
+                missing.append(_where(group, traj, index))
+                value = [0.0] * num_tokens
+            elif isinstance(adv, numbers.Real) and not isinstance(adv, bool):
+                value = [float(adv)] * num_tokens if step.response_mask is None else (step.response_mask_tensor() * float(adv)).tolist()
+            elif isinstance(adv, (list, tuple, np.ndarray, torch.Tensor)):
+                value = adv if isinstance(adv, list) else list(adv) if isinstance(adv, tuple) else np.asarray(adv, dtype=np.float64).reshape(-1).tolist()
+                if len(value) != num_tokens:
+                    raise ValueError(f"{_where(group, traj, index)}: precomputed advantage has {len(value)} entries but the step has {num_tokens} response tokens; give one per response token.")
+            else:
+                raise TypeError(f"{_where(group, traj, index)}: step.advantage of type {type(adv).__name__} is not supported; use None, a float, or a per-token list.")
+            out.append((step, value))
+    return out
+
+
+def _estimator_of(role: str, config: AlgorithmConfig) -> str:
+    name = config.estimator_for(role)
+    try:
+        get_rllm_adv_estimator(name)
+    except UnknownEstimatorError as exc:
+        source = f"estimator_map[{role!r}]" if role in config.estimator_map else "estimator"
+        raise UnknownEstimatorError(f"role {role!r}: {source} = {getattr(name, 'value', name)!r} is not registered. {exc}") from exc
+    return name
+
+
+def collect_reward_and_advantage_from_trajectory_groups(groups: list[TrajectoryGroup], algorithm_config: AlgorithmConfig, collect_advantage: bool = True) -> dict[str, float]:
+    """Compute every step's advantage in place and return reward/advantage metrics.
+
+    See the module docstring for the two modes. RL groups of one role are packed into one
+    :class:`~rllm_torch.GroupedRewards` (float64) and the role's estimator is called once
+    (:func:`~rllm_torch.compute_advantages` with ``algorithm_config.estimator_kwargs``).
+
+    Args:
+        groups: trajectory groups; ``group_role`` picks the estimator.
+        algorithm_config: estimator, ``estimator_map``, options, ``use_precomputed_advantage``.
+        collect_advantage: False (validation): only the reward metrics, no step is changed.
+
+    Returns:
+        Metrics as Python floats, per role: ``reward/{role}/{mean,std,max,min}`` over the
+        trajectory rewards of its RL groups; with ``collect_advantage``,
+        ``advantage/{role}/{mean,std,max,min,fraction_zero}`` (one value per trajectory for RL
+        groups, per response token for precomputed ones) and the ``difficulty/{role}/*`` keys of
+        :func:`~rllm_torch.metrics.difficulty_metrics` (RL groups). ``{}`` for no groups.
+
+    Raises:
+        InvalidRewardsError / InvalidRewardTypeError: an RL trajectory's reward is None / not a number.
+        ValueError: a precomputed per-token list of the wrong length; ``stepwise_advantage_mode``
+            is not ``"broadcast"``.
+        TypeError: a precomputed step advantage of an unsupported type.
+        UnknownEstimatorError: a role's estimator (from ``estimator_map`` or the default) is not registered.
+        Messages name the task id, the trajectory name and the step index.
+
+    Source: rLLM ``rllm/experimental/common/advantage.py``.
+    """
+    if algorithm_config.stepwise_advantage_mode != "broadcast":
+        raise ValueError(f"only stepwise_advantage_mode='broadcast' is supported, got {algorithm_config.stepwise_advantage_mode!r}.")
+    rl_groups, pre_groups = defaultdict(list), defaultdict(list)
+    use_pre = algorithm_config.use_precomputed_advantage
+    for group in groups:
+        has_pre = use_pre and any(s.advantage is not None for t in group.trajectories for s in t.steps)
+        (pre_groups if has_pre else rl_groups)[group.group_role].append(group)
+
+    if collect_advantage:
+        estimators = {role: _estimator_of(role, algorithm_config) for role in {*algorithm_config.estimator_map, *rl_groups}}
+    metrics: dict[str, float] = {}
+    advantages_by_role: dict[str, list[torch.Tensor]] = defaultdict(list)
+    writes: list[tuple[list[Trajectory], list[float]]] = []
+    for role, role_groups in rl_groups.items():
+        batch, trajs = pack_role_rewards(role_groups)
+        if batch.num_trajectories == 0:
+            continue
+        metrics |= summary_metrics(batch.rewards, f"reward/{role}")
+        if collect_advantage:
+            adv_N, _ = compute_advantages(batch, estimators[role], **algorithm_config.estimator_kwargs)
+            metrics |= difficulty_metrics(batch, f"difficulty/{role}")
+            advantages_by_role[role].append(adv_N.double())
+            writes.append((trajs, adv_N.tolist()))
+    token_writes: list[tuple[Step, list]] = []
+    if collect_advantage:
+        missing: list[str] = []
+        for role, role_groups in pre_groups.items():
+            entries = [entry for group in role_groups for entry in _precomputed_values(group, missing)]
+            tokens = [a for _, values in entries for a in values]
+            try:
+                advantages_by_role[role].append(torch.tensor(tokens, dtype=torch.float64))
+            except (TypeError, ValueError) as exc:
+                raise TypeError(f"role {role!r}: a precomputed per-token advantage is not a number ({exc}); lists must hold floats.") from exc
+            token_writes.extend(entries)
+        if missing:
+            warnings.warn(f"{len(missing)} step(s) of precomputed groups have no advantage and get zeros (first: {missing[0]}).", UserWarning, stacklevel=2)
+        for role, parts in advantages_by_role.items():
+            adv_all = torch.cat(parts)
+            if adv_all.numel():
+                metrics |= summary_metrics(adv_all, f"advantage/{role}", fraction_zero=True)
+    for trajs, adv_list in writes:
+        for traj, adv in zip(trajs, adv_list):
+            for step in traj.steps:
+                step.advantage = adv
+    for step, value in token_writes:
+        step.advantage = value
+    return metrics
