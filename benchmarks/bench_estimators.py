@@ -7,7 +7,8 @@ Columns (milliseconds, median of repeats): ``ours`` the estimator on packed rewa
 ``ours+pack`` packing from a flat reward tensor + dense group ids included; (b) ``loop`` a
 per-group numpy loop as rLLM's reference page; (c) ``dict`` a per-trajectory Python dict loop;
 (d) ``bincount`` label factorizing (``np.unique``) + ``np.bincount``; (e) ``floor`` one
-elementwise pass over the same reward tensor into a preallocated output.
+elementwise pass over the same reward tensor into a preallocated output; ``compiled`` (equal
+groups) the estimator inside ``torch.compile(fullgraph=True)``, as a user's compiled loop runs it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from references import dict_loop, factorize_bincount, per_group_loop  # noqa: E402
 
+import rllm_torch  # noqa: E402
 from rllm_torch import GroupedRewards, compute_advantages  # noqa: E402
 
 ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline")
@@ -62,7 +64,14 @@ def make_batch(n: int, layout: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return rng.random(int(sizes.sum()), dtype=np.float32), sizes
 
 
-def run(sizes: tuple[int, ...], device: str, slow_limit: int) -> list[dict]:
+def compiled_dense(estimator: str):
+    """``estimator`` on a ``[G, K]`` reward tensor, compiled whole (what a user's compiled loop gets)."""
+    fn = getattr(rllm_torch, estimator)
+    return torch.compile(lambda rewards_GK: fn(GroupedRewards.from_padded(rewards_GK))[0], dynamic=True, fullgraph=True)
+
+
+def run(sizes: tuple[int, ...], device: str, slow_limit: int, compile_dense: bool) -> list[dict]:
+    compiled = {est: compiled_dense(est) for est in ESTIMATORS} if compile_dense else {}
     rows = []
     for n in sizes:
         for layout in ("equal", "ragged"):
@@ -89,6 +98,11 @@ def run(sizes: tuple[int, ...], device: str, slow_limit: int) -> list[dict]:
                 row = dict(n=int(rewards_np.size), layout=layout, estimator=est, floor=floor)
                 row["ours"] = timed(lambda: compute_advantages(packed, est), device)
                 row["ours+pack"] = timed(lambda: compute_advantages(pack(), est), device)
+                row["compiled"] = float("nan")
+                if est in compiled and layout == "equal":
+                    rewards_GK = rewards.view(num_groups, 8)
+                    np.testing.assert_allclose(compiled[est](rewards_GK).cpu().numpy(), ours_adv, rtol=1e-4, atol=1e-4)
+                    row["compiled"] = timed(lambda: compiled[est](rewards_GK), device)
                 row["bincount"] = timed(lambda: factorize_bincount(est, labels_np, rewards_np), "cpu")
                 slow = n <= slow_limit
                 row["loop"] = timed(lambda: per_group_loop(est, groups), "cpu", budget_s=2.0) if slow else float("nan")
@@ -98,13 +112,19 @@ def run(sizes: tuple[int, ...], device: str, slow_limit: int) -> list[dict]:
     return rows
 
 
-HEADER = "| N | groups | estimator | ours ms | ours+pack ms | (b) loop ms | (c) dict ms | (d) bincount ms | (e) floor ms | (b)/ours | (d)/ours | ours/floor |"
+HEADER = "| N | groups | estimator | ours ms | ours+pack ms | ours compiled ms | (b) loop ms | (c) dict ms | (d) bincount ms | (e) floor ms | (b)/ours | (d)/ours | ours/floor | compiled/floor |"
+
+
+def _fmt(value: float, spec: str, suffix: str = "") -> str:
+    return "n/a" if value != value else f"{value:{spec}}{suffix}"  # NaN: not measured
 
 
 def format_row(r: dict) -> str:
+    ratio = lambda a, b: _fmt(r[a] / r[b], ".1f", "x")  # noqa: E731
     return (
-        f"| {r['n']:,} | {r['layout']} | {r['estimator']} | {r['ours']:.3f} | {r['ours+pack']:.3f} | {r['loop']:.1f} | {r['dict']:.1f} | "
-        f"{r['bincount']:.2f} | {r['floor']:.3f} | {r['loop'] / r['ours']:.0f}x | {r['bincount'] / r['ours']:.1f}x | {r['ours'] / r['floor']:.1f}x |"
+        f"| {r['n']:,} | {r['layout']} | {r['estimator']} | {r['ours']:.3f} | {r['ours+pack']:.3f} | {_fmt(r['compiled'], '.3f')} | {_fmt(r['loop'], '.1f')} | "
+        f"{_fmt(r['dict'], '.1f')} | {r['bincount']:.2f} | {r['floor']:.3f} | {_fmt(r['loop'] / r['ours'], '.0f', 'x')} | {ratio('bincount', 'ours')} | "
+        f"{ratio('ours', 'floor')} | {ratio('compiled', 'floor')} |"
     )
 
 
@@ -134,11 +154,28 @@ def write_results(path: Path, rows: list[dict], device: str, command: str) -> No
         "(b)/(c) run only up to the size given by --slow-limit (nan above it).",
         "",
         HEADER,
-        "|" + "---|" * HEADER.count("|")[:-1] if False else "|" + "---|" * (HEADER.count("|") - 1),
+        "|" + "---|" * (HEADER.count("|") - 1),
         *[format_row(r) for r in rows],
         "",
     ]
     path.write_text("\n".join(lines))
+
+
+def sync_check(device: str) -> str:
+    """Run every built-in under ``torch.cuda.set_sync_debug_mode("error")``: any host-device
+    sync (``.item()``, ``nonzero``, data-dependent shapes) raises."""
+    rewards = torch.rand(1024, 8, device=device)
+    flat, index = torch.rand(5000, device=device), torch.randint(0, 700, (5000,), device=device)
+    batches = [GroupedRewards.from_padded(rewards), GroupedRewards.from_flat(flat, index, num_groups=700, validate=False)]
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for batch in batches:
+            for name in ("grpo", "rloo", "reinforce", "reinforce_plus_plus_baseline", "prpo"):
+                compute_advantages(batch, name)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    return "sync check: all built-ins ran under set_sync_debug_mode('error') on dense and ragged batches without a host sync"
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -146,10 +183,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     parser.add_argument("--slow-limit", type=int, default=4 * 1024 * 1024, help="largest N for the slow references (b) and (c)")
+    parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile column")
     parser.add_argument("--output", type=Path, default=Path(__file__).parent / "RESULTS.md", help="results file ('-' to skip writing)")
     args = parser.parse_args(argv)
     print(f"machine: {machine(args.device)}\n{HEADER}", flush=True)
-    rows = run(tuple(args.sizes), args.device, args.slow_limit)
+    if args.device == "cuda":
+        print(sync_check(args.device), flush=True)
+    rows = run(tuple(args.sizes), args.device, args.slow_limit, compile_dense=not args.no_compile)
     if str(args.output) != "-":
         write_results(args.output, rows, args.device, "python benchmarks/bench_estimators.py " + " ".join(argv if argv is not None else sys.argv[1:]))
     return rows

@@ -1,0 +1,17 @@
+"""The benchmark script runs end to end on a small size (its numbers are not checked here)."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import bench_estimators  # noqa: E402
+
+
+def test_the_estimator_benchmark_runs_and_checks_its_own_results(tmp_path):
+    out = tmp_path / "RESULTS.md"
+    rows = bench_estimators.main(["--sizes", "4096", "--no-compile", "--output", str(out)])
+    assert {r["estimator"] for r in rows} == set(bench_estimators.ESTIMATORS)
+    assert {r["layout"] for r in rows} == {"equal", "ragged"}
+    assert all(r["ours"] > 0 and r["loop"] > 0 for r in rows)
+    assert "| 4,096 | equal | grpo |" in out.read_text()
