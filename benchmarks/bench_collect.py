@@ -96,7 +96,7 @@ def phases(groups: list[TrajectoryGroup], config: AlgorithmConfig, repeats: int)
     adv_list = adv_N.tolist()
 
     def write():
-        for traj, adv in zip(trajs, adv_list):
+        for traj, adv in zip(trajs, adv_list, strict=True):
             for step in traj.steps:
                 step.advantage = adv
 

@@ -29,20 +29,20 @@ def per_group_loop(estimator: str, groups: list[np.ndarray]) -> list[np.ndarray]
 # (c) a per-trajectory dictionary loop in plain Python
 def dict_loop(estimator: str, labels: list, rewards: list[float]) -> list[float]:
     sums, counts = defaultdict(float), defaultdict(int)
-    for label, r in zip(labels, rewards):
+    for label, r in zip(labels, rewards, strict=True):
         sums[label] += r
         counts[label] += 1
     means = {k: (sums[k] / counts[k] if counts[k] > 1 else 0.0) for k in sums}
     if estimator == "rloo":
-        return [r - means[k] if counts[k] <= 1 else counts[k] / (counts[k] - 1) * (r - means[k]) for k, r in zip(labels, rewards)]
+        return [r - means[k] if counts[k] <= 1 else counts[k] / (counts[k] - 1) * (r - means[k]) for k, r in zip(labels, rewards, strict=True)]
     if estimator == "grpo":
         sq = defaultdict(float)
-        for label, r in zip(labels, rewards):
+        for label, r in zip(labels, rewards, strict=True):
             sq[label] += (r - means[label]) ** 2
         stds = {k: (sq[k] / counts[k]) ** 0.5 if counts[k] > 1 else 1.0 for k in sums}
-        return [(r - means[k]) / (stds[k] + EPS) for k, r in zip(labels, rewards)]
+        return [(r - means[k]) / (stds[k] + EPS) for k, r in zip(labels, rewards, strict=True)]
     if estimator == "reinforce_plus_plus_baseline":
-        centered = [r - means[k] for k, r in zip(labels, rewards)]
+        centered = [r - means[k] for k, r in zip(labels, rewards, strict=True)]
         mean_c = sum(centered) / len(centered)
         std = (sum((c - mean_c) ** 2 for c in centered) / len(centered)) ** 0.5
         return [c / (std + EPS) for c in centered]

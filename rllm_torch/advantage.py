@@ -91,9 +91,9 @@ def _precomputed_values(group: TrajectoryGroup, missing: list[str]) -> list[tupl
             elif isinstance(adv, (list, tuple, np.ndarray, torch.Tensor)):
                 value = adv if isinstance(adv, list) else list(adv) if isinstance(adv, tuple) else np.asarray(adv, dtype=np.float64).reshape(-1).tolist()
                 if len(value) != num_tokens:
-                    raise ValueError(f"{_where(group, traj, index)}: precomputed advantage has {len(value)} entries but the step has {num_tokens} response tokens; give one per response token.")
+                    raise InvalidRewardsError(f"{_where(group, traj, index)}: precomputed advantage has {len(value)} entries but the step has {num_tokens} response tokens; give one per response token.")
             else:
-                raise TypeError(f"{_where(group, traj, index)}: step.advantage of type {type(adv).__name__} is not supported; use None, a float, or a per-token list.")
+                raise InvalidRewardTypeError(f"{_where(group, traj, index)}: step.advantage of type {type(adv).__name__} is not supported; use None, a float, or a per-token list.")
             out.append((step, value))
     return out
 
@@ -178,7 +178,7 @@ def collect_reward_and_advantage_from_trajectory_groups(groups: list[TrajectoryG
             if adv_all.numel():
                 metrics |= summary_metrics(adv_all, f"advantage/{role}", fraction_zero=True)
     for trajs, adv_list in writes:
-        for traj, adv in zip(trajs, adv_list):
+        for traj, adv in zip(trajs, adv_list, strict=True):
             for step in traj.steps:
                 step.advantage = adv
     for step, value in token_writes:

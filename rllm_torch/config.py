@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from omegaconf import DictConfig, OmegaConf
 
+from rllm_torch.errors import ConfigError
+
 __all__ = ["rLLMAdvantageEstimator", "AlgorithmConfig"]
 
 _LOSS_FNS = ("importance_sampling", "ppo", "cispo", "dro", "cross_entropy")
@@ -40,14 +42,14 @@ def _estimator_name(value: object, where: str) -> rLLMAdvantageEstimator | str:
     if isinstance(value, rLLMAdvantageEstimator):
         return value
     if not isinstance(value, str) or not value:
-        raise ValueError(f"{where} must be a non-empty estimator name (str), got {value!r}.")
+        raise ConfigError(f"{where} must be a non-empty estimator name (str), got {value!r}.")
     builtin = {member.value for member in rLLMAdvantageEstimator}
     return rLLMAdvantageEstimator(value) if value in builtin else value
 
 
 def _choice(value: object, choices: tuple, where: str) -> Any:
     if value not in choices:
-        raise ValueError(f"{where} must be one of {', '.join(map(repr, choices))}; got {value!r}.")
+        raise ConfigError(f"{where} must be one of {', '.join(map(repr, choices))}; got {value!r}.")
     return value
 
 
@@ -87,7 +89,7 @@ class AlgorithmConfig:
     def __post_init__(self) -> None:
         self.estimator = _estimator_name(self.estimator, "estimator")
         if not isinstance(self.estimator_map, dict):
-            raise ValueError(f"estimator_map must map group roles to estimator names, got {type(self.estimator_map).__name__}.")
+            raise ConfigError(f"estimator_map must map group roles to estimator names, got {type(self.estimator_map).__name__}.")
         self.estimator_map = {role: _estimator_name(name, f"estimator_map[{role!r}]") for role, name in self.estimator_map.items()}
         _choice(self.stepwise_advantage_mode, ("broadcast", "per_step"), "stepwise_advantage_mode")
         if self.stepwise_advantage_mode == "per_step":
@@ -102,16 +104,16 @@ class AlgorithmConfig:
             warnings.warn("`use_rllm` is ignored: rllm_torch always uses the rLLM estimators.", DeprecationWarning, stacklevel=3)
         for name in ("norm_adv_by_std_in_grpo", "use_precomputed_advantage", "use_rllm"):
             if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}.")
+                raise ConfigError(f"{name} must be a bool, got {getattr(self, name)!r}.")
         if self.loss_fn is not None:
             _choice(self.loss_fn, _LOSS_FNS, "loss_fn")
         _choice(self.lr_schedule, _LR_SCHEDULES, "lr_schedule")
         if isinstance(self.warmup_steps_ratio, bool) or not isinstance(self.warmup_steps_ratio, numbers.Real) or not 0 <= self.warmup_steps_ratio <= 1:
-            raise ValueError(f"warmup_steps_ratio must be a number in [0, 1], got {self.warmup_steps_ratio!r}.")
+            raise ConfigError(f"warmup_steps_ratio must be a number in [0, 1], got {self.warmup_steps_ratio!r}.")
         if isinstance(self.epsilon, bool) or not isinstance(self.epsilon, numbers.Real) or not self.epsilon >= 0:
-            raise ValueError(f"epsilon must be a non-negative number, got {self.epsilon!r}.")
+            raise ConfigError(f"epsilon must be a non-negative number, got {self.epsilon!r}.")
         if isinstance(self.std_correction, bool) or not isinstance(self.std_correction, int) or self.std_correction < 0:
-            raise ValueError(f"std_correction must be a non-negative int (0 = population std, 1 = sample std), got {self.std_correction!r}.")
+            raise ConfigError(f"std_correction must be a non-negative int (0 = population std, 1 = sample std), got {self.std_correction!r}.")
 
     @property
     def estimator_kwargs(self) -> dict[str, Any]:
@@ -139,7 +141,7 @@ class AlgorithmConfig:
         def pick(*paths: str, default: Any = None) -> Any:
             found = {p: OmegaConf.select(config, p) for p in paths if OmegaConf.select(config, p) is not None}
             if len({repr(v) for v in found.values()}) > 1:
-                raise ValueError(f"conflicting values for one setting: {found}; set only one of {', '.join(paths)}.")
+                raise ConfigError(f"conflicting values for one setting: {found}; set only one of {', '.join(paths)}.")
             return next(iter(found.values()), default)
 
         epsilon = pick("rllm.algorithm.epsilon")
@@ -147,7 +149,7 @@ class AlgorithmConfig:
         if episilon is not None:
             warnings.warn("`episilon` is deprecated; use `rllm.algorithm.epsilon`.", DeprecationWarning, stacklevel=2)
             if epsilon is not None and epsilon != episilon:
-                raise ValueError(f"rllm.algorithm.epsilon={epsilon!r} and the deprecated episilon={episilon!r} differ; keep only epsilon.")
+                raise ConfigError(f"rllm.algorithm.epsilon={epsilon!r} and the deprecated episilon={episilon!r} differ; keep only epsilon.")
             epsilon = episilon
         estimator_map = pick("rllm.algorithm.estimator_map", default={})
         return cls(

@@ -20,7 +20,7 @@ def generated_batch(num_groups: int, seed: int, device: str) -> GroupedRewards:
     gen = torch.Generator().manual_seed(seed)
     sizes = torch.randint(1, 7, (num_groups,), generator=gen).tolist()
     solve_rate = torch.rand(num_groups, generator=gen).tolist()
-    groups = [(torch.rand(n, generator=gen) < p).float() for n, p in zip(sizes, solve_rate)]
+    groups = [(torch.rand(n, generator=gen) < p).float() for n, p in zip(sizes, solve_rate, strict=True)]
     return GroupedRewards.from_groups(groups, device=device)
 
 

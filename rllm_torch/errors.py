@@ -15,6 +15,8 @@ __all__ = [
     "InvalidGroupIndexError",
     "UnknownEstimatorError",
     "EstimatorOutputError",
+    "ConfigError",
+    "InvalidTrajectoryError",
 ]
 
 
@@ -40,3 +42,11 @@ class UnknownEstimatorError(RLLMTorchError, ValueError):
 
 class EstimatorOutputError(RLLMTorchError, TypeError):
     """A registered (custom) estimator returned something other than the documented pair."""
+
+
+class ConfigError(RLLMTorchError, ValueError):
+    """A configuration value that is invalid, conflicting or of the wrong type."""
+
+
+class InvalidTrajectoryError(RLLMTorchError, ValueError):
+    """Episodes, trajectories or steps that cannot be grouped or trained on as given."""

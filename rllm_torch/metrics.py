@@ -32,7 +32,7 @@ def summary_metrics(values: Tensor, prefix: str, *, fraction_zero: bool = False)
     if fraction_zero:
         stats.append((values.abs() < ZERO_ADVANTAGE_ATOL).double().mean())
         names.append("fraction_zero")
-    return {f"{prefix}/{name}": value for name, value in zip(names, torch.stack(stats).tolist())}
+    return {f"{prefix}/{name}": value for name, value in zip(names, torch.stack(stats).tolist(), strict=True)}
 
 
 def difficulty_metrics(batch: GroupedRewards, prefix: str) -> dict[str, float]:
@@ -69,4 +69,4 @@ def difficulty_metrics(batch: GroupedRewards, prefix: str) -> dict[str, float]:
     ]).tolist()
     names = ["fraction_nonzero_std", "fraction_all_solved", "fraction_all_failed"]
     names += [f"group_mean_p{p}" for p in DIFFICULTY_PERCENTILES] + [f"group_std_p{p}" for p in DIFFICULTY_PERCENTILES]
-    return out | {f"{prefix}/{name}": value for name, value in zip(names, stats)}
+    return out | {f"{prefix}/{name}": value for name, value in zip(names, stats, strict=True)}

@@ -67,7 +67,6 @@ class GroupedRewards:
     group_size: int | None = None
     group_major: bool = False
 
-    # ---- constructors -------------------------------------------------------------------
     @classmethod
     def from_groups(cls, groups: Sequence[Sequence[float] | np.ndarray | Tensor], *, device: torch.device | str | None = None) -> GroupedRewards:
         """Pack per-group rewards (Python lists, 1-D numpy arrays or 1-D tensors).
@@ -124,8 +123,8 @@ class GroupedRewards:
     def from_padded(cls, rewards: Tensor, mask: Tensor | None = None) -> GroupedRewards:
         """Pack a padded ``[G, K]`` reward tensor; ``mask [G, K]`` (bool) marks real trajectories.
 
-        Without a mask every entry is a trajectory: the dense layout, built without copying
-        or synchronising (``rewards`` must then be contiguous). With a mask, flat order is the
+        Without a mask every entry is a trajectory: the dense layout, built without
+        synchronising, and without copying unless ``rewards`` is not contiguous. With a mask, flat order is the
         row-major order of the ``True`` entries (one host sync to count them); padded entries
         are never read, so they may hold anything, NaN included.
         """
@@ -160,7 +159,6 @@ class GroupedRewards:
         group_index, unique = factorize_group_labels(labels)
         return cls.from_flat(rewards, group_index.to(rewards.device), num_groups=len(unique), validate=False)
 
-    # ---- derived layout -----------------------------------------------------------------
     @property
     def num_trajectories(self) -> int:
         """``N``, the number of trajectories."""
@@ -247,7 +245,7 @@ class GroupedRewards:
         sizes = self.counts.tolist()
         if len(groups) != self.num_groups:
             raise InvalidRewardsError(f"expected {self.num_groups} groups of values, got {len(groups)}.")
-        for g, (values, size) in enumerate(zip(groups, sizes)):
+        for g, (values, size) in enumerate(zip(groups, sizes, strict=True)):
             if values.shape[:1] != (size,):
                 raise InvalidRewardsError(f"group {g} has {size} trajectories but {tuple(values.shape)} values were given for it.")
         flat = torch.cat(list(groups)) if groups else self.rewards.new_zeros(0)

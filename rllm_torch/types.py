@@ -24,6 +24,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from rllm_torch.errors import InvalidRewardTypeError, InvalidTrajectoryError
+
 __all__ = ["TerminationReason", "Step", "Trajectory", "TrajectoryGroup", "Episode", "DEFAULT_GROUP_ROLE", "parse_termination_reason"]
 
 DEFAULT_GROUP_ROLE = "default"
@@ -85,7 +87,7 @@ class Step:
             return torch.ones(num_tokens, dtype=torch.float32)
         mask_T = torch.as_tensor(self.response_mask, dtype=torch.float32).reshape(-1)
         if mask_T.shape[0] != num_tokens:
-            raise ValueError(f"response_mask has {mask_T.shape[0]} entries but the step has {num_tokens} response tokens; give one per token.")
+            raise InvalidTrajectoryError(f"response_mask has {mask_T.shape[0]} entries but the step has {num_tokens} response tokens; give one per token.")
         return mask_T
 
     def token_advantages(self) -> Tensor:
@@ -109,9 +111,9 @@ class Step:
         if isinstance(adv, (list, tuple, Tensor)):
             adv_T = torch.as_tensor(adv, dtype=torch.float32).reshape(-1)
             if adv_T.shape[0] != len(self.response_ids):
-                raise ValueError(f"advantage has {adv_T.shape[0]} entries but the step has {len(self.response_ids)} response tokens.")
+                raise InvalidTrajectoryError(f"advantage has {adv_T.shape[0]} entries but the step has {len(self.response_ids)} response tokens.")
             return adv_T
-        raise TypeError(f"step.advantage must be None, a number or a per-token list, got {type(adv).__name__}.")
+        raise InvalidRewardTypeError(f"step.advantage must be None, a number or a per-token list, got {type(adv).__name__}.")
 
 
 @dataclass(slots=True, eq=False)
@@ -160,7 +162,7 @@ class TrajectoryGroup:
             names = {t.name for t in self.trajectories}
             self.group_role = names.pop() if len(names) == 1 and "" not in names else DEFAULT_GROUP_ROLE
         if not isinstance(self.group_role, str) or not self.group_role:
-            raise ValueError(f"group_role of group {self.group_id!r} must be a non-empty str, got {self.group_role!r}.")
+            raise InvalidTrajectoryError(f"group_role of group {self.group_id!r} must be a non-empty str, got {self.group_role!r}.")
 
 
 @dataclass(slots=True, eq=False)
@@ -209,4 +211,4 @@ def parse_termination_reason(value: object, where: str) -> TerminationReason:
         except ValueError:
             pass
     valid = ", ".join(repr(r.value) for r in TerminationReason)
-    raise ValueError(f"{where}: termination reason {value!r} is not one of {valid}.")
+    raise InvalidTrajectoryError(f"{where}: termination reason {value!r} is not one of {valid}.")

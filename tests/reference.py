@@ -1,20 +1,26 @@
 """The oracle: a plain per-group float64 loop, written the way rLLM's reference page computes,
-with exact (``math.fsum``) sums and DESIGN.md's documented differences."""
+with exact rational statistics (so a constant group's mean is its value) and DESIGN.md's
+documented differences."""
 
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 
 
+def _exact_mean(x: np.ndarray) -> Fraction:
+    return sum(map(Fraction, x.tolist()), Fraction(0)) / len(x)
+
+
 def _mean(x: np.ndarray) -> float:
-    return math.fsum(x.tolist()) / len(x)
+    return float(_exact_mean(x))
 
 
 def _std(x: np.ndarray, correction: int = 0) -> float:
-    m = _mean(x)
-    return math.sqrt(math.fsum(((x - m) ** 2).tolist()) / (len(x) - correction))
+    m = _exact_mean(x)
+    return math.sqrt(float(sum(((Fraction(v) - m) ** 2 for v in x.tolist()), Fraction(0)) / (len(x) - correction)))
 
 
 def reference_advantages(estimator: str, groups: list, *, norm_adv_by_std_in_grpo: bool = True, epsilon: float = 1e-6, std_correction: int = 0) -> list[np.ndarray]:

@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-
 from reference import BUILTINS
+
 from rllm_torch import GroupedRewards, compute_advantages, grpo, reinforce_plus_plus_baseline, rloo
 
 

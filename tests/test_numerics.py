@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 import torch
-
 from reference import BUILTINS, reference_advantages
+
 from rllm_torch import GroupedRewards, compute_advantages, segment_var_mean
 
 

@@ -4,8 +4,8 @@ import numpy as np
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from reference import BUILTINS, GROUP_WISE, reference_advantages
+
 from rllm_torch import GroupedRewards, compute_advantages
 
 DTYPES = [torch.float64, torch.float32, torch.bfloat16, torch.int64, torch.bool]
@@ -73,7 +73,7 @@ def test_group_advantages_average_to_zero(data, estimator):
     groups, dtype = data
     batch = GroupedRewards.from_groups(groups)
     adv, _ = compute_advantages(batch, estimator)
-    for rewards, group_adv in zip(groups, batch.split(adv)):
+    for rewards, group_adv in zip(groups, batch.split(adv), strict=True):
         if len(rewards) >= 2:
             scale = max(1.0, float(group_adv.abs().max()))
             assert abs(float(group_adv.double().mean())) <= 1e-5 * scale * len(rewards)
@@ -90,7 +90,7 @@ def test_constant_groups_are_exactly_zero_on_every_path(data, estimator):
             per_group = batch.split(adv)
         else:
             per_group = [adv.flip(0)[index == g] for g in range(len(groups))]
-        for is_constant, group_adv in zip(constant, per_group):
+        for is_constant, group_adv in zip(constant, per_group, strict=True):
             if is_constant:
                 assert torch.equal(group_adv, torch.zeros_like(group_adv))
 

@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 import torch
-
 from conftest import DATA, SHARED_CASES, load_cases
+
 from rllm_torch import GroupedRewards, compute_advantages, get_rllm_adv_estimator
 
 CASES = load_cases()
@@ -52,6 +52,6 @@ def test_case_through_the_rllm_list_api(case):
     fn = get_rllm_adv_estimator(case["estimator"])
     advantages, returns = fn(rewards=[np.asarray(g, dtype=dtype) for g in case["groups"]], **params)
     assert len(advantages) == len(returns) == len(case["groups"])
-    for got, want in zip(advantages, case["expected"]):
+    for got, want in zip(advantages, case["expected"], strict=True):
         assert isinstance(got, np.ndarray)
         np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)

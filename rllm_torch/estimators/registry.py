@@ -180,7 +180,7 @@ def compute_advantages(
 def _check_tensor_pair(out: object, batch: GroupedRewards, name: str) -> tuple[Tensor, Tensor]:
     if not (isinstance(out, tuple) and len(out) == 2 and all(isinstance(t, Tensor) for t in out)):
         raise EstimatorOutputError(f"estimator {name!r} must return a pair (advantages, returns) of tensors, got {type(out).__name__}.")
-    for what, t in zip(("advantages", "returns"), out):
+    for what, t in zip(("advantages", "returns"), out, strict=True):
         if t.shape != (batch.num_trajectories,):
             raise EstimatorOutputError(f"estimator {name!r} returned {what} of shape {tuple(t.shape)}; expected ({batch.num_trajectories},), one per trajectory in flat order.")
     return out
@@ -190,13 +190,16 @@ def _pack_array_pair(out: object, batch: GroupedRewards, name: str, dtype: torch
     if not (isinstance(out, (tuple, list)) and len(out) == 2):
         raise EstimatorOutputError(f"estimator {name!r} must return a pair (advantages_by_group, returns_by_group), got {type(out).__name__}.")
     packed = []
-    for what, by_group in zip(("advantages", "returns"), out):
+    for what, by_group in zip(("advantages", "returns"), out, strict=True):
         if len(by_group) != batch.num_groups:
             raise EstimatorOutputError(f"estimator {name!r} returned {what} for {len(by_group)} groups; the batch has {batch.num_groups}.")
         per_group = []
         for g, values in enumerate(by_group):
-            arr = np.asarray(values, dtype=np.float64).reshape(-1) if not isinstance(values, Tensor) else values.detach().cpu()
-            per_group.append(torch.as_tensor(arr).to(dtype))
+            try:
+                arr = values.detach().cpu() if isinstance(values, Tensor) else torch.from_numpy(np.asarray(values, dtype=np.float64).reshape(-1))
+            except (TypeError, ValueError) as exc:
+                raise EstimatorOutputError(f"estimator {name!r} returned {what} for group {g} that are not numbers: {exc}") from exc
+            per_group.append(arr.to(dtype))
         try:
             packed.append(batch.merge(per_group).to(batch.device))
         except ValueError as exc:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from omegaconf import DictConfig, OmegaConf
 
+from rllm_torch.errors import ConfigError
 from rllm_torch.types import TerminationReason, parse_termination_reason
 
 __all__ = ["CompactFilteringConfig"]
@@ -57,7 +58,7 @@ class CompactFilteringConfig:
     def __post_init__(self) -> None:
         for name in ("enable", *_FLAGS):
             if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"CompactFilteringConfig.{name} must be a bool, got {getattr(self, name)!r}.")
+                raise ConfigError(f"CompactFilteringConfig.{name} must be a bool, got {getattr(self, name)!r}.")
         if isinstance(self.mask_reasons, (str, TerminationReason)):
             self.mask_reasons = (self.mask_reasons,)
         self.mask_reasons = tuple(parse_termination_reason(r, "CompactFilteringConfig.mask_reasons") for r in self.mask_reasons)

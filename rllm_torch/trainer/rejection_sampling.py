@@ -19,6 +19,7 @@ import numbers
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from rllm_torch.errors import ConfigError, InvalidRewardsError
 from rllm_torch.types import Episode, TrajectoryGroup
 
 __all__ = ["RejectionSamplingConfig", "RejectionSamplingState", "apply_rejection_sampling_and_filtering"]
@@ -48,16 +49,16 @@ class RejectionSamplingConfig:
     def __post_init__(self) -> None:
         if self.mode not in ("none", "episode"):
             hint = " (rLLM's 'group' mode is not implemented there either)" if self.mode == "group" else ""
-            raise ValueError(f"rejection sampling mode must be 'none' or 'episode', got {self.mode!r}{hint}.")
+            raise ConfigError(f"rejection sampling mode must be 'none' or 'episode', got {self.mode!r}{hint}.")
         for name in ("min_trajs_per_group", "min_partial_solve_tasks"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"RejectionSamplingConfig.{name} must be a non-negative int, got {value!r}.")
+                raise ConfigError(f"RejectionSamplingConfig.{name} must be a non-negative int, got {value!r}.")
         if not isinstance(self.filter_uniform_groups, bool):
-            raise ValueError(f"filter_uniform_groups must be a bool, got {self.filter_uniform_groups!r}.")
+            raise ConfigError(f"filter_uniform_groups must be a bool, got {self.filter_uniform_groups!r}.")
         tol = self.uniform_reward_tolerance
         if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not tol >= 0:
-            raise ValueError(f"uniform_reward_tolerance must be a non-negative number, got {tol!r}.")
+            raise ConfigError(f"uniform_reward_tolerance must be a non-negative number, got {tol!r}.")
 
 
 @dataclass
@@ -103,7 +104,7 @@ def _group_rewards(group: TrajectoryGroup) -> list[float]:
     rewards = []
     for position, traj in enumerate(group.trajectories):
         if traj.reward is None or isinstance(traj.reward, bool) or not isinstance(traj.reward, numbers.Real):
-            raise ValueError(f"task {group.task_id!r}, trajectory {traj.name!r} (position {position} of group {group.group_id!r}): reward {traj.reward!r} is not a number; the uniform-group filter compares raw rewards.")
+            raise InvalidRewardsError(f"task {group.task_id!r}, trajectory {traj.name!r} (position {position} of group {group.group_id!r}): reward {traj.reward!r} is not a number; the uniform-group filter compares raw rewards.")
         rewards.append(float(traj.reward))
     return rewards
 
@@ -171,7 +172,7 @@ def apply_rejection_sampling_and_filtering(
         _count_solves(episodes, counts)
         return list(groups), list(episodes), counts.to_metrics()
     if state is None:
-        raise ValueError("episode-mode rejection sampling needs a RejectionSamplingState kept from batch to batch; pass state=RejectionSamplingState() once and reuse it.")
+        raise ConfigError("episode-mode rejection sampling needs a RejectionSamplingState kept from batch to batch; pass state=RejectionSamplingState() once and reuse it.")
     counts = state.counts
     counts.groups_before_filter += len(groups)
     kept, dropped_ids = _filter_groups(groups, config, counts)

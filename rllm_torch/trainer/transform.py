@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from rllm_torch.errors import InvalidTrajectoryError
 from rllm_torch.trainer.compact_filtering import CompactFilteringConfig
 from rllm_torch.types import Episode, TrajectoryGroup
 
@@ -75,7 +76,7 @@ def build_trajectory_groups(episodes: list[Episode], compact_filtering_config: C
         if compact_filtering_config is not None and compact_filtering_config.should_mask(episode.termination_reason):
             continue
         if episode.task_id is None:
-            raise ValueError(f"episode {episode.id!r} has no task_id; set Episode.task_id (rollouts of one task share it) so its trajectories can be grouped.")
+            raise InvalidTrajectoryError(f"episode {episode.id!r} has no task_id; set Episode.task_id (rollouts of one task share it) so its trajectories can be grouped.")
         for trajectory in episode.trajectories:
             if not trajectory.steps:
                 continue
@@ -100,14 +101,14 @@ def propagate_trajectory_rewards(groups: list[TrajectoryGroup], config: Transfor
         if not config.broadcast:
             counts = {len(t.steps) for t in group.trajectories}
             if len(counts) > 1:
-                raise ValueError(f"task {group.task_id!r}, group {group.group_id!r}: trajectories have {sorted(counts)} steps; per-step mode needs the same number in a group.")
+                raise InvalidTrajectoryError(f"task {group.task_id!r}, group {group.group_id!r}: trajectories have {sorted(counts)} steps; per-step mode needs the same number in a group.")
             continue
         missing = [t for t in group.trajectories if t.reward is None]
         if not missing:
             continue
         if len(missing) != len(group.trajectories):
             rewarded = next(t for t in group.trajectories if t.reward is not None)
-            raise ValueError(
+            raise InvalidTrajectoryError(
                 f"task {group.task_id!r}, group {group.group_id!r}: trajectory {missing[0].name!r} (uid {missing[0].uid}) has no reward but "
                 f"trajectory {rewarded.name!r} (uid {rewarded.uid}) has one; set a reward on every trajectory of the group or on none (then each takes its last step's reward)."
             )
