@@ -24,6 +24,8 @@ Numerics, defined here once for the whole package (every estimator goes through
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import Tensor
 
@@ -77,8 +79,8 @@ def segment_var_mean(src: Tensor, index: Tensor, dim_size: int, *, correction: i
     if x_N.numel() == 0:
         nan_G = x_N.new_full((dim_size,), float("nan"))
         return nan_G, nan_G.clone()
-    _, var_G, mean_G = SegmentLayout.ragged(index, dim_size).center(x_N, correction=correction, singleton_baseline=None)
-    return var_G, mean_G
+    stats = SegmentLayout.ragged(index, dim_size).center(x_N, correction=correction, singleton_baseline=None)
+    return stats.var, stats.mean
 
 
 class SegmentLayout:
@@ -172,15 +174,13 @@ class SegmentLayout:
             return torch.zeros_like(value_G).add_(singleton_value) if single else value_G
         return torch.where(single, singleton_value, value_G)
 
-    def center(self, x: Tensor, *, correction: int = 0, singleton_baseline: float | None = 0.0) -> tuple[Tensor, Tensor, Tensor]:
-        """Two-pass centring on the group mean: ``(x - mean, var, mean)``.
+    def center(self, x: Tensor, *, correction: int = 0, singleton_baseline: float | None = 0.0) -> Centered:
+        """Two-pass centring on the group mean (see :class:`Centered`).
 
-        ``x`` and the centred result are in the working shape, ``var`` and ``mean`` are shaped
-        like :meth:`sum`. The mean is taken of ``x - shift`` with ``shift`` each group's first
-        value, so a constant group gives exactly 0. With ``singleton_baseline`` a number, a group
-        of one uses that value as its mean (0: its centred value is its reward) and its ``var``
-        is meaningless (callers override it with :meth:`where_singleton`); with ``None`` it is
-        treated like any group.
+        The mean is taken of ``x - shift`` with ``shift`` each group's first value, so a constant
+        group gives exactly 0. With ``singleton_baseline`` a number, a group of one uses that value
+        as its mean (0: its centred value is its reward) and its ``var`` is meaningless (callers
+        override it with :meth:`where_singleton`); with ``None`` it is treated like any group.
         """
         shift_G = x[:, :1] if self.group_size is not None else torch.index_select(x, 0, self.first_index)
         centered = x - self.expand(shift_G)  # exactly 0 in a constant group
@@ -188,5 +188,22 @@ class SegmentLayout:
         if singleton_baseline is not None:  # a singleton's centred value is 0: make it x - baseline
             mean_shifted_G = self.where_singleton(mean_shifted_G, singleton_baseline - shift_G)
         centered.sub_(self.expand(mean_shifted_G))
-        var_G = self.sum_of_squares(centered).div_(self.counts - correction)
-        return centered, var_G, mean_shifted_G + shift_G
+        return Centered(centered, self.sum_of_squares(centered).div_(self.counts - correction), mean_shifted_G, shift_G)
+
+
+class Centered(NamedTuple):
+    """Result of :meth:`SegmentLayout.center`. ``values`` is in the layout's working shape,
+    the others are shaped like :meth:`SegmentLayout.sum`'s output."""
+
+    values: Tensor
+    """``x - mean`` (owned: callers may change it in place)."""
+    var: Tensor
+    """``sum((x - mean)^2) / (n - correction)``."""
+    mean_shifted: Tensor
+    """``mean - shift``."""
+    shift: Tensor
+    """each group's first value."""
+
+    @property
+    def mean(self) -> Tensor:
+        return self.shift + self.mean_shifted

@@ -77,6 +77,6 @@ def reinforce_plus_plus_baseline(batch: GroupedRewards, *, epsilon: float = 1e-6
     x, layout = working_rewards(batch)
     if batch.num_trajectories == 0:
         return x, x
-    centered, _, _ = layout.center(x)  # a group of one: baseline 0
+    centered = layout.center(x).values  # a group of one: baseline 0
     adv = whiten(layout.flat(centered), epsilon)
     return adv, adv

@@ -43,7 +43,7 @@ def rloo(batch: GroupedRewards) -> tuple[Tensor, Tensor]:
     x, layout = working_rewards(batch)
     if batch.num_trajectories == 0:
         return x, x
-    adv, _, _ = layout.center(x)  # a group of one: baseline 0
+    adv = layout.center(x).values  # a group of one: baseline 0
     n = layout.counts
     if layout.is_dense:
         adv.mul_(n / (n - 1) if n > 1 else 1.0)
