@@ -94,7 +94,9 @@ def run(sizes: tuple[int, ...], device: str, slow_limit: int, compile_dense: boo
             labels_list, rewards_list = labels_np.tolist(), rewards_np.astype(np.float64).tolist()
             for est in ESTIMATORS:
                 ours_adv = compute_advantages(packed, est)[0].cpu().numpy()
-                np.testing.assert_allclose(ours_adv, factorize_bincount(est, labels_np, rewards_np.astype(np.float64)), rtol=1e-3, atol=1e-3)
+                np.testing.assert_allclose(
+                    ours_adv, factorize_bincount(est, labels_np, rewards_np.astype(np.float64)), rtol=1e-3, atol=1e-3
+                )
                 row = dict(n=int(rewards_np.size), layout=layout, estimator=est, floor=floor)
                 row["ours"] = timed(lambda: compute_advantages(packed, est), device)
                 row["ours+pack"] = timed(lambda: compute_advantages(pack(), est), device)
@@ -106,7 +108,11 @@ def run(sizes: tuple[int, ...], device: str, slow_limit: int, compile_dense: boo
                 row["bincount"] = timed(lambda: factorize_bincount(est, labels_np, rewards_np), "cpu")
                 slow = n <= slow_limit
                 row["loop"] = timed(lambda: per_group_loop(est, groups), "cpu", budget_s=2.0) if slow else float("nan")
-                row["dict"] = timed(lambda: dict_loop(est, labels_list, rewards_list), "cpu", budget_s=2.0) if slow else float("nan")
+                row["dict"] = (
+                    timed(lambda: dict_loop(est, labels_list, rewards_list), "cpu", budget_s=2.0)
+                    if slow
+                    else float("nan")
+                )
                 rows.append(row)
                 print(format_row(row), flush=True)
     return rows
@@ -166,7 +172,10 @@ def sync_check(device: str) -> str:
     sync (``.item()``, ``nonzero``, data-dependent shapes) raises."""
     rewards = torch.rand(1024, 8, device=device)
     flat, index = torch.rand(5000, device=device), torch.randint(0, 700, (5000,), device=device)
-    batches = [GroupedRewards.from_padded(rewards), GroupedRewards.from_flat(flat, index, num_groups=700, validate=False)]
+    batches = [
+        GroupedRewards.from_padded(rewards),
+        GroupedRewards.from_flat(flat, index, num_groups=700, validate=False),
+    ]
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
@@ -182,16 +191,25 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
-    parser.add_argument("--slow-limit", type=int, default=4 * 1024 * 1024, help="largest N for the slow references (b) and (c)")
+    parser.add_argument(
+        "--slow-limit", type=int, default=4 * 1024 * 1024, help="largest N for the slow references (b) and (c)"
+    )
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile column")
-    parser.add_argument("--output", type=Path, default=Path(__file__).parent / "RESULTS.md", help="results file ('-' to skip writing)")
+    parser.add_argument(
+        "--output", type=Path, default=Path(__file__).parent / "RESULTS.md", help="results file ('-' to skip writing)"
+    )
     args = parser.parse_args(argv)
     print(f"machine: {machine(args.device)}\n{HEADER}", flush=True)
     if args.device == "cuda":
         print(sync_check(args.device), flush=True)
     rows = run(tuple(args.sizes), args.device, args.slow_limit, compile_dense=not args.no_compile)
     if str(args.output) != "-":
-        write_results(args.output, rows, args.device, "python benchmarks/bench_estimators.py " + " ".join(argv if argv is not None else sys.argv[1:]))
+        write_results(
+            args.output,
+            rows,
+            args.device,
+            "python benchmarks/bench_estimators.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        )
     return rows
 
 

@@ -34,7 +34,10 @@ def dict_loop(estimator: str, labels: list, rewards: list[float]) -> list[float]
         counts[label] += 1
     means = {k: (sums[k] / counts[k] if counts[k] > 1 else 0.0) for k in sums}
     if estimator == "rloo":
-        return [r - means[k] if counts[k] <= 1 else counts[k] / (counts[k] - 1) * (r - means[k]) for k, r in zip(labels, rewards, strict=True)]
+        return [
+            r - means[k] if counts[k] <= 1 else counts[k] / (counts[k] - 1) * (r - means[k])
+            for k, r in zip(labels, rewards, strict=True)
+        ]
     if estimator == "grpo":
         sq = defaultdict(float)
         for label, r in zip(labels, rewards, strict=True):

@@ -11,15 +11,30 @@ from torch import Tensor
 from rllm_torch.errors import InvalidGroupIndexError, InvalidRewardsError, InvalidRewardTypeError
 
 _NUMERIC_KINDS = "biuf"  # numpy kinds: bool, signed int, unsigned int, float
-REWARD_DTYPES = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32, torch.float64)
+REWARD_DTYPES = (
+    torch.bool,
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+)
 
 
 def check_reward_tensor(rewards: object, name: str, ndim: int) -> Tensor:
     """A real-valued (bool/int/float) tensor with ``ndim`` dimensions, else a typed error."""
     if not isinstance(rewards, Tensor):
-        raise InvalidRewardTypeError(f"{name} must be a torch.Tensor, got {type(rewards).__name__}; use GroupedRewards.from_groups for lists or numpy arrays.")
+        raise InvalidRewardTypeError(
+            f"{name} must be a torch.Tensor, got {type(rewards).__name__}; use GroupedRewards.from_groups for lists or numpy arrays."
+        )
     if rewards.dtype not in REWARD_DTYPES:
-        raise InvalidRewardTypeError(f"{name} has dtype {rewards.dtype}; rewards must be bool, integer, float16, bfloat16, float32 or float64.")
+        raise InvalidRewardTypeError(
+            f"{name} has dtype {rewards.dtype}; rewards must be bool, integer, float16, bfloat16, float32 or float64."
+        )
     if rewards.dim() != ndim:
         raise InvalidRewardsError(f"{name} must have {ndim} dimension(s), got shape {tuple(rewards.shape)}.")
     return rewards
@@ -31,7 +46,9 @@ def group_to_array(group: object, g: int) -> np.ndarray | Tensor:
         check_reward_tensor(group, f"group {g}", ndim=1)
         return group
     if group is None or isinstance(group, (str, bytes, numbers.Number)):
-        raise InvalidRewardTypeError(f"group {g} must be a sequence of rewards (list, numpy array or tensor), got {group!r}.")
+        raise InvalidRewardTypeError(
+            f"group {g} must be a sequence of rewards (list, numpy array or tensor), got {group!r}."
+        )
     try:
         arr = np.asarray(group)
     except (TypeError, ValueError) as exc:
@@ -41,9 +58,13 @@ def group_to_array(group: object, g: int) -> np.ndarray | Tensor:
     if arr.dtype.kind not in _NUMERIC_KINDS:
         for pos, value in enumerate(group):  # the caller's values: numpy may have made them str
             if value is None:
-                raise InvalidRewardsError(f"reward of group {g}, position {pos} is None; every trajectory needs a numeric reward (set it, or drop the trajectory before packing).")
+                raise InvalidRewardsError(
+                    f"reward of group {g}, position {pos} is None; every trajectory needs a numeric reward (set it, or drop the trajectory before packing)."
+                )
             if not isinstance(value, (numbers.Real, np.bool_)) or isinstance(value, complex):
-                raise InvalidRewardTypeError(f"reward of group {g}, position {pos} is {value!r} of type {type(value).__name__}; rewards must be real numbers or bools.")
+                raise InvalidRewardTypeError(
+                    f"reward of group {g}, position {pos} is {value!r} of type {type(value).__name__}; rewards must be real numbers or bools."
+                )
         arr = arr.astype(np.float64)
     return arr
 
@@ -51,15 +72,21 @@ def group_to_array(group: object, g: int) -> np.ndarray | Tensor:
 def check_group_index(group_index: object, rewards: Tensor, num_groups: int | None) -> Tensor:
     """Metadata checks of a flat group index (no data read, so no host sync)."""
     if not isinstance(group_index, Tensor):
-        raise InvalidGroupIndexError(f"group_index must be a torch.Tensor of int64 group ids, got {type(group_index).__name__}; use factorize_group_labels for labels.")
+        raise InvalidGroupIndexError(
+            f"group_index must be a torch.Tensor of int64 group ids, got {type(group_index).__name__}; use factorize_group_labels for labels."
+        )
     if group_index.dtype.is_floating_point or group_index.is_complex() or group_index.dtype == torch.bool:
         raise InvalidGroupIndexError(f"group_index must have an integer dtype, got {group_index.dtype}.")
     if group_index.dim() != 1:
         raise InvalidGroupIndexError(f"group_index must be 1-D, got shape {tuple(group_index.shape)}.")
     if group_index.shape[0] != rewards.shape[0]:
-        raise InvalidGroupIndexError(f"group_index has {group_index.shape[0]} entries but rewards has {rewards.shape[0]}; give one group id per reward.")
+        raise InvalidGroupIndexError(
+            f"group_index has {group_index.shape[0]} entries but rewards has {rewards.shape[0]}; give one group id per reward."
+        )
     if group_index.device != rewards.device:
-        raise InvalidGroupIndexError(f"group_index is on {group_index.device} but rewards is on {rewards.device}; move both to one device.")
+        raise InvalidGroupIndexError(
+            f"group_index is on {group_index.device} but rewards is on {rewards.device}; move both to one device."
+        )
     if num_groups is not None and (isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups < 0):
         raise InvalidGroupIndexError(f"num_groups must be a non-negative int, got {num_groups!r}.")
     return group_index.long()
@@ -70,4 +97,6 @@ def check_index_range(group_index: Tensor, num_groups: int) -> None:
     bad_N = (group_index < 0) | (group_index >= num_groups)
     if bool(bad_N.any()):
         pos = int(bad_N.nonzero()[0, 0])
-        raise InvalidGroupIndexError(f"group_index[{pos}] = {int(group_index[pos])} is outside [0, {num_groups}); group ids must be dense 0..num_groups-1 (see factorize_group_labels).")
+        raise InvalidGroupIndexError(
+            f"group_index[{pos}] = {int(group_index[pos])} is outside [0, {num_groups}); group ids must be dense 0..num_groups-1 (see factorize_group_labels)."
+        )

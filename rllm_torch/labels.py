@@ -38,7 +38,9 @@ def factorize_group_labels(labels: Sequence[Hashable] | np.ndarray | Tensor) -> 
     """
     if isinstance(labels, Tensor):
         if labels.dim() != 1 or labels.dtype.is_floating_point or labels.is_complex():
-            raise InvalidGroupIndexError(f"label tensor must be 1-D with an integer dtype, got shape {tuple(labels.shape)} and dtype {labels.dtype}.")
+            raise InvalidGroupIndexError(
+                f"label tensor must be 1-D with an integer dtype, got shape {tuple(labels.shape)} and dtype {labels.dtype}."
+            )
         uniq_U, inverse_N = torch.unique(labels, sorted=True, return_inverse=True)
         # renumber sorted ids by first appearance
         first_U = torch.full((uniq_U.numel(),), labels.numel(), dtype=torch.int64, device=labels.device)

@@ -68,7 +68,9 @@ class GroupedRewards:
     group_major: bool = False
 
     @classmethod
-    def from_groups(cls, groups: Sequence[Sequence[float] | np.ndarray | Tensor], *, device: torch.device | str | None = None) -> GroupedRewards:
+    def from_groups(
+        cls, groups: Sequence[Sequence[float] | np.ndarray | Tensor], *, device: torch.device | str | None = None
+    ) -> GroupedRewards:
         """Pack per-group rewards (Python lists, 1-D numpy arrays or 1-D tensors).
 
         Flat order is the concatenation of the groups. The dtype follows type promotion over
@@ -80,23 +82,32 @@ class GroupedRewards:
             InvalidRewardsError: a reward is ``None``, or a group is not 1-D.
         """
         if isinstance(groups, (Tensor, np.ndarray, str, bytes)) or not isinstance(groups, Sequence):
-            raise InvalidRewardsError(f"groups must be a list with one sequence of rewards per group, got {type(groups).__name__}; for a flat tensor use GroupedRewards.from_flat or from_padded.")
+            raise InvalidRewardsError(
+                f"groups must be a list with one sequence of rewards per group, got {type(groups).__name__}; for a flat tensor use GroupedRewards.from_flat or from_padded."
+            )
         parts = [group_to_array(group, g) for g, group in enumerate(groups)]
         if device is None:
             device = next((p.device for p in parts if isinstance(p, Tensor)), torch.device("cpu"))
-        tensors = [p.to(device) if isinstance(p, Tensor) else torch.from_numpy(np.ascontiguousarray(p)).to(device) for p in parts]
+        tensors = [
+            p.to(device) if isinstance(p, Tensor) else torch.from_numpy(np.ascontiguousarray(p)).to(device)
+            for p in parts
+        ]
         sizes = [t.shape[0] for t in tensors]
         num_groups = len(tensors)
         rewards = torch.cat(tensors) if tensors else torch.zeros(0, dtype=torch.float64, device=device)
         counts_G = torch.tensor(sizes, dtype=torch.int64, device=device)
-        group_index = torch.repeat_interleave(torch.arange(num_groups, device=device), counts_G, output_size=rewards.shape[0])
+        group_index = torch.repeat_interleave(
+            torch.arange(num_groups, device=device), counts_G, output_size=rewards.shape[0]
+        )
         equal = num_groups > 0 and sizes[0] > 0 and all(s == sizes[0] for s in sizes)
         packed = cls(rewards, group_index, num_groups, sizes[0] if equal else None, group_major=True)
         packed.__dict__["counts"] = counts_G
         return packed
 
     @classmethod
-    def from_flat(cls, rewards: Tensor, group_index: Tensor, *, num_groups: int | None = None, validate: bool = True) -> GroupedRewards:
+    def from_flat(
+        cls, rewards: Tensor, group_index: Tensor, *, num_groups: int | None = None, validate: bool = True
+    ) -> GroupedRewards:
         """Pack a flat reward tensor with a dense group index, in any order.
 
         Args:
@@ -137,11 +148,17 @@ class GroupedRewards:
             packed.__dict__["slot_index"] = torch.arange(width, device=rewards.device).repeat(num_groups)
             return packed
         if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
-            raise InvalidGroupIndexError(f"mask must be a bool tensor, got {getattr(mask, 'dtype', type(mask).__name__)}.")
+            raise InvalidGroupIndexError(
+                f"mask must be a bool tensor, got {getattr(mask, 'dtype', type(mask).__name__)}."
+            )
         if mask.shape != rewards.shape:
-            raise InvalidGroupIndexError(f"mask has shape {tuple(mask.shape)} but rewards has shape {tuple(rewards.shape)}; they must match.")
+            raise InvalidGroupIndexError(
+                f"mask has shape {tuple(mask.shape)} but rewards has shape {tuple(rewards.shape)}; they must match."
+            )
         if mask.device != rewards.device:
-            raise InvalidGroupIndexError(f"mask is on {mask.device} but rewards is on {rewards.device}; move both to one device.")
+            raise InvalidGroupIndexError(
+                f"mask is on {mask.device} but rewards is on {rewards.device}; move both to one device."
+            )
         rows_N, cols_N = mask.nonzero(as_tuple=True)
         packed = cls(rewards[rows_N, cols_N], rows_N, num_groups, None, group_major=True)
         packed.__dict__["slot_index"] = cols_N
@@ -155,7 +172,9 @@ class GroupedRewards:
         (:func:`~rllm_torch.labels.factorize_group_labels`)."""
         rewards = check_reward_tensor(rewards, "rewards", ndim=1)
         if len(labels) != rewards.shape[0]:
-            raise InvalidGroupIndexError(f"labels has {len(labels)} entries but rewards has {rewards.shape[0]}; give one label per reward.")
+            raise InvalidGroupIndexError(
+                f"labels has {len(labels)} entries but rewards has {rewards.shape[0]}; give one label per reward."
+            )
         group_index, unique = factorize_group_labels(labels)
         return cls.from_flat(rewards, group_index.to(rewards.device), num_groups=len(unique), validate=False)
 
@@ -226,7 +245,9 @@ class GroupedRewards:
     def to_flat(self, values: Tensor) -> Tensor:
         """Gather padded ``[G, K]`` values back into flat ``[N]`` order."""
         if values.shape[:2] != (self.num_groups, self.max_group_size):
-            raise InvalidRewardsError(f"padded values have shape {tuple(values.shape)}, expected ({self.num_groups}, {self.max_group_size}).")
+            raise InvalidRewardsError(
+                f"padded values have shape {tuple(values.shape)}, expected ({self.num_groups}, {self.max_group_size})."
+            )
         if self.group_size is not None:
             return values.reshape(self.num_trajectories, *values.shape[2:])
         return values[self.group_index, self.slot_index]
@@ -247,7 +268,9 @@ class GroupedRewards:
             raise InvalidRewardsError(f"expected {self.num_groups} groups of values, got {len(groups)}.")
         for g, (values, size) in enumerate(zip(groups, sizes, strict=True)):
             if values.shape[:1] != (size,):
-                raise InvalidRewardsError(f"group {g} has {size} trajectories but {tuple(values.shape)} values were given for it.")
+                raise InvalidRewardsError(
+                    f"group {g} has {size} trajectories but {tuple(values.shape)} values were given for it."
+                )
         flat = torch.cat(list(groups)) if groups else self.rewards.new_zeros(0)
         if self.group_major:
             return flat
@@ -256,7 +279,9 @@ class GroupedRewards:
 
     def to(self, device: torch.device | str) -> GroupedRewards:
         """The same packing on another device."""
-        moved = GroupedRewards(self.rewards.to(device), self.group_index.to(device), self.num_groups, self.group_size, self.group_major)
+        moved = GroupedRewards(
+            self.rewards.to(device), self.group_index.to(device), self.num_groups, self.group_size, self.group_major
+        )
         for key in ("counts", "slot_index"):
             if key in self.__dict__:
                 moved.__dict__[key] = self.__dict__[key].to(device)
@@ -264,4 +289,6 @@ class GroupedRewards:
 
     def _check_flat(self, values: Tensor) -> None:
         if not isinstance(values, Tensor) or values.shape[:1] != (self.num_trajectories,):
-            raise InvalidRewardsError(f"expected a tensor with {self.num_trajectories} rows (one per trajectory), got {getattr(values, 'shape', type(values).__name__)}.")
+            raise InvalidRewardsError(
+                f"expected a tensor with {self.num_trajectories} rows (one per trajectory), got {getattr(values, 'shape', type(values).__name__)}."
+            )

@@ -97,7 +97,15 @@ class SegmentLayout:
     :meth:`where_singleton` and :meth:`flat`. ``GroupedRewards.layout`` builds the right one.
     """
 
-    def __init__(self, *, num_groups: int, group_size: int | None, index: Tensor | None, first_index: Tensor | None, counts: Tensor | None):
+    def __init__(
+        self,
+        *,
+        num_groups: int,
+        group_size: int | None,
+        index: Tensor | None,
+        first_index: Tensor | None,
+        counts: Tensor | None,
+    ):
         self.num_groups = num_groups
         self.group_size = group_size
         self.index = index
@@ -110,7 +118,9 @@ class SegmentLayout:
         return cls(num_groups=num_groups, group_size=group_size, index=None, first_index=None, counts=None)
 
     @classmethod
-    def ragged(cls, index: Tensor, num_groups: int, *, first_index: Tensor | None = None, counts: Tensor | None = None) -> SegmentLayout:
+    def ragged(
+        cls, index: Tensor, num_groups: int, *, first_index: Tensor | None = None, counts: Tensor | None = None
+    ) -> SegmentLayout:
         """Layout given by a dense group index ``[N]``. ``first_index [G]`` (flat position of each
         group's first member) and ``counts [G]`` are computed here, without a host sync, when
         ``None``."""

@@ -23,7 +23,14 @@ def _std(x: np.ndarray, correction: int = 0) -> float:
     return math.sqrt(float(sum(((Fraction(v) - m) ** 2 for v in x.tolist()), Fraction(0)) / (len(x) - correction)))
 
 
-def reference_advantages(estimator: str, groups: list, *, norm_adv_by_std_in_grpo: bool = True, epsilon: float = 1e-6, std_correction: int = 0) -> list[np.ndarray]:
+def reference_advantages(
+    estimator: str,
+    groups: list,
+    *,
+    norm_adv_by_std_in_grpo: bool = True,
+    epsilon: float = 1e-6,
+    std_correction: int = 0,
+) -> list[np.ndarray]:
     """Per-group float64 advantages of a built-in estimator."""
     groups = [np.asarray(g, dtype=np.float64).reshape(-1) for g in groups]
     if estimator == "grpo":

@@ -11,7 +11,11 @@ from rllm_torch import GroupedRewards, compute_advantages, grpo, reinforce_plus_
 @pytest.mark.parametrize("dense", [True, False])
 def test_inputs_are_not_mutated_and_outputs_are_new_tensors(estimator, dense):
     rewards = torch.tensor([[1.0, 0.0, 0.5], [0.2, 0.2, 0.9]], dtype=torch.float64)
-    batch = GroupedRewards.from_padded(rewards) if dense else GroupedRewards.from_flat(rewards.reshape(-1).clone(), torch.tensor([0, 0, 0, 1, 1, 1]))
+    batch = (
+        GroupedRewards.from_padded(rewards)
+        if dense
+        else GroupedRewards.from_flat(rewards.reshape(-1).clone(), torch.tensor([0, 0, 0, 1, 1, 1]))
+    )
     before = batch.rewards.clone()
     adv, ret = compute_advantages(batch, estimator)
     assert torch.equal(batch.rewards, before)
@@ -23,7 +27,9 @@ def test_inputs_are_not_mutated_and_outputs_are_new_tensors(estimator, dense):
 def test_estimators_run_on_the_meta_device_without_reading_data(estimator):
     # meta tensors have no data: any .item()/.tolist()/nonzero (a host sync on CUDA) would fail here
     dense = GroupedRewards.from_padded(torch.zeros(4, 8, device="meta"))
-    ragged = GroupedRewards.from_flat(torch.zeros(10, device="meta"), torch.zeros(10, dtype=torch.long, device="meta"), num_groups=3, validate=False)
+    ragged = GroupedRewards.from_flat(
+        torch.zeros(10, device="meta"), torch.zeros(10, dtype=torch.long, device="meta"), num_groups=3, validate=False
+    )
     for batch in (dense, ragged):
         adv, _ = estimator(batch)
         assert adv.device.type == "meta" and adv.shape == (batch.num_trajectories,)

@@ -116,4 +116,6 @@ def test_bfloat16_rewards_give_float32_advantages():
 def test_non_float64_rewards_give_float32(dtype):
     adv, _ = grpo(GroupedRewards.from_padded(torch.tensor([[1, 0, 1, 1]], dtype=dtype)))
     assert adv.dtype == torch.float32
-    torch.testing.assert_close(adv, torch.tensor([1.0, -3.0, 1.0, 1.0]) / (math.sqrt(3) + 4 * EPS), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        adv, torch.tensor([1.0, -3.0, 1.0, 1.0]) / (math.sqrt(3) + 4 * EPS), rtol=1e-5, atol=1e-5
+    )

@@ -14,13 +14,22 @@ def _ragged_groups(center, spread, seed):
 
 
 @pytest.mark.parametrize("estimator", BUILTINS)
-@pytest.mark.parametrize(("center", "spread"), [(0.3, 1e-5), (1e4, 0.01), (-7e5, 0.5)], ids=["near-constant", "offset-1e4", "offset-7e5"])
+@pytest.mark.parametrize(
+    ("center", "spread"), [(0.3, 1e-5), (1e4, 0.01), (-7e5, 0.5)], ids=["near-constant", "offset-1e4", "offset-7e5"]
+)
 def test_hard_inputs_match_the_oracle_in_float64(estimator, center, spread):
     groups = _ragged_groups(center, spread, seed=1)
     want = np.concatenate(reference_advantages(estimator, groups))
-    for batch in (GroupedRewards.from_groups(groups), GroupedRewards.from_padded(torch.tensor(np.stack([g[:2] for g in groups])))):
+    for batch in (
+        GroupedRewards.from_groups(groups),
+        GroupedRewards.from_padded(torch.tensor(np.stack([g[:2] for g in groups]))),
+    ):
         got, _ = compute_advantages(batch, estimator)
-        expected = want if batch.group_size is None else np.concatenate(reference_advantages(estimator, [g[:2] for g in groups]))
+        expected = (
+            want
+            if batch.group_size is None
+            else np.concatenate(reference_advantages(estimator, [g[:2] for g in groups]))
+        )
         scale = np.abs(expected).max()
         np.testing.assert_allclose(got.numpy(), expected, rtol=1e-6, atol=1e-6 * scale)
 

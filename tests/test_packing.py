@@ -45,7 +45,9 @@ def test_from_padded_with_mask_reads_only_real_entries():
 
 
 def test_numpy_and_tensor_groups_promote_to_one_dtype():
-    batch = GroupedRewards.from_groups([np.array([True, False]), torch.tensor([2], dtype=torch.int32), np.array([0.5], dtype=np.float32)])
+    batch = GroupedRewards.from_groups(
+        [np.array([True, False]), torch.tensor([2], dtype=torch.int32), np.array([0.5], dtype=np.float32)]
+    )
     assert batch.rewards.dtype == torch.float32 and batch.rewards.tolist() == [1.0, 0.0, 2.0, 0.5]
 
 

@@ -64,7 +64,9 @@ def test_permuting_trajectories_permutes_the_advantages(data, estimator, rnd):
     rnd.shuffle(perm)
     perm = torch.tensor(perm)
     base, _ = compute_advantages(GroupedRewards.from_flat(rewards, index), estimator)
-    shuffled, _ = compute_advantages(GroupedRewards.from_flat(rewards[perm], index[perm], num_groups=len(groups)), estimator)
+    shuffled, _ = compute_advantages(
+        GroupedRewards.from_flat(rewards[perm], index[perm], num_groups=len(groups)), estimator
+    )
     torch.testing.assert_close(shuffled, base[perm], **_tolerance(dtype))
 
 
@@ -111,7 +113,9 @@ def test_dense_path_equals_ragged_path(num_groups, group_size, estimator, seed):
     dense = GroupedRewards.from_padded(rewards)
     ragged = GroupedRewards.from_flat(rewards.reshape(-1), dense.group_index, num_groups=num_groups)
     assert dense.layout.is_dense and not ragged.layout.is_dense
-    torch.testing.assert_close(compute_advantages(dense, estimator)[0], compute_advantages(ragged, estimator)[0], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(
+        compute_advantages(dense, estimator)[0], compute_advantages(ragged, estimator)[0], rtol=1e-12, atol=1e-12
+    )
 
 
 @given(batches(), st.floats(-1e3, 1e3), st.sampled_from(["grpo", "rloo"]))

@@ -54,7 +54,9 @@ def test_a_custom_estimator_returning_the_wrong_shape_is_reported():
     def broken(batch):
         return batch.rewards[:1], batch.rewards[:1]
 
-    with pytest.raises(EstimatorOutputError, match="'test_broken' returned advantages of shape \\(1,\\); expected \\(3,\\)"):
+    with pytest.raises(
+        EstimatorOutputError, match="'test_broken' returned advantages of shape \\(1,\\); expected \\(3,\\)"
+    ):
         compute_advantages(GroupedRewards.from_groups([[1.0, 2.0, 3.0]]), "test_broken")
 
     @register_rllm_adv_estimator("test_broken_groups")
@@ -66,9 +68,13 @@ def test_a_custom_estimator_returning_the_wrong_shape_is_reported():
 
 
 def test_registering_a_name_again_warns_and_replaces():
-    register_rllm_adv_estimator("test_twice", form="tensors")(lambda batch: (batch.rewards.float(), batch.rewards.float()))
+    register_rllm_adv_estimator("test_twice", form="tensors")(
+        lambda batch: (batch.rewards.float(), batch.rewards.float())
+    )
     with pytest.warns(UserWarning, match="'test_twice' is registered again"):
-        register_rllm_adv_estimator("test_twice", form="tensors")(lambda batch: (-batch.rewards.float(), -batch.rewards.float()))
+        register_rllm_adv_estimator("test_twice", form="tensors")(
+            lambda batch: (-batch.rewards.float(), -batch.rewards.float())
+        )
     assert compute_advantages(GroupedRewards.from_groups([[1.0]]), "test_twice")[0].tolist() == [-1.0]
 
 
@@ -84,7 +90,9 @@ def test_the_enum_keeps_rllm_missing_fallback():
 
 
 def test_custom_names_in_a_config_stay_custom():
-    config = OmegaConf.create({"rllm": {"algorithm": {"adv_estimator": "my_custom", "estimator_map": {"judge": "rloo"}}}})
+    config = OmegaConf.create(
+        {"rllm": {"algorithm": {"adv_estimator": "my_custom", "estimator_map": {"judge": "rloo"}}}}
+    )
     algo = AlgorithmConfig.from_config(config)
     assert algo.estimator == "my_custom" and not isinstance(algo.estimator, rLLMAdvantageEstimator)
     assert algo.estimator_for("judge") is rLLMAdvantageEstimator.RLOO
@@ -97,18 +105,37 @@ def test_from_config_reads_rllm_keys():
             "algorithm": {"adv_estimator": "rloo"},
             "rllm": {
                 "stepwise_advantage": {"mode": "broadcast", "norm_adv_by_std_in_grpo": False},
-                "algorithm": {"use_precomputed_advantage": True, "loss_fn": "ppo", "lr_schedule": "cosine", "warmup_steps_ratio": 0.1, "epsilon": 1e-4, "std_correction": 1},
+                "algorithm": {
+                    "use_precomputed_advantage": True,
+                    "loss_fn": "ppo",
+                    "lr_schedule": "cosine",
+                    "warmup_steps_ratio": 0.1,
+                    "epsilon": 1e-4,
+                    "std_correction": 1,
+                },
             },
         }
     )
     algo = AlgorithmConfig.from_config(config)
-    assert (algo.estimator, algo.norm_adv_by_std_in_grpo, algo.use_precomputed_advantage) == (rLLMAdvantageEstimator.RLOO, False, True)
-    assert (algo.loss_fn, algo.lr_schedule, algo.warmup_steps_ratio, algo.epsilon, algo.std_correction) == ("ppo", "cosine", 0.1, 1e-4, 1)
+    assert (algo.estimator, algo.norm_adv_by_std_in_grpo, algo.use_precomputed_advantage) == (
+        rLLMAdvantageEstimator.RLOO,
+        False,
+        True,
+    )
+    assert (algo.loss_fn, algo.lr_schedule, algo.warmup_steps_ratio, algo.epsilon, algo.std_correction) == (
+        "ppo",
+        "cosine",
+        0.1,
+        1e-4,
+        1,
+    )
     assert algo.estimator_kwargs == {"norm_adv_by_std_in_grpo": False, "epsilon": 1e-4, "std_correction": 1}
 
 
 def test_from_config_rejects_conflicting_values():
-    config = OmegaConf.create({"algorithm": {"adv_estimator": "rloo"}, "rllm": {"algorithm": {"adv_estimator": "grpo"}}})
+    config = OmegaConf.create(
+        {"algorithm": {"adv_estimator": "rloo"}, "rllm": {"algorithm": {"adv_estimator": "grpo"}}}
+    )
     with pytest.raises(ValueError, match="conflicting values"):
         AlgorithmConfig.from_config(config)
 
@@ -141,13 +168,34 @@ def test_rllm_signatures_are_pinned():
     assert params(rllm_torch.calculate_reinforce_plus_plus_baseline_advantages)[:2] == ["rewards", "epsilon"]
     assert params(rllm_torch.calculate_rloo_advantages)[0] == "rewards"
     assert params(rllm_torch.calculate_reinforce_advantages)[0] == "rewards"
-    assert params(rllm_torch.calculate_grpo_advantages_per_group)[:3] == ["rewards", "norm_adv_by_std_in_grpo", "episilon"]
+    assert params(rllm_torch.calculate_grpo_advantages_per_group)[:3] == [
+        "rewards",
+        "norm_adv_by_std_in_grpo",
+        "episilon",
+    ]
     assert params(rllm_torch.calculate_rloo_advantages_per_group) == ["rewards"]
     assert params(rllm_torch.register_rllm_adv_estimator)[0] == "name"
     assert params(rllm_torch.get_rllm_adv_estimator) == ["name"]
     fields = list(inspect.signature(AlgorithmConfig).parameters)
-    assert fields[:9] == ["use_rllm", "estimator", "estimator_map", "stepwise_advantage_mode", "norm_adv_by_std_in_grpo", "use_precomputed_advantage", "loss_fn", "lr_schedule", "warmup_steps_ratio"]
-    assert [m.name for m in rLLMAdvantageEstimator] == ["GRPO", "REINFORCE", "REINFORCE_PLUS_PLUS_BASELINE", "RLOO", "PRPO", "OTHER"]
+    assert fields[:9] == [
+        "use_rllm",
+        "estimator",
+        "estimator_map",
+        "stepwise_advantage_mode",
+        "norm_adv_by_std_in_grpo",
+        "use_precomputed_advantage",
+        "loss_fn",
+        "lr_schedule",
+        "warmup_steps_ratio",
+    ]
+    assert [m.name for m in rLLMAdvantageEstimator] == [
+        "GRPO",
+        "REINFORCE",
+        "REINFORCE_PLUS_PLUS_BASELINE",
+        "RLOO",
+        "PRPO",
+        "OTHER",
+    ]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         AlgorithmConfig()  # defaults raise no warning

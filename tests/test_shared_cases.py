@@ -41,7 +41,9 @@ def test_case_through_the_tensor_api_shuffled_flat(case):
     flat = torch.cat(groups)
     index = torch.repeat_interleave(torch.arange(len(groups)), torch.tensor([len(g) for g in groups]))
     perm = torch.randperm(flat.numel(), generator=torch.Generator().manual_seed(0))
-    adv, _ = compute_advantages(GroupedRewards.from_flat(flat[perm], index[perm], num_groups=len(groups)), case["estimator"], **case["params"])
+    adv, _ = compute_advantages(
+        GroupedRewards.from_flat(flat[perm], index[perm], num_groups=len(groups)), case["estimator"], **case["params"]
+    )
     np.testing.assert_allclose(adv.numpy(), _expected(case)[perm.numpy()], rtol=RTOL, atol=ATOL)
 
 

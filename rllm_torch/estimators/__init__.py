@@ -48,5 +48,9 @@ __all__ = [
 register_builtin(rLLMAdvantageEstimator.GRPO, calculate_grpo_advantages, grpo)
 register_builtin(rLLMAdvantageEstimator.RLOO, calculate_rloo_advantages, rloo)
 register_builtin(rLLMAdvantageEstimator.REINFORCE, calculate_reinforce_advantages, reinforce)
-register_builtin(rLLMAdvantageEstimator.REINFORCE_PLUS_PLUS_BASELINE, calculate_reinforce_plus_plus_baseline_advantages, reinforce_plus_plus_baseline)
+register_builtin(
+    rLLMAdvantageEstimator.REINFORCE_PLUS_PLUS_BASELINE,
+    calculate_reinforce_plus_plus_baseline_advantages,
+    reinforce_plus_plus_baseline,
+)
 register_builtin(rLLMAdvantageEstimator.PRPO, calculate_prpo_advantages, prpo)

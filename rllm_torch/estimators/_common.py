@@ -48,7 +48,9 @@ def check_epsilon(epsilon: object) -> float:
 
 def check_correction(correction: object) -> int:
     if isinstance(correction, bool) or not isinstance(correction, numbers.Integral) or correction < 0:
-        raise InvalidRewardsError(f"std_correction must be a non-negative int as in torch.std (0 = population, 1 = sample), got {correction!r}.")
+        raise InvalidRewardsError(
+            f"std_correction must be a non-negative int as in torch.std (0 = population, 1 = sample), got {correction!r}."
+        )
     return int(correction)
 
 

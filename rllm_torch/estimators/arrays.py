@@ -51,9 +51,23 @@ def _epsilon(epsilon: float | None, episilon: float | None) -> float:
     return 1e-6 if epsilon is None else epsilon
 
 
-def calculate_grpo_advantages(rewards: ArrayGroups, norm_adv_by_std_in_grpo: bool = True, episilon: float | None = None, *, epsilon: float | None = None, std_correction: int = 0, **kwargs) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def calculate_grpo_advantages(
+    rewards: ArrayGroups,
+    norm_adv_by_std_in_grpo: bool = True,
+    episilon: float | None = None,
+    *,
+    epsilon: float | None = None,
+    std_correction: int = 0,
+    **kwargs,
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """GRPO per group (rLLM API); see :func:`rllm_torch.estimators.grpo` for the formula."""
-    return _by_group(grpo, rewards, norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo, epsilon=_epsilon(epsilon, episilon), std_correction=std_correction)
+    return _by_group(
+        grpo,
+        rewards,
+        norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
+        epsilon=_epsilon(epsilon, episilon),
+        std_correction=std_correction,
+    )
 
 
 def calculate_reinforce_advantages(rewards: ArrayGroups, **kwargs) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -61,7 +75,9 @@ def calculate_reinforce_advantages(rewards: ArrayGroups, **kwargs) -> tuple[list
     return _by_group(reinforce, rewards)
 
 
-def calculate_reinforce_plus_plus_baseline_advantages(rewards: ArrayGroups, epsilon: float = 1e-6, **kwargs) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def calculate_reinforce_plus_plus_baseline_advantages(
+    rewards: ArrayGroups, epsilon: float = 1e-6, **kwargs
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """REINFORCE++ baseline (rLLM API); see :func:`rllm_torch.estimators.reinforce_plus_plus_baseline`."""
     return _by_group(reinforce_plus_plus_baseline, rewards, epsilon=epsilon)
 
@@ -71,14 +87,25 @@ def calculate_rloo_advantages(rewards: ArrayGroups, **kwargs) -> tuple[list[np.n
     return _by_group(rloo, rewards)
 
 
-def calculate_prpo_advantages(rewards: ArrayGroups, epsilon: float = 1e-6, **kwargs) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def calculate_prpo_advantages(
+    rewards: ArrayGroups, epsilon: float = 1e-6, **kwargs
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """PRPO, batch-level whitening (rLLM API); see :func:`rllm_torch.estimators.prpo`."""
     return _by_group(prpo, rewards, epsilon=epsilon)
 
 
-def calculate_grpo_advantages_per_group(rewards: np.ndarray, norm_adv_by_std_in_grpo: bool = True, episilon: float | None = None, *, epsilon: float | None = None, std_correction: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def calculate_grpo_advantages_per_group(
+    rewards: np.ndarray,
+    norm_adv_by_std_in_grpo: bool = True,
+    episilon: float | None = None,
+    *,
+    epsilon: float | None = None,
+    std_correction: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
     """GRPO for one group's ``[n]`` rewards (rLLM ``rl_algo`` API): ``(advantages, returns)``."""
-    advantages, returns = calculate_grpo_advantages([rewards], norm_adv_by_std_in_grpo, epsilon=_epsilon(epsilon, episilon), std_correction=std_correction)
+    advantages, returns = calculate_grpo_advantages(
+        [rewards], norm_adv_by_std_in_grpo, epsilon=_epsilon(epsilon, episilon), std_correction=std_correction
+    )
     return advantages[0], returns[0]
 
 

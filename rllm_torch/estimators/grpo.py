@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from rllm_torch.estimators._common import check_batch, check_correction, check_epsilon, check_flag, shared_docstring, working_rewards
+from rllm_torch.estimators._common import (
+    check_batch,
+    check_correction,
+    check_epsilon,
+    check_flag,
+    shared_docstring,
+    working_rewards,
+)
 from rllm_torch.packing import GroupedRewards
 
 __all__ = ["grpo"]

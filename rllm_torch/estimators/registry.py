@@ -56,7 +56,9 @@ def _key(name: object) -> str:
     if isinstance(name, Enum):
         name = name.value
     if not isinstance(name, str) or not name:
-        raise UnknownEstimatorError(f"an estimator name must be a non-empty str or rLLMAdvantageEstimator, got {name!r}.")
+        raise UnknownEstimatorError(
+            f"an estimator name must be a non-empty str or rLLMAdvantageEstimator, got {name!r}."
+        )
     return name
 
 
@@ -64,7 +66,9 @@ def _accepted_options(fn: Callable) -> frozenset[str] | None:
     params = inspect.signature(fn).parameters.values()
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
         return None
-    return frozenset(p.name for p in params if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD))
+    return frozenset(
+        p.name for p in params if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    )
 
 
 def _add(name: object, fn: Callable, form: EstimatorForm, tensor_fn: Callable | None) -> None:
@@ -74,7 +78,11 @@ def _add(name: object, fn: Callable, form: EstimatorForm, tensor_fn: Callable | 
         raise TypeError(f"estimator {name!r} must be callable, got {type(fn).__name__}.")
     key = _key(name)
     if key in _REGISTRY and _REGISTRY[key].fn is not fn:
-        warnings.warn(f"advantage estimator {key!r} is registered again: {getattr(fn, '__qualname__', fn)} replaces {getattr(_REGISTRY[key].fn, '__qualname__', _REGISTRY[key].fn)}.", UserWarning, stacklevel=3)
+        warnings.warn(
+            f"advantage estimator {key!r} is registered again: {getattr(fn, '__qualname__', fn)} replaces {getattr(_REGISTRY[key].fn, '__qualname__', _REGISTRY[key].fn)}.",
+            UserWarning,
+            stacklevel=3,
+        )
     _REGISTRY[key] = _Entry(fn, form, tensor_fn, _accepted_options(tensor_fn or fn))
 
 
@@ -179,29 +187,45 @@ def compute_advantages(
 
 def _check_tensor_pair(out: object, batch: GroupedRewards, name: str) -> tuple[Tensor, Tensor]:
     if not (isinstance(out, tuple) and len(out) == 2 and all(isinstance(t, Tensor) for t in out)):
-        raise EstimatorOutputError(f"estimator {name!r} must return a pair (advantages, returns) of tensors, got {type(out).__name__}.")
+        raise EstimatorOutputError(
+            f"estimator {name!r} must return a pair (advantages, returns) of tensors, got {type(out).__name__}."
+        )
     for what, t in zip(("advantages", "returns"), out, strict=True):
         if t.shape != (batch.num_trajectories,):
-            raise EstimatorOutputError(f"estimator {name!r} returned {what} of shape {tuple(t.shape)}; expected ({batch.num_trajectories},), one per trajectory in flat order.")
+            raise EstimatorOutputError(
+                f"estimator {name!r} returned {what} of shape {tuple(t.shape)}; expected ({batch.num_trajectories},), one per trajectory in flat order."
+            )
     return out
 
 
 def _pack_array_pair(out: object, batch: GroupedRewards, name: str, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
     if not (isinstance(out, (tuple, list)) and len(out) == 2):
-        raise EstimatorOutputError(f"estimator {name!r} must return a pair (advantages_by_group, returns_by_group), got {type(out).__name__}.")
+        raise EstimatorOutputError(
+            f"estimator {name!r} must return a pair (advantages_by_group, returns_by_group), got {type(out).__name__}."
+        )
     packed = []
     for what, by_group in zip(("advantages", "returns"), out, strict=True):
         if len(by_group) != batch.num_groups:
-            raise EstimatorOutputError(f"estimator {name!r} returned {what} for {len(by_group)} groups; the batch has {batch.num_groups}.")
+            raise EstimatorOutputError(
+                f"estimator {name!r} returned {what} for {len(by_group)} groups; the batch has {batch.num_groups}."
+            )
         per_group = []
         for g, values in enumerate(by_group):
             try:
-                arr = values.detach().cpu() if isinstance(values, Tensor) else torch.from_numpy(np.asarray(values, dtype=np.float64).reshape(-1))
+                arr = (
+                    values.detach().cpu()
+                    if isinstance(values, Tensor)
+                    else torch.from_numpy(np.asarray(values, dtype=np.float64).reshape(-1))
+                )
             except (TypeError, ValueError) as exc:
-                raise EstimatorOutputError(f"estimator {name!r} returned {what} for group {g} that are not numbers: {exc}") from exc
+                raise EstimatorOutputError(
+                    f"estimator {name!r} returned {what} for group {g} that are not numbers: {exc}"
+                ) from exc
             per_group.append(arr.to(dtype))
         try:
             packed.append(batch.merge(per_group).to(batch.device))
         except ValueError as exc:
-            raise EstimatorOutputError(f"estimator {name!r} returned {what} that do not match the groups: {exc}") from exc
+            raise EstimatorOutputError(
+                f"estimator {name!r} returned {what} that do not match the groups: {exc}"
+            ) from exc
     return packed[0], packed[1]
