@@ -83,6 +83,14 @@ def segment_var_mean(src: Tensor, index: Tensor, dim_size: int, *, correction: i
     return stats.var, stats.mean
 
 
+def _gemv_is_exact(x: Tensor) -> bool:
+    """Whether a row sum may go through ``torch.mv``: eager CPU only, and never where TF32/bf16
+    matmuls are allowed (they would round the rewards). Compiled code fuses the plain sum."""
+    if torch.compiler.is_compiling() or x.device.type != "cpu":
+        return False
+    return x.dtype == torch.float64 or torch.get_float32_matmul_precision() == "highest"
+
+
 class SegmentLayout:
     """How a flat ``[N]`` tensor maps onto ``G`` groups, with the reductions estimators need.
 
@@ -158,9 +166,11 @@ class SegmentLayout:
 
     def sum(self, x: Tensor) -> Tensor:
         """Per-group sums: ``[G, 1]`` (dense) or ``[G]`` (ragged), in ``x``'s dtype."""
-        if self.group_size is not None:
+        if self.group_size is None:
+            return x.new_zeros(self.num_groups).scatter_add_(0, self.index, x)
+        if _gemv_is_exact(x):  # BLAS gemv beats eager's reduction over a short inner dimension
             return torch.mv(x, x.new_ones(self.group_size)).unsqueeze(1)
-        return x.new_zeros(self.num_groups).scatter_add_(0, self.index, x)
+        return x.sum(dim=1, keepdim=True)
 
     def sum_of_squares(self, x: Tensor) -> Tensor:
         """Per-group sums of ``x * x``, shaped like :meth:`sum`."""

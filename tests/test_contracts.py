@@ -49,3 +49,15 @@ def test_estimators_compile_with_fullgraph():
     torch.testing.assert_close(torch.compile(_grpo_dense, fullgraph=True)(rewards), _grpo_dense(rewards))
     flat, index = torch.rand(7), torch.tensor([0, 1, 0, 2, 1, 2, 2])
     torch.testing.assert_close(torch.compile(_rloo_ragged, fullgraph=True)(flat, index), _rloo_ragged(flat, index))
+
+
+def test_reduced_precision_matmul_settings_do_not_change_the_advantages():
+    rewards = torch.rand(64, 8, generator=torch.Generator().manual_seed(0)) + 1000.0
+    exact, _ = grpo(GroupedRewards.from_padded(rewards))
+    previous = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("medium")  # would allow bf16 matmuls
+        relaxed, _ = grpo(GroupedRewards.from_padded(rewards))
+    finally:
+        torch.set_float32_matmul_precision(previous)
+    torch.testing.assert_close(relaxed, exact, rtol=1e-5, atol=1e-5)
