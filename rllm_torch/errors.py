@@ -15,6 +15,11 @@ __all__ = [
     "InvalidGroupIndexError",
     "UnknownEstimatorError",
     "EstimatorOutputError",
+    "ConfigError",
+    "UnknownBackendError",
+    "DatasetNotFoundError",
+    "ModelNotFoundError",
+    "WorkflowError",
 ]
 
 
@@ -40,3 +45,26 @@ class UnknownEstimatorError(RLLMTorchError, ValueError):
 
 class EstimatorOutputError(RLLMTorchError, TypeError):
     """A registered (custom) estimator returned something other than the documented pair."""
+
+
+class ConfigError(RLLMTorchError, ValueError):
+    """A training-run setting is missing, of the wrong type, or inconsistent with another one."""
+
+
+class UnknownBackendError(ConfigError):
+    """``backend.name`` (or a ``backend_cls``) that is not a known backend."""
+
+
+class DatasetNotFoundError(ConfigError):
+    """A dataset file named in the task config does not exist or cannot be read."""
+
+
+class ModelNotFoundError(ConfigError):
+    """``model.path`` names a directory that does not exist or holds no model."""
+
+
+class WorkflowError(RLLMTorchError, RuntimeError):
+    """A workflow kept failing on one task after every retry (with ``raise_on_error``).
+
+    Not an input error: it wraps the workflow's own last exception (``__cause__``).
+    """
