@@ -136,7 +136,7 @@ class BackendConfig:
     clip_ratio_low: float = 0.2
     clip_ratio_high: float = 0.2
     rollout_batch_size: int = 1024  # prompts per sampling forward pass
-    num_threads: int | None = None  # torch.set_num_threads; None: torch's default
+    num_threads: int | None = 1  # torch.set_num_threads; None: torch's default (1: the tiny model gains nothing from threads)
     seed: int = 0
 
 
