@@ -13,7 +13,7 @@ class ModelOutput:
     """One sampled completion.
 
     Attributes:
-        text: the decoded response (special tokens removed).
+        text: the decoded response, without its final end token (other special tokens are kept).
         prompt_ids: prompt token ids.
         response_ids: sampled response token ids, ``T`` of them (including the end token if sampled).
         logprobs: ``T`` per-token sampling log-probs (nats) of the temperature-scaled distribution.

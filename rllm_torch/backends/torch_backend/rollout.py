@@ -81,5 +81,6 @@ class TorchRolloutEngine(RolloutEngine):
             )
         finally:
             self.model.train(was_training)
-        texts = self.tokenizer.batch_decode(responses, skip_special_tokens=True)
+        # the final eos is dropped; any other special token stays in the text (and fails exact match)
+        texts = self.tokenizer.batch_decode([r[:-1] if f == "stop" else r for r, f in zip(responses, reasons)], skip_special_tokens=False)
         return [ModelOutput(text=t, prompt_ids=p, response_ids=r, logprobs=lp, finish_reason=f) for t, p, r, lp, f in zip(texts, prompt_ids, responses, logprobs, reasons)]

@@ -4,22 +4,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tokenizers import Tokenizer, models
+from tokenizers import Tokenizer, decoders, models
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from rllm_torch.errors import ConfigError
 
 __all__ = ["build_char_tokenizer", "load_tokenizer", "SPECIAL_TOKENS"]
 
-SPECIAL_TOKENS = {"pad_token": "<pad>", "eos_token": "<eos>", "unk_token": "<unk>"}
-"""Special tokens of the character tokenizer (ids 0, 1, 2 in this order)."""
+SPECIAL_TOKENS = {"eos_token": "<eos>", "unk_token": "<unk>"}
+"""Special tokens of the character tokenizer (ids 0 and 1); the eos token is also the pad token."""
 
 
 def build_char_tokenizer(alphabet: str) -> PreTrainedTokenizerFast:
     """A character-level tokenizer over ``alphabet`` plus :data:`SPECIAL_TOKENS`.
 
     A BPE model with no merges splits any text into single characters; a character outside
-    the alphabet becomes ``<unk>``.
+    the alphabet becomes ``<unk>``. The pad token is the eos token, so a sampled pad is an end.
 
     Raises:
         ConfigError: an empty alphabet or one with repeated characters.
@@ -27,14 +27,15 @@ def build_char_tokenizer(alphabet: str) -> PreTrainedTokenizerFast:
     Example:
         >>> tok = build_char_tokenizer("0123456789+=")
         >>> tok("3+4=")["input_ids"], tok.decode([9, 1], skip_special_tokens=True)
-        ([6, 13, 7, 14], '6')
+        ([5, 12, 6, 13], '7')
     """
     if not alphabet or len(set(alphabet)) != len(alphabet):
         raise ConfigError(f"the tokenizer alphabet must be non-empty with distinct characters, got {alphabet!r}.")
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS.values())}
     vocab |= {ch: len(SPECIAL_TOKENS) + i for i, ch in enumerate(alphabet)}
     backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=SPECIAL_TOKENS["unk_token"]))
-    return PreTrainedTokenizerFast(tokenizer_object=backend, **SPECIAL_TOKENS)
+    backend.decoder = decoders.Fuse()  # join characters without spaces
+    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token=SPECIAL_TOKENS["eos_token"], **SPECIAL_TOKENS)
 
 
 def load_tokenizer(path: str | None, alphabet: str) -> PreTrainedTokenizerBase:
