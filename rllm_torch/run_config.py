@@ -42,9 +42,9 @@ class RolloutSection:
 
 @dataclass
 class TrainerSection:
-    total_epochs: int = 1
+    total_epochs: int = 4
     total_batches: int | None = None  # stop after this many steps (None: run every epoch)
-    test_freq: int = 10  # validate every test_freq steps (<= 0: only before and after)
+    test_freq: int = 32  # validate every test_freq steps (<= 0: only before and after)
     val_before_train: bool = True
     val_only: bool = False
     save_freq: int = -1  # checkpoint every save_freq steps (<= 0: only the final one)
@@ -128,7 +128,7 @@ class TaskConfig:
 class BackendConfig:
     name: str = "torch"
     device: str = "auto"  # auto | cpu | cuda | cuda:N
-    lr: float = 3e-3
+    lr: float = 1e-3
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     ppo_epochs: int = 1
