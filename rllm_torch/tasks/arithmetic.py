@@ -22,7 +22,7 @@ def arithmetic_problems(count: int, *, max_sum: int, seed: int, data_source: str
 
     Example:
         >>> arithmetic_problems(2, max_sum=9, seed=0)[0]
-        {'prompt': '6+0=', 'answer': '6', 'data_source': 'arithmetic'}
+        {'prompt': '9+0=', 'answer': '9', 'data_source': 'arithmetic'}
     """
     if not 0 <= max_sum <= 9 or count < 0:
         raise ConfigError(f"arithmetic task: max_sum must be in [0, 9] and size >= 0, got max_sum={max_sum}, size={count}.")

@@ -34,6 +34,7 @@ class TokenBatch:
         old_log_probs: ``[N, T]`` float32 log-probs of the policy before the update (filled by
             ``process_backend_batch``), or None.
         advantages: ``[N, T]`` float32 token-level advantages (filled by ``compute_advantages``).
+        extras: anything else a backend wants to carry with the batch.
     """
 
     input_ids: Tensor
