@@ -20,7 +20,12 @@ Quick start::
 from rllm_torch.advantage import collect_reward_and_advantage_from_trajectory_groups
 from rllm_torch.config import AlgorithmConfig, rLLMAdvantageEstimator
 from rllm_torch.errors import (
+    ConfigError,
+    DatasetNotFoundError,
     EstimatorOutputError,
+    ModelNotFoundError,
+    UnknownBackendError,
+    WorkflowError,
     InvalidGroupIndexError,
     InvalidRewardsError,
     InvalidRewardTypeError,
@@ -35,6 +40,8 @@ from rllm_torch.segment import segment_count, segment_mean, segment_sum, segment
 from rllm_torch.trainer import *  # noqa: F403 - re-exported public surface
 from rllm_torch.trainer import __all__ as _trainer_all
 from rllm_torch.types import Episode, Step, TerminationReason, Trajectory, TrajectoryGroup
+from rllm_torch.workflows import *  # noqa: F403 - re-exported public surface
+from rllm_torch.workflows import __all__ as _workflows_all
 
 __all__ = [
     "AlgorithmConfig",
@@ -51,6 +58,11 @@ __all__ = [
     "InvalidGroupIndexError",
     "UnknownEstimatorError",
     "EstimatorOutputError",
+    "ConfigError",
+    "UnknownBackendError",
+    "DatasetNotFoundError",
+    "ModelNotFoundError",
+    "WorkflowError",
     *_estimators_all,
     "Step",
     "Trajectory",
@@ -59,6 +71,7 @@ __all__ = [
     "TerminationReason",
     "collect_reward_and_advantage_from_trajectory_groups",
     *_trainer_all,
+    *_workflows_all,
 ]
 
 __version__ = "0.1.0"

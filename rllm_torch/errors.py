@@ -17,6 +17,10 @@ __all__ = [
     "EstimatorOutputError",
     "ConfigError",
     "InvalidTrajectoryError",
+    "UnknownBackendError",
+    "DatasetNotFoundError",
+    "ModelNotFoundError",
+    "WorkflowError",
 ]
 
 
@@ -45,8 +49,28 @@ class EstimatorOutputError(RLLMTorchError, TypeError):
 
 
 class ConfigError(RLLMTorchError, ValueError):
-    """A configuration value that is invalid, conflicting or of the wrong type."""
+    """A setting (algorithm or training run) that is missing, invalid, of the wrong type, or
+    inconsistent with another one."""
 
 
 class InvalidTrajectoryError(RLLMTorchError, ValueError):
     """Episodes, trajectories or steps that cannot be grouped or trained on as given."""
+
+
+class UnknownBackendError(ConfigError):
+    """``backend.name`` (or a ``backend_cls``) that is not a known backend."""
+
+
+class DatasetNotFoundError(ConfigError):
+    """A dataset file named in the task config does not exist or cannot be read."""
+
+
+class ModelNotFoundError(ConfigError):
+    """``model.path`` names a directory that does not exist or holds no model."""
+
+
+class WorkflowError(RLLMTorchError, RuntimeError):
+    """A workflow kept failing on one task after every retry (with ``raise_on_error``).
+
+    Not an input error: it wraps the workflow's own last exception (``__cause__``).
+    """

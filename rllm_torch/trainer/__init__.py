@@ -1,5 +1,6 @@
 """The trainer's data pipeline: episodes → trajectory groups → filtered groups."""
 
+from rllm_torch.trainer.backend import BackendProtocol, compute_token_advantages
 from rllm_torch.trainer.compact_filtering import CompactFilteringConfig
 from rllm_torch.trainer.rejection_sampling import RejectionSamplingConfig, RejectionSamplingState, apply_rejection_sampling_and_filtering
 from rllm_torch.trainer.transform import (
@@ -9,6 +10,11 @@ from rllm_torch.trainer.transform import (
     propagate_trajectory_rewards,
     transform_episodes_to_trajectory_groups,
 )
+from rllm_torch.trainer.state import TrainerState
+from rllm_torch.trainer.token_batch import TokenBatch, build_token_batch
+from rllm_torch.trainer.tracking import Tracking
+from rllm_torch.trainer.unified_trainer import UnifiedTrainer
+from rllm_torch.trainer.validation import pass_at_k, validation_pass_metrics
 
 __all__ = [
     "CompactFilteringConfig",
@@ -20,4 +26,13 @@ __all__ = [
     "RejectionSamplingConfig",
     "RejectionSamplingState",
     "apply_rejection_sampling_and_filtering",
+    "UnifiedTrainer",
+    "BackendProtocol",
+    "compute_token_advantages",
+    "TrainerState",
+    "TokenBatch",
+    "build_token_batch",
+    "Tracking",
+    "pass_at_k",
+    "validation_pass_metrics",
 ]

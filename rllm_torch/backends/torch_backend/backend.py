@@ -1,0 +1,135 @@
+"""``TorchBackend``: the embedded backend. A ``transformers`` causal LM is sampled by
+:class:`TorchRolloutEngine` and trained on :class:`~rllm_torch.trainer.token_batch.TokenBatch`
+tensors with a clipped-PPO or importance-sampling loss, AdamW and gradient clipping."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+from transformers import get_scheduler
+
+from rllm_torch.backends.torch_backend.data import TaskDataLoader
+from rllm_torch.backends.torch_backend.losses import LOSS_FNS, policy_loss
+from rllm_torch.backends.torch_backend.policy import build_policy, resolve_device
+from rllm_torch.backends.torch_backend.rollout import SamplingParams, TorchRolloutEngine
+from rllm_torch.backends.torch_backend.sampling import token_log_probs
+from rllm_torch.backends.torch_backend.tokenizer import load_tokenizer
+from rllm_torch.errors import ConfigError
+from rllm_torch.trainer.backend import BackendProtocol
+from rllm_torch.trainer.state import TrainerState
+from rllm_torch.trainer.token_batch import build_token_batch
+
+__all__ = ["TorchBackend"]
+
+_SCHEDULES = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}
+
+
+class TorchBackend(BackendProtocol):
+    """The pure-PyTorch backend (``backend.name=torch``).
+
+    Args:
+        config: the run config: ``model.*``, ``backend.*``, ``data.*``, ``rllm.*``.
+        alphabet: characters of the default character tokenizer (used when ``model.path`` has none).
+
+    Raises:
+        ConfigError / ModelNotFoundError: bad model, device or loss settings.
+    """
+
+    name = "torch"
+
+    def __init__(self, config: DictConfig, alphabet: str = "0123456789+=", **kwargs: Any) -> None:
+        super().__init__(config)
+        self.settings, rllm = config.backend, config.rllm
+        if self.settings.num_threads:
+            torch.set_num_threads(self.settings.num_threads)
+        self.device = resolve_device(self.settings.device)
+        self.tokenizer = load_tokenizer(config.model.path, alphabet)
+        self.model = build_policy(config.model, self.tokenizer, seed=self.settings.seed).to(self.device)
+        self.loss_fn = rllm.algorithm.loss_fn or "ppo"
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.settings.lr, weight_decay=self.settings.weight_decay)
+        self.scheduler = None
+        self.run_dir = Path(rllm.trainer.default_local_dir or f"outputs/{rllm.trainer.project_name}/{rllm.trainer.experiment_name}")
+
+    def validate_config(self) -> None:
+        if self.loss_fn not in LOSS_FNS:
+            raise ConfigError(f"rllm.algorithm.loss_fn={self.loss_fn!r}: the torch backend implements {LOSS_FNS}.")
+        rollout = self.config.rllm.rollout
+        if rollout.n < 1 or rollout.n_val < 1 or rollout.max_new_tokens < 1:
+            raise ConfigError(f"rllm.rollout.n, n_val and max_new_tokens must be >= 1, got {rollout.n}, {rollout.n_val}, {rollout.max_new_tokens}.")
+
+    def init_rollout_engine(self, **kwargs: Any) -> TorchRolloutEngine:
+        r = self.config.rllm.rollout
+        train = SamplingParams(r.temperature, r.top_p, r.max_new_tokens)
+        val = SamplingParams(r.val_temperature, r.val_top_p, r.max_new_tokens)
+        self.rollout_engine = TorchRolloutEngine(self.model, self.tokenizer, train, val, max_batch_size=self.settings.rollout_batch_size, seed=self.settings.seed)
+        return self.rollout_engine
+
+    def get_dataloader(self, dataset: list[dict], trainer_state: TrainerState) -> TaskDataLoader:
+        data = self.config.data
+        return TaskDataLoader(dataset or [], data.train_batch_size, shuffle=data.shuffle, seed=self.settings.seed)
+
+    async def generate_episodes(self, batch: list[tuple[str, dict]], agent_workflow_engine: Any, is_validation: bool = False) -> list:
+        n = self.config.rllm.rollout.n_val if is_validation else self.config.rllm.rollout.n
+        self.rollout_engine.validation = is_validation
+        tasks = [(task_id, task, k) for task_id, task in batch for k in range(n)]
+        return await agent_workflow_engine.execute_tasks([t for _, t, _ in tasks], [i for i, _, _ in tasks], [k for _, _, k in tasks])
+
+    def transform_to_backend_batch(self, trainer_state: TrainerState):
+        return build_token_batch(trainer_state.trajectory_groups, pad_token_id=self.tokenizer.pad_token_id).to(self.device)
+
+    def _log_probs(self, batch, rows: slice | torch.Tensor = slice(None)) -> torch.Tensor:
+        return token_log_probs(self.model, batch.input_ids[rows], batch.attention_mask[rows], temperature=self.config.rllm.rollout.temperature)
+
+    async def process_backend_batch(self, trainer_state: TrainerState) -> None:
+        batch = trainer_state.backend_batch
+        with torch.no_grad():
+            batch.old_log_probs = self._log_probs(batch)
+        diff = ((batch.old_log_probs - batch.rollout_log_probs).abs() * batch.response_mask).sum() / batch.response_mask.sum().clamp(min=1)
+        trainer_state.metrics["actor/rollout_logprob_abs_diff"] = diff.item()
+
+    def _ensure_scheduler(self, trainer_state: TrainerState, updates_per_step: int) -> None:
+        if self.scheduler is None:
+            total = max(trainer_state.total_steps, 1) * updates_per_step
+            warmup = int(self.config.rllm.algorithm.warmup_steps_ratio * total)
+            self.scheduler = get_scheduler(_SCHEDULES[self.config.rllm.algorithm.lr_schedule], self.optimizer, num_warmup_steps=warmup, num_training_steps=total)
+
+    async def update_policy(self, trainer_state: TrainerState) -> None:
+        """``backend.ppo_epochs`` passes over the batch in shuffled mini-batches of
+        ``backend.mini_batch_size`` trajectories (None: the whole batch), one AdamW step each."""
+        batch, s = trainer_state.backend_batch, self.settings
+        num_rows = batch.input_ids.shape[0]
+        mini = min(s.mini_batch_size or num_rows, num_rows)
+        self._ensure_scheduler(trainer_state, s.ppo_epochs * -(-num_rows // mini))
+        stats: dict[str, list[float]] = {}
+        for _ in range(s.ppo_epochs):
+            order = torch.randperm(num_rows, device=self.device)
+            for start in range(0, num_rows, mini):
+                rows = order[start : start + mini]
+                loss, extra = policy_loss(self.loss_fn, self._log_probs(batch, rows), batch.old_log_probs[rows], batch.advantages[rows], batch.response_mask[rows], clip_ratio_low=s.clip_ratio_low, clip_ratio_high=s.clip_ratio_high)
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), s.grad_clip)
+                self.optimizer.step()
+                self.scheduler.step()
+                for key, value in {"loss": loss.detach(), "grad_norm": grad_norm, **extra}.items():
+                    stats.setdefault(key, []).append(float(value))
+        trainer_state.metrics |= {f"actor/{k}": sum(v) / len(v) for k, v in stats.items()}
+        trainer_state.metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
+
+    def save_checkpoint(self, name: str) -> Path:
+        """Save the model and tokenizer to ``{run_dir}/checkpoints/{name}`` (``save_pretrained``)."""
+        path = self.run_dir / "checkpoints" / name
+        self.model.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)
+        return path
+
+    async def on_batch_end(self, trainer_state: TrainerState) -> None:
+        freq = self.config.rllm.trainer.save_freq
+        if freq > 0 and trainer_state.global_step % freq == 0:
+            self.save_checkpoint(f"step_{trainer_state.global_step}")
+
+    async def on_train_end(self, trainer_state: TrainerState) -> None:
+        self.save_checkpoint("final")

@@ -1,0 +1,33 @@
+"""``TaskDataLoader``: batches of ``(task_id, task)`` pairs from a list of task dicts."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+
+__all__ = ["TaskDataLoader"]
+
+
+class TaskDataLoader:
+    """Batches of ``batch_size`` tasks (the last one may be smaller); with ``shuffle`` the order
+    changes every pass, from ``random.Random(seed + pass_number)`` (reproducible).
+
+    A task's id is ``f"{prefix}-{position in the dataset}"``, so rollouts of one row share it.
+    """
+
+    def __init__(self, rows: list[dict], batch_size: int, *, shuffle: bool = False, seed: int = 0, prefix: str = "task") -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+        self.rows, self.batch_size, self.shuffle, self.seed, self.prefix = list(rows), batch_size, shuffle, seed, prefix
+        self._passes = 0
+
+    def __len__(self) -> int:
+        return -(-len(self.rows) // self.batch_size)
+
+    def __iter__(self) -> Iterator[list[tuple[str, dict]]]:
+        order = list(range(len(self.rows)))
+        if self.shuffle:
+            random.Random(self.seed + self._passes).shuffle(order)
+        self._passes += 1
+        for start in range(0, len(order), self.batch_size):
+            yield [(f"{self.prefix}-{i}", self.rows[i]) for i in order[start : start + self.batch_size]]

@@ -1,0 +1,68 @@
+"""The policy: a ``transformers`` causal LM, loaded from a local directory or built from a small
+config with random weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, PreTrainedModel, PreTrainedTokenizerBase
+
+from rllm_torch.errors import ConfigError, ModelNotFoundError
+
+__all__ = ["build_policy", "resolve_device", "ARCHITECTURES"]
+
+ARCHITECTURES = ("gpt2", "llama")
+
+
+def build_policy(model_config: Any, tokenizer: PreTrainedTokenizerBase, *, seed: int = 0) -> PreTrainedModel:
+    """The policy model, in float32 and train mode.
+
+    Args:
+        model_config: the ``model`` config group: ``path`` (a local directory saved with
+            ``save_pretrained``; None: build from the fields below), ``arch`` (gpt2 | llama),
+            ``num_layers``, ``hidden_size``, ``num_heads``, ``max_positions``.
+        tokenizer: gives the vocabulary size and the special token ids.
+        seed: seeds the random initialisation.
+
+    Raises:
+        ModelNotFoundError: ``path`` is not a directory with a model.
+        ConfigError: an unknown ``arch``, or ``hidden_size`` not divisible by ``num_heads``.
+    """
+    if model_config.path is not None:
+        path = Path(model_config.path)
+        if not (path / "config.json").is_file():
+            raise ModelNotFoundError(f"model.path={str(path)!r}: no model there (expected a directory with config.json, as save_pretrained writes). Leave model.path unset to build a small random model.")
+        return AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32).train()
+    arch, hidden, heads = model_config.arch, model_config.hidden_size, model_config.num_heads
+    if arch not in ARCHITECTURES:
+        raise ConfigError(f"model.arch={arch!r} is not one of {ARCHITECTURES}.")
+    if hidden % heads:
+        raise ConfigError(f"model.hidden_size={hidden} must be divisible by model.num_heads={heads}.")
+    ids = {"vocab_size": len(tokenizer), "bos_token_id": tokenizer.eos_token_id, "eos_token_id": tokenizer.eos_token_id, "pad_token_id": tokenizer.pad_token_id}
+    if arch == "gpt2":
+        config = GPT2Config(n_layer=model_config.num_layers, n_embd=hidden, n_head=heads, n_positions=model_config.max_positions, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **ids)
+    else:
+        config = LlamaConfig(num_hidden_layers=model_config.num_layers, hidden_size=hidden, num_attention_heads=heads, num_key_value_heads=heads, intermediate_size=4 * hidden, max_position_embeddings=model_config.max_positions, **ids)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config)
+    return model.float().train()
+
+
+def resolve_device(name: str) -> torch.device:
+    """``"auto"``: CUDA when available, else CPU; otherwise ``torch.device(name)``.
+
+    Raises:
+        ConfigError: an unknown device name, or ``cuda`` requested without CUDA.
+    """
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise ConfigError(f"backend.device={name!r} is not a device name ({exc}).") from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("backend.device=cuda but CUDA is not available; use backend.device=auto or cpu.")
+    return device

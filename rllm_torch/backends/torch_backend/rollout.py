@@ -1,0 +1,86 @@
+"""``TorchRolloutEngine``: serves many concurrent ``generate`` calls with one batched sample.
+
+Workflows call ``await engine.generate(prompt)`` concurrently; calls made in the same turn of
+the event loop are gathered and sampled together by :func:`sample_completions`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from rllm_torch.backends.torch_backend.sampling import sample_completions
+from rllm_torch.workflows.rollout import ModelOutput, RolloutEngine
+
+__all__ = ["TorchRolloutEngine", "SamplingParams"]
+
+
+@dataclass
+class SamplingParams:
+    """Sampling settings: ``temperature`` (0 = greedy), ``top_p``, ``max_new_tokens``."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 2
+
+
+class TorchRolloutEngine(RolloutEngine):
+    """Batched sampling from ``model``.
+
+    Args:
+        model, tokenizer: the policy and its tokenizer (eos ends a response).
+        train_params, val_params: sampling settings for training and for validation.
+        max_batch_size: at most this many prompts per forward pass.
+        seed: seeds the sampling generator (on the model's device).
+    """
+
+    def __init__(self, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, train_params: SamplingParams, val_params: SamplingParams, *, max_batch_size: int = 1024, seed: int = 0) -> None:
+        self.model, self.tokenizer = model, tokenizer
+        self.train_params, self.val_params, self.max_batch_size = train_params, val_params, max_batch_size
+        self.generator = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
+        self.validation = False
+        self._pending: list[tuple[str, asyncio.Future]] = []
+        self._flush_scheduled = False
+
+    async def generate(self, prompt: str) -> ModelOutput:
+        """Sample one completion of ``prompt`` (batched with the other calls of this turn)."""
+        future = asyncio.get_running_loop().create_future()
+        self._pending.append((prompt, future))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+        return await future
+
+    def _flush(self) -> None:
+        pending, self._pending, self._flush_scheduled = self._pending, [], False
+        for start in range(0, len(pending), self.max_batch_size):
+            chunk = pending[start : start + self.max_batch_size]
+            try:
+                outputs = self._sample([prompt for prompt, _ in chunk])
+            except Exception as exc:  # noqa: BLE001 - every waiting workflow gets the error
+                for _, future in chunk:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            for (_, future), output in zip(chunk, outputs):
+                if not future.done():
+                    future.set_result(output)
+
+    def _sample(self, prompts: list[str]) -> list[ModelOutput]:
+        params = self.val_params if self.validation else self.train_params
+        prompt_ids = self.tokenizer(prompts, add_special_tokens=False)["input_ids"]
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            responses, logprobs, reasons = sample_completions(
+                self.model, prompt_ids, max_new_tokens=params.max_new_tokens, eos_token_id=self.tokenizer.eos_token_id, pad_token_id=self.tokenizer.pad_token_id,
+                temperature=params.temperature, top_p=params.top_p, generator=self.generator,
+            )
+        finally:
+            self.model.train(was_training)
+        # the final eos is dropped; any other special token stays in the text (and fails exact match)
+        texts = self.tokenizer.batch_decode([r[:-1] if f == "stop" else r for r, f in zip(responses, reasons)], skip_special_tokens=False)
+        return [ModelOutput(text=t, prompt_ids=p, response_ids=r, logprobs=lp, finish_reason=f) for t, p, r, lp, f in zip(texts, prompt_ids, responses, logprobs, reasons)]

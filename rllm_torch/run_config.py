@@ -1,0 +1,162 @@
+"""Structured schema of a training run's Hydra config. Composed over it, a misspelled key or a
+value of the wrong type stops the run at start-up. The YAML files in ``rllm_torch/configs``
+give the defaults of each group (``model``, ``task``, ``backend``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from hydra.core.config_store import ConfigStore
+
+__all__ = ["TrainConfig", "RllmConfig", "ModelConfig", "TaskConfig", "BackendConfig", "DataConfig", "register_configs"]
+
+
+@dataclass
+class AlgorithmSection:
+    adv_estimator: str = "grpo"  # a registered estimator name
+    norm_adv_by_std_in_grpo: bool = True  # False: Dr. GRPO
+    estimator_map: dict[str, str] = field(default_factory=dict)  # group role -> estimator
+    use_rllm: bool = False  # ignored (kept for rLLM configs)
+    use_precomputed_advantage: bool = False
+    loss_fn: str = "ppo"  # ppo | importance_sampling
+    lr_schedule: str = "constant"  # constant | linear | cosine
+    warmup_steps_ratio: float = 0.0
+    epsilon: float = 1e-6  # added to the std in the denominators
+    std_correction: int = 0  # 0 population std (rLLM), 1 sample std (verl)
+
+
+@dataclass
+class StepwiseAdvantageSection:
+    mode: str = "broadcast"  # the only supported mode
+
+
+@dataclass
+class RolloutSection:
+    n: int = 8  # rollouts per training prompt
+    n_val: int = 4  # rollouts per validation prompt (pass@1 and pass@n_val)
+    temperature: float = 1.0
+    top_p: float = 1.0
+    val_temperature: float = 1.0
+    val_top_p: float = 1.0
+    max_new_tokens: int = 2
+
+
+@dataclass
+class TrainerSection:
+    total_epochs: int = 4
+    total_batches: int | None = None  # stop after this many steps (None: run every epoch)
+    test_freq: int = 32  # validate every test_freq steps (<= 0: only before and after)
+    val_before_train: bool = True
+    val_only: bool = False
+    save_freq: int = -1  # checkpoint every save_freq steps (<= 0: only the final one)
+    project_name: str = "rllm_torch"
+    experiment_name: str = "arithmetic"
+    logger: list[str] = field(default_factory=lambda: ["console", "jsonl"])
+    default_local_dir: str | None = None  # the run directory (set to Hydra's output dir by the CLI)
+
+
+@dataclass
+class WorkflowSection:
+    n_parallel_tasks: int = 1024  # episodes running at once (also the sampling batch)
+    retry_limit: int = 3  # attempts per episode
+    raise_on_error: bool = True  # False: record failed episodes with termination_reason=error
+
+
+@dataclass
+class RejectionSampleSection:
+    enable: bool = False
+    multiplier: int = 1
+    min_partial_solve_tasks: int = 1
+    min_trajs_per_group: int = 2
+    filter_uniform_groups: bool = False
+
+
+@dataclass
+class CompactFilteringSection:
+    enable: bool = False
+    mask_max_prompt_length_exceeded: bool = False
+    mask_max_response_length_exceeded: bool = False
+    mask_env_done: bool = False
+    mask_max_turns_exceeded: bool = False
+    mask_timeout: bool = False
+    mask_unknown: bool = False
+    mask_error: bool = False
+
+
+@dataclass
+class EpisodeLoggingSection:
+    log_episodes: bool = False
+    episode_log_dir: str | None = None  # None: the run directory
+
+
+@dataclass
+class RllmConfig:
+    algorithm: AlgorithmSection = field(default_factory=AlgorithmSection)
+    stepwise_advantage: StepwiseAdvantageSection = field(default_factory=StepwiseAdvantageSection)
+    rollout: RolloutSection = field(default_factory=RolloutSection)
+    trainer: TrainerSection = field(default_factory=TrainerSection)
+    workflow: WorkflowSection = field(default_factory=WorkflowSection)
+    rejection_sample: RejectionSampleSection = field(default_factory=RejectionSampleSection)
+    compact_filtering: CompactFilteringSection = field(default_factory=CompactFilteringSection)
+    episode_logging: EpisodeLoggingSection = field(default_factory=EpisodeLoggingSection)
+
+
+@dataclass
+class ModelConfig:
+    path: str | None = None  # a local save_pretrained directory; None: build from the fields below
+    arch: str = "gpt2"  # gpt2 | llama
+    num_layers: int = 2
+    hidden_size: int = 64
+    num_heads: int = 4
+    max_positions: int = 32
+
+
+@dataclass
+class TaskConfig:
+    name: str = "arithmetic"  # arithmetic | file
+    seed: int = 0
+    train_size: int = 4096
+    val_size: int = 64
+    max_sum: int = 9
+    train_path: str | None = None
+    val_path: str | None = None
+    prompt_key: str = "prompt"
+    answer_key: str = "answer"
+    reward_fn: str = "exact_match"  # or "package.module:function"
+
+
+@dataclass
+class BackendConfig:
+    name: str = "torch"
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    ppo_epochs: int = 1
+    mini_batch_size: int | None = None  # trajectories per optimizer step; None: the whole batch
+    clip_ratio_low: float = 0.2
+    clip_ratio_high: float = 0.2
+    rollout_batch_size: int = 1024  # prompts per sampling forward pass
+    num_threads: int | None = 1  # torch.set_num_threads; None: torch's default (1: the tiny model gains nothing from threads)
+    seed: int = 0
+
+
+@dataclass
+class DataConfig:
+    train_batch_size: int = 64  # prompts per training step
+    shuffle: bool = True
+
+
+@dataclass
+class TrainConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    backend: BackendConfig = field(default_factory=BackendConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    rllm: RllmConfig = field(default_factory=RllmConfig)
+    seed: int = 0
+
+
+def register_configs() -> None:
+    """Register :class:`TrainConfig` in Hydra's ConfigStore as ``train_schema`` (the first entry
+    of ``configs/train.yaml``'s defaults list, so every group merges into typed fields)."""
+    ConfigStore.instance().store(name="train_schema", node=TrainConfig)

@@ -1,0 +1,39 @@
+"""The default task: single-digit addition with a one-token answer (``"3+4="`` → ``"7"``),
+scored by exact match. Small enough that a tiny model learns it by RL alone in minutes on CPU."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from rllm_torch.errors import ConfigError
+from rllm_torch.tasks.base import Task, exact_match_reward
+
+__all__ = ["arithmetic_problems", "arithmetic_task"]
+
+
+def arithmetic_problems(count: int, *, max_sum: int, seed: int, data_source: str = "arithmetic") -> list[dict]:
+    """``count`` problems ``a+b=`` with digits ``a, b >= 0`` and ``a + b <= max_sum``, drawn
+    uniformly (with replacement) from every such pair by ``random.Random(seed)``: the same seed
+    gives the same list.
+
+    Raises:
+        ConfigError: ``max_sum`` not in ``[0, 9]`` (the answer must be one digit) or ``count < 0``.
+
+    Example:
+        >>> arithmetic_problems(2, max_sum=9, seed=0)[0]
+        {'prompt': '9+0=', 'answer': '9', 'data_source': 'arithmetic'}
+    """
+    if not 0 <= max_sum <= 9 or count < 0:
+        raise ConfigError(f"arithmetic task: max_sum must be in [0, 9] and size >= 0, got max_sum={max_sum}, size={count}.")
+    pairs = [(a, b) for a in range(10) for b in range(10) if a + b <= max_sum]
+    rng = random.Random(seed)
+    return [{"prompt": f"{a}+{b}=", "answer": str(a + b), "data_source": data_source} for a, b in (rng.choice(pairs) for _ in range(count))]
+
+
+def arithmetic_task(task_config: Any) -> Task:
+    """Train and validation splits from ``task_config.{train_size, val_size, max_sum, seed}``
+    (validation uses ``seed + 1``, so the splits are independent draws of the same problems)."""
+    train = arithmetic_problems(task_config.train_size, max_sum=task_config.max_sum, seed=task_config.seed)
+    val = arithmetic_problems(task_config.val_size, max_sum=task_config.max_sum, seed=task_config.seed + 1)
+    return Task(name="arithmetic", train=train, val=val, reward_fn=exact_match_reward, alphabet="0123456789+=")

@@ -1,0 +1,65 @@
+"""The task interface: datasets of prompt/answer dicts plus a reward function."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rllm_torch.errors import ConfigError
+from rllm_torch.workflows.single_turn import RewardFn
+
+__all__ = ["Task", "exact_match_reward", "alphabet_of", "build_task", "TASK_NAMES"]
+
+TASK_NAMES = ("arithmetic", "file")
+
+
+@dataclass
+class Task:
+    """What a training run learns.
+
+    Attributes:
+        name: a label (also the default ``data_source``).
+        train, val: lists of task dicts, each with ``"prompt"`` (str), ``"answer"`` (str) and
+            ``"data_source"``; validation pass@k is reported per data source.
+        reward_fn: ``reward_fn(task, response_text) -> float``; 1.0 counts as correct.
+        alphabet: the characters of every prompt and answer (the default tokenizer's vocabulary).
+    """
+
+    name: str
+    train: list[dict]
+    val: list[dict]
+    reward_fn: RewardFn
+    alphabet: str
+
+
+def exact_match_reward(task: dict, response: str) -> float:
+    """1.0 when the response, stripped of surrounding whitespace, equals ``task["answer"]``, else 0.0.
+
+    Example:
+        >>> exact_match_reward({"answer": "7"}, " 7"), exact_match_reward({"answer": "7"}, "77")
+        (1.0, 0.0)
+    """
+    return 1.0 if response.strip() == str(task["answer"]).strip() else 0.0
+
+
+def alphabet_of(*datasets: list[dict]) -> str:
+    """The sorted distinct characters of every prompt and answer."""
+    return "".join(sorted({ch for rows in datasets for row in rows for ch in f"{row['prompt']}{row['answer']}"}))
+
+
+def build_task(task_config: Any) -> Task:
+    """The task named by ``task_config.name``: ``arithmetic`` (the default, generated) or
+    ``file`` (JSONL/Parquet files of prompts and answers).
+
+    Raises:
+        ConfigError: an unknown task name; see also the builders.
+    """
+    if task_config.name == "arithmetic":
+        from rllm_torch.tasks.arithmetic import arithmetic_task
+
+        return arithmetic_task(task_config)
+    if task_config.name == "file":
+        from rllm_torch.tasks.file_task import file_task
+
+        return file_task(task_config)
+    raise ConfigError(f"task.name={task_config.name!r} is not one of {TASK_NAMES}.")

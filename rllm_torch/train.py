@@ -1,0 +1,94 @@
+"""``rllm-torch-train`` / ``python -m rllm_torch.train``: a Hydra-launched RL training run.
+
+With no arguments: the default arithmetic task, a tiny GPT-2-style model with random weights,
+GRPO and the embedded torch backend. Any key can be overridden, e.g.
+``rllm-torch-train rllm.algorithm.adv_estimator=rloo rllm.rollout.n=4``. The run directory
+(``outputs/<project>/<experiment>/<time>``) gets ``config.yaml`` (resolved), ``metrics.jsonl``
+and ``checkpoints/final``.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import hydra
+import numpy as np
+import torch
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from rllm_torch.errors import UnknownBackendError
+from rllm_torch.run_config import register_configs
+from rllm_torch.tasks.base import build_task
+from rllm_torch.trainer.backend import BackendProtocol
+from rllm_torch.trainer.unified_trainer import UnifiedTrainer
+from rllm_torch.workflows.single_turn import SingleTurnWorkflow
+
+__all__ = ["main", "run", "backend_class", "BACKENDS"]
+
+BACKENDS = ("torch",)
+
+
+def backend_class(name: str) -> type[BackendProtocol]:
+    """The backend class registered as ``name``.
+
+    Raises:
+        UnknownBackendError: ``name`` is not one of :data:`BACKENDS`.
+    """
+    if name == "torch":
+        from rllm_torch.backends.torch_backend.backend import TorchBackend
+
+        return TorchBackend
+    raise UnknownBackendError(f"backend.name={name!r} is not a known backend; choose from {list(BACKENDS)}.")
+
+
+def run(config: DictConfig) -> UnifiedTrainer:
+    """Train with a composed config; returns the (shut down) trainer, whose ``val_history``
+    holds every validation's metrics.
+
+    Raises:
+        ConfigError (and subclasses), UnknownEstimatorError: before training starts.
+    """
+    seed = config.seed
+    random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)
+    backend_cls = backend_class(config.backend.name)
+    task = build_task(config.task)
+    if config.rllm.trainer.default_local_dir is None:
+        with open_dict(config):
+            config.rllm.trainer.default_local_dir = HydraConfig.get().runtime.output_dir if HydraConfig.initialized() else f"outputs/{config.rllm.trainer.project_name}/{config.rllm.trainer.experiment_name}"
+    run_dir = Path(config.rllm.trainer.default_local_dir)
+    trainer = UnifiedTrainer(backend_cls, config, SingleTurnWorkflow, train_dataset=task.train, val_dataset=task.val or None, workflow_args={"reward_fn": task.reward_fn}, backend_args={"alphabet": task.alphabet})
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(config, resolve=True))
+    start = time.perf_counter()
+    try:
+        trainer.fit()
+    finally:
+        trainer.shutdown()
+    summarize(trainer, time.perf_counter() - start, run_dir)
+    return trainer
+
+
+def summarize(trainer: UnifiedTrainer, seconds: float, run_dir: Path) -> None:
+    """Print the first and last validation pass@1 of each data source and the wall time."""
+    history = trainer.val_history
+    if history:
+        first, last = history[0], history[-1]
+        for key in sorted(k for k in last[1] if k.endswith("/pass@1")):
+            print(f"{key}: {first[1].get(key, float('nan')):.3f} (step {first[0]}) -> {last[1][key]:.3f} (step {last[0]})")
+    print(f"wall time {seconds:.1f} s; run directory {run_dir}")
+
+
+register_configs()
+
+
+@hydra.main(config_path="configs", config_name="train", version_base=None)
+def main(config: DictConfig) -> None:
+    """The console script."""
+    run(config)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""``BackendProtocol``: what a training backend provides to the unified trainer, and the default
+tensor-path advantage computation.
+
+The trainer calls, per batch: ``generate_episodes`` → (transform, filtering) →
+``transform_to_backend_batch`` → ``process_backend_batch`` → ``compute_advantages`` →
+``update_policy``; and the ``on_*`` hooks around training, epochs, batches and validation.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+
+from rllm_torch.advantage import _estimator_of
+from rllm_torch.config import AlgorithmConfig
+from rllm_torch.estimators import compute_advantages
+from rllm_torch.metrics import summary_metrics
+from rllm_torch.packing import GroupedRewards
+from rllm_torch.trainer.state import TrainerState
+from rllm_torch.trainer.token_batch import TokenBatch
+
+__all__ = ["BackendProtocol", "compute_token_advantages"]
+
+
+def compute_token_advantages(batch: TokenBatch, algorithm_config: AlgorithmConfig) -> dict[str, float]:
+    """Write ``batch.advantages [N, T] = adv_N[:, None] * response_mask [N, T]``, per role.
+
+    Each role's trajectories are packed with ``GroupedRewards.from_flat(rewards_N, group_index_N,
+    num_groups=G, validate=False)`` and the role's estimator (``estimator_map[role]``, else
+    ``estimator``) is called once with ``algorithm_config.estimator_kwargs``. With one role the
+    whole path stays on the batch's device with no host sync; with several, selecting each role's
+    rows costs one sync per role. Advantages never pass through Python floats.
+
+    Returns:
+        ``reward/{role}/*`` and ``advantage/{role}/*`` summary metrics (Python floats).
+
+    Raises:
+        UnknownEstimatorError: a role's estimator is not registered.
+    """
+    roles = sorted(set(batch.group_roles))
+    adv_N = torch.zeros_like(batch.rewards)
+    metrics: dict[str, float] = {}
+    for role in roles:
+        estimator = _estimator_of(role, algorithm_config)
+        if len(roles) == 1:
+            rows_N, rewards_N, group_index_N, num_groups = None, batch.rewards, batch.group_index, batch.num_groups
+        else:
+            role_groups = [g for g, r in enumerate(batch.group_roles) if r == role]
+            remap_G = torch.full((batch.num_groups,), -1, dtype=torch.int64, device=batch.rewards.device)
+            remap_G[role_groups] = torch.arange(len(role_groups), device=remap_G.device)
+            rows_N = torch.nonzero(remap_G[batch.group_index] >= 0).squeeze(1)
+            rewards_N, group_index_N, num_groups = batch.rewards[rows_N], remap_G[batch.group_index[rows_N]], len(role_groups)
+        packed = GroupedRewards.from_flat(rewards_N, group_index_N, num_groups=num_groups, validate=False)
+        role_adv_N, _ = compute_advantages(packed, estimator, **algorithm_config.estimator_kwargs)
+        role_adv_N = role_adv_N.to(adv_N.dtype)
+        if rows_N is None:
+            adv_N = role_adv_N
+        else:
+            adv_N = adv_N.index_copy(0, rows_N, role_adv_N)
+        if rewards_N.numel():
+            metrics |= summary_metrics(rewards_N, f"reward/{role}") | summary_metrics(role_adv_N, f"advantage/{role}", fraction_zero=True)
+    batch.advantages = adv_N[:, None] * batch.response_mask
+    return metrics
+
+
+class BackendProtocol(ABC):
+    """Abstract base of training backends (rLLM's ``BackendProtocol``).
+
+    A subclass is built as ``backend_cls(config=config, **backend_args)``. The methods that
+    touch the model are abstract; the hooks default to doing nothing, and
+    :meth:`compute_advantages` defaults to the tensor estimators on a :class:`TokenBatch`.
+    """
+
+    name: str = "base"
+
+    def __init__(self, config: DictConfig, **kwargs: Any) -> None:
+        self.config = config
+
+    # ---- set-up ----------------------------------------------------------------------------
+    @abstractmethod
+    def init_rollout_engine(self, **kwargs: Any) -> Any:
+        """Build and return the rollout engine the workflows sample from."""
+
+    def validate_config(self) -> None:
+        """Raise :class:`~rllm_torch.errors.ConfigError` for backend settings that cannot work."""
+
+    @abstractmethod
+    def get_dataloader(self, dataset: Any, trainer_state: TrainerState) -> Iterable:
+        """Batches of tasks from ``dataset`` (one pass = one epoch); must support ``len``."""
+
+    # ---- per batch -------------------------------------------------------------------------
+    @abstractmethod
+    async def generate_episodes(self, batch: Any, agent_workflow_engine: Any, is_validation: bool = False) -> list:
+        """Run the workflows on a batch of tasks (``rollout.n`` or ``rollout.n_val`` times each)."""
+
+    @abstractmethod
+    def transform_to_backend_batch(self, trainer_state: TrainerState) -> Any:
+        """Turn ``trainer_state.trajectory_groups`` into the backend's batch."""
+
+    async def process_backend_batch(self, trainer_state: TrainerState) -> None:
+        """Compute what the update needs before advantages (e.g. old log-probs)."""
+
+    async def compute_advantages(self, trainer_state: TrainerState, algorithm_config: AlgorithmConfig) -> None:
+        """Token-level advantages on ``trainer_state.backend_batch`` (a :class:`TokenBatch`):
+        see :func:`compute_token_advantages`. Metrics go into ``trainer_state.metrics``."""
+        trainer_state.metrics.update(compute_token_advantages(trainer_state.backend_batch, algorithm_config))
+
+    @abstractmethod
+    async def update_policy(self, trainer_state: TrainerState) -> None:
+        """Update the policy from ``trainer_state.backend_batch``; put metrics in the state."""
+
+    # ---- hooks -----------------------------------------------------------------------------
+    async def on_train_start(self, trainer_state: TrainerState) -> None:
+        """Before the first validation and batch."""
+
+    async def on_train_end(self, trainer_state: TrainerState) -> None:
+        """After the final validation (e.g. save the final checkpoint)."""
+
+    async def on_epoch_start(self, trainer_state: TrainerState) -> None:
+        """Before the first batch of an epoch."""
+
+    async def on_epoch_end(self, trainer_state: TrainerState) -> None:
+        """After the last batch of an epoch."""
+
+    async def on_batch_start(self, trainer_state: TrainerState) -> None:
+        """Before a batch's first stage."""
+
+    async def on_batch_end(self, trainer_state: TrainerState) -> None:
+        """After a batch's update (e.g. periodic checkpoints)."""
+
+    async def on_validation_start(self, trainer_state: TrainerState) -> bool:
+        """Before validation; return False to skip it."""
+        return True
+
+    async def on_validation_end(self, trainer_state: TrainerState) -> None:
+        """After validation."""
+
+    def shutdown(self) -> None:
+        """Release resources."""

@@ -1,0 +1,58 @@
+"""``TrainerState``: what one training run carries from stage to stage and from batch to batch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rllm_torch.trainer.rejection_sampling import RejectionSamplingState
+from rllm_torch.types import Episode, TrajectoryGroup
+
+__all__ = ["TrainerState"]
+
+
+@dataclass
+class TrainerState:
+    """Mutable state of a :class:`~rllm_torch.trainer.unified_trainer.UnifiedTrainer` run.
+
+    Attributes:
+        global_step: the current training step, 1-based (0 before the first batch).
+        epoch: the current epoch, 0-based.
+        total_steps: the number of training steps the run will take.
+        episodes: the current batch's episodes.
+        trajectory_groups: the current batch's groups (after filtering).
+        backend_batch: the backend's form of the batch (for the torch backend a ``TokenBatch``).
+        metrics: this batch's metrics, logged after the batch.
+        timing_dict: seconds spent in each stage of this batch.
+        rs_state: rejection-sampling accumulation, kept across batches.
+        last_validation_step: the step of the last validation (None: none yet); validation never
+            runs twice for one step.
+    """
+
+    global_step: int = 0
+    epoch: int = 0
+    total_steps: int = 0
+    episodes: list[Episode] = field(default_factory=list)
+    trajectory_groups: list[TrajectoryGroup] = field(default_factory=list)
+    backend_batch: Any = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    timing_dict: dict[str, float] = field(default_factory=dict)
+    rs_state: RejectionSamplingState = field(default_factory=RejectionSamplingState)
+    last_validation_step: int | None = None
+
+    def reset_batch(self) -> None:
+        """Forget the previous batch (episodes, groups, backend batch, metrics, timings)."""
+        self.episodes, self.trajectory_groups, self.backend_batch = [], [], None
+        self.metrics, self.timing_dict = {}, {}
+
+    @property
+    def has_episodes(self) -> bool:
+        return bool(self.episodes)
+
+    @property
+    def has_trajectory_groups(self) -> bool:
+        return bool(self.trajectory_groups)
+
+    @property
+    def has_backend_batch(self) -> bool:
+        return self.backend_batch is not None

@@ -1,0 +1,184 @@
+"""``UnifiedTrainer``: the backend-agnostic RL training loop (rLLM's ``UnifiedTrainer``).
+
+One training step, in order::
+
+    episodes = generate_episodes(batch)           # workflows sample from the policy
+    metrics  = workflow + termination metrics
+    groups   = transform_to_groups(episodes)      # one group per (task, role)
+    groups   = rejection_sampling(groups)
+    batch    = transform_to_backend_batch(groups) # packed tensors
+    process_backend_batch(batch)                  # old log-probs
+    compute_advantages(batch)                     # tensor estimators, per role
+    update_policy(batch)
+    log(metrics)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from rllm_torch.advantage import collect_reward_and_advantage_from_trajectory_groups
+from rllm_torch.trainer.backend import BackendProtocol
+from rllm_torch.trainer.rejection_sampling import apply_rejection_sampling_and_filtering
+from rllm_torch.trainer.setup import build_pipeline_configs
+from rllm_torch.trainer.state import TrainerState
+from rllm_torch.trainer.tracking import Tracking
+from rllm_torch.trainer.transform import transform_episodes_to_trajectory_groups
+from rllm_torch.trainer.validation import validation_pass_metrics
+from rllm_torch.types import Episode, TerminationReason
+from rllm_torch.workflows.base import Workflow
+from rllm_torch.workflows.engine import EpisodeLogger, UnifiedWorkflowEngine
+
+__all__ = ["UnifiedTrainer"]
+
+
+class UnifiedTrainer:
+    """Backend-agnostic trainer: workflows sample episodes, the backend trains on them.
+
+    Args:
+        backend_cls: a :class:`BackendProtocol` subclass, built ``backend_cls(config=config, **backend_args)``.
+        config: the run config (``rllm.*`` keys, see ``rllm_torch/configs``).
+        workflow_class: the :class:`Workflow` run on each task.
+        train_dataset, val_dataset: what ``backend.get_dataloader`` batches (lists of task dicts).
+        workflow_args, backend_args: keyword arguments of the workflow and backend.
+        traj_grouping_hook: replaces the default episode → group transform.
+        traj_group_adv_estimator_map: group role → estimator name, over ``rllm.algorithm.estimator_map``.
+
+    Raises:
+        ConfigError / UnknownEstimatorError: bad settings, before anything is trained.
+    """
+
+    def __init__(self, backend_cls: type[BackendProtocol], config: DictConfig, workflow_class: type[Workflow], train_dataset: Any = None, val_dataset: Any = None, workflow_args: dict | None = None, backend_args: dict | None = None, *, traj_grouping_hook: Callable | None = None, traj_group_adv_estimator_map: dict | None = None, **kwargs: Any) -> None:
+        self.workflow_class, self.workflow_args = workflow_class, workflow_args or {}
+        self.train_dataset, self.val_dataset = train_dataset, val_dataset
+        self.config, self.rllm_config = config, config.rllm
+        self.traj_grouping_hook = traj_grouping_hook
+        self.traj_group_adv_estimator_map = traj_group_adv_estimator_map or {}
+        pipeline = build_pipeline_configs(config, self.traj_group_adv_estimator_map)
+        self.cf_config, self.transform_config = pipeline.compact_filtering, pipeline.transform
+        self.rs_config, self.algorithm_config = pipeline.rejection_sampling, pipeline.algorithm
+        self.backend = backend_cls(config=config, **(backend_args or {}))
+        self.backend.validate_config()
+        self._setup_logging()
+        rollout_engine = self.backend.init_rollout_engine(cf_config=self.cf_config, transform_config=self.transform_config, rs_config=self.rs_config, algorithm_config=self.algorithm_config)
+        wf = self.rllm_config.workflow
+        self.agent_workflow_engine = UnifiedWorkflowEngine(self.workflow_class, self.workflow_args, rollout_engine, config, n_parallel_tasks=wf.n_parallel_tasks, retry_limit=wf.retry_limit, raise_on_error=wf.raise_on_error, episode_logger=self.episode_logger)
+        self.tokenizer = getattr(self.backend, "tokenizer", None)
+        self.val_history: list[tuple[int, dict[str, float]]] = []
+
+    def _setup_logging(self) -> None:
+        trainer, logging = self.rllm_config.trainer, self.rllm_config.episode_logging
+        self.run_dir = Path(trainer.get("default_local_dir") or f"outputs/{trainer.project_name}/{trainer.experiment_name}")
+        self.episode_logger = EpisodeLogger(logging.get("episode_log_dir") or str(self.run_dir)) if logging.log_episodes else None
+        backends = trainer.logger if isinstance(trainer.logger, str) else OmegaConf.to_container(trainer.logger)
+        self.logger = Tracking(backends, run_dir=self.run_dir)
+
+    # ---- main loop -------------------------------------------------------------------------
+    def fit(self) -> None:
+        """Train (sync entry point; runs :meth:`fit_async` in a new event loop)."""
+        asyncio.run(self.fit_async())
+
+    async def fit_async(self) -> None:
+        """Validate (if configured), train for the configured epochs/batches, validate at the end."""
+        await self.agent_workflow_engine.initialize_pool()
+        state = TrainerState()
+        await self.backend.on_train_start(state)
+        trainer = self.rllm_config.trainer
+        if trainer.val_before_train or trainer.val_only:
+            await self._validate_async(state)
+            if trainer.val_only:
+                return
+        await self._fit_async(state)
+        await self._validate_async(state)  # final validation (skipped if this step was just validated)
+        await self.backend.on_train_end(state)
+
+    async def _fit_async(self, state: TrainerState) -> None:
+        trainer = self.rllm_config.trainer
+        dataloader = self.backend.get_dataloader(self.train_dataset, state)
+        max_batches = trainer.total_batches if trainer.total_batches is not None and trainer.total_batches > 0 else None
+        state.total_steps = max_batches or len(dataloader) * trainer.total_epochs
+        for epoch in range(trainer.total_epochs):
+            state.epoch = epoch
+            await self.backend.on_epoch_start(state)
+            for batch in dataloader:
+                state.reset_batch()
+                state.global_step += 1
+                await self.backend.on_batch_start(state)
+                start = time.perf_counter()
+                await self._train_batch_async(batch, state)
+                state.metrics["time/step"] = time.perf_counter() - start
+                await self.backend.on_batch_end(state)
+                self.logger.log(state.metrics, step=state.global_step)
+                if trainer.test_freq > 0 and state.global_step % trainer.test_freq == 0:
+                    await self._validate_async(state)
+                if max_batches is not None and state.global_step >= max_batches:
+                    break
+            await self.backend.on_epoch_end(state)
+            if max_batches is not None and state.global_step >= max_batches:
+                break
+
+    async def _train_batch_async(self, batch: Any, state: TrainerState) -> None:
+        self.agent_workflow_engine.set_training_step(state.global_step, mode="train", epoch=state.epoch)
+        state.episodes = await self.backend.generate_episodes(batch, agent_workflow_engine=self.agent_workflow_engine, is_validation=False)
+        if not state.has_episodes:
+            return
+        state.metrics.update(workflow_metrics(state.episodes, prefix="batch"))
+        state.trajectory_groups, transform_metrics = transform_episodes_to_trajectory_groups(state.episodes, self.transform_config, self.cf_config, traj_grouping_hook=self.traj_grouping_hook)
+        state.metrics.update(transform_metrics)
+        state.trajectory_groups, state.episodes, rs_metrics = apply_rejection_sampling_and_filtering(state.episodes, state.trajectory_groups, self.rs_config, state.rs_state)
+        state.metrics.update(rs_metrics)
+        if not state.has_trajectory_groups:
+            return
+        state.backend_batch = self.backend.transform_to_backend_batch(state)
+        await self.backend.process_backend_batch(state)
+        await self.backend.compute_advantages(state, self.algorithm_config)
+        await self.backend.update_policy(state)
+
+    async def _validate_async(self, state: TrainerState) -> dict[str, float]:
+        """Validate once per step: pass@1 / pass@n_val per data source, plus reward metrics."""
+        if self.val_dataset is None or state.last_validation_step == state.global_step:
+            return {}
+        if not await self.backend.on_validation_start(state):
+            return {}
+        state.last_validation_step = state.global_step
+        start = time.perf_counter()
+        self.agent_workflow_engine.set_training_step(state.global_step, mode="val", epoch=state.epoch)
+        episodes: list[Episode] = []
+        for batch in self.backend.get_dataloader(self.val_dataset, state):
+            episodes += await self.backend.generate_episodes(batch, agent_workflow_engine=self.agent_workflow_engine, is_validation=True)
+        groups, _ = transform_episodes_to_trajectory_groups(episodes, self.transform_config, self.cf_config, traj_grouping_hook=self.traj_grouping_hook)
+        metrics = {f"val/{k}": v for k, v in collect_reward_and_advantage_from_trajectory_groups(groups, self.algorithm_config, collect_advantage=False).items()}
+        metrics |= validation_pass_metrics(episodes, self.rllm_config.rollout.n_val)
+        metrics |= workflow_metrics(episodes, prefix="val")
+        metrics["time/testing"] = time.perf_counter() - start
+        self.logger.log(metrics, step=state.global_step)
+        self.val_history.append((state.global_step, metrics))
+        await self.backend.on_validation_end(state)
+        return metrics
+
+    def shutdown(self) -> None:
+        """Release the workflow pool, the backend and the metric files."""
+        self.agent_workflow_engine.shutdown()
+        self.backend.shutdown()
+        self.logger.finish()
+
+
+def workflow_metrics(episodes: list[Episode], prefix: str) -> dict[str, float]:
+    """Mean of each numeric ``episode.metrics`` key and the share of each termination reason."""
+    values: dict[str, list[float]] = {}
+    reasons = Counter(e.termination_reason.value for e in episodes if e.termination_reason is not None)
+    for episode in episodes:
+        for key, value in episode.metrics.items():
+            if isinstance(value, (int, float)):
+                values.setdefault(key, []).append(float(value))
+    metrics = {f"{prefix}/{k}": sum(v) / len(v) for k, v in values.items()}
+    total = max(sum(reasons.values()), 1)
+    metrics |= {f"{prefix}/termination_reason/{r.value}": reasons[r.value] / total for r in TerminationReason}
+    return metrics

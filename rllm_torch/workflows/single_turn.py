@@ -1,0 +1,47 @@
+"""A single-turn workflow with a verifiable reward: one completion, scored by a reward function."""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable
+from typing import Any
+
+from rllm_torch.types import Episode, Step, TerminationReason, Trajectory
+from rllm_torch.workflows.base import Workflow
+from rllm_torch.workflows.rollout import RolloutEngine
+
+__all__ = ["SingleTurnWorkflow", "RewardFn"]
+
+RewardFn = Callable[[dict, str], float]
+"""``reward_fn(task, response_text) -> float``; a task is a dict with at least ``"prompt"``."""
+
+
+class SingleTurnWorkflow(Workflow):
+    """Prompt → one completion → ``reward_fn(task, text)``.
+
+    Args:
+        rollout_engine: where completions come from.
+        reward_fn: the verifier; an exception in it fails the attempt (the engine retries).
+        correct_threshold: the episode is correct when ``reward >= correct_threshold``.
+        role: the trajectory name, which is the group role (picks the estimator).
+    """
+
+    def __init__(self, rollout_engine: RolloutEngine, reward_fn: RewardFn, correct_threshold: float = 1.0, role: str = "solver", **kwargs: Any) -> None:
+        super().__init__(rollout_engine, **kwargs)
+        self.reward_fn, self.correct_threshold, self.role = reward_fn, correct_threshold, role
+
+    async def run(self, task: dict, uid: str) -> Episode:
+        output = await self.rollout_engine.generate(task["prompt"])
+        reward = self.reward_fn(task, output.text)
+        if isinstance(reward, bool) or not isinstance(reward, numbers.Real):
+            raise TypeError(f"reward_fn returned {reward!r} ({type(reward).__name__}) for task {uid!r}; return a float.")
+        reward = float(reward)
+        step = Step(prompt_ids=output.prompt_ids, response_ids=output.response_ids, logprobs=output.logprobs, reward=reward, done=True, model_response=output.text)
+        reason = TerminationReason.ENV_DONE if output.finish_reason == "stop" else TerminationReason.MAX_RESPONSE_LENGTH_EXCEEDED
+        return Episode(
+            trajectories=[Trajectory(name=self.role, steps=[step], reward=reward)],
+            is_correct=reward >= self.correct_threshold,
+            termination_reason=reason,
+            metrics={"reward": reward, "response_length": float(len(output.response_ids))},
+            info={"data_source": task.get("data_source", "unknown")},
+        )

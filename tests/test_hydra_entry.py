@@ -1,0 +1,94 @@
+"""The Hydra entry point: composition, overrides, typos and bad input fail before training."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from hydra import compose, initialize_config_module
+from hydra.errors import ConfigCompositionException
+from omegaconf import open_dict
+
+from rllm_torch.errors import ConfigError, DatasetNotFoundError, ModelNotFoundError, UnknownBackendError, UnknownEstimatorError
+from rllm_torch.run_config import register_configs
+from rllm_torch.train import run
+
+
+def compose_train(*overrides: str):
+    register_configs()
+    with initialize_config_module(config_module="rllm_torch.configs", version_base=None):
+        return compose(config_name="train", overrides=list(overrides))
+
+
+def test_the_default_config_composes_with_rllms_keys_and_the_three_groups():
+    config = compose_train()
+    assert config.rllm.algorithm.adv_estimator == "grpo" and config.rllm.rollout.n == 8
+    assert config.rllm.stepwise_advantage.mode == "broadcast" and config.rllm.workflow.retry_limit == 3
+    assert (config.model.arch, config.task.name, config.backend.name) == ("gpt2", "arithmetic", "torch")
+    assert {"rejection_sample", "compact_filtering", "episode_logging", "trainer"} <= set(config.rllm)
+
+
+def test_overrides_change_the_estimator_and_the_group_size():
+    config = compose_train("rllm.algorithm.adv_estimator=rloo", "rllm.rollout.n=4", "model=tiny_llama")
+    assert (config.rllm.algorithm.adv_estimator, config.rllm.rollout.n, config.model.arch) == ("rloo", 4, "llama")
+
+
+def test_a_misspelled_key_fails_at_composition_naming_the_key():
+    with pytest.raises(ConfigCompositionException, match="rolout"):
+        compose_train("rllm.rolout.n=4")
+
+
+def test_an_override_of_the_wrong_type_fails_at_composition():
+    with pytest.raises(ConfigCompositionException, match="rollout.n"):
+        compose_train("rllm.rollout.n=four")
+
+
+
+@pytest.mark.parametrize(
+    ("override", "error", "match"),
+    [
+        ("backend.name=jax", UnknownBackendError, "backend.name"),
+        ("rllm.algorithm.adv_estimator=gpro", UnknownEstimatorError, "gpro"),
+        ("task.name=nope", ConfigError, "task.name"),
+        ("model.path=/does/not/exist", ModelNotFoundError, "model.path"),
+        ("rllm.algorithm.loss_fn=dro", ConfigError, "loss_fn"),
+    ],
+)
+def test_bad_settings_fail_before_training_starts(tmp_path, override, error, match):
+    config = compose_train(override, f"rllm.trainer.default_local_dir={tmp_path}")
+    with pytest.raises(error, match=match):
+        run(config)
+    assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_a_missing_dataset_file_fails_before_training_starts(tmp_path):
+    config = compose_train("task=file", f"task.train_path={tmp_path / 'missing.jsonl'}", f"rllm.trainer.default_local_dir={tmp_path}")
+    with pytest.raises(DatasetNotFoundError, match="missing.jsonl"):
+        run(config)
+
+
+def test_a_user_jsonl_dataset_and_reward_function_train(tmp_path):
+    rows = [{"question": f"{i}?", "solution": str(i)} for i in range(4)]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = compose_train(
+        "task=file", f"task.train_path={tmp_path / 'train.jsonl'}", f"task.val_path={tmp_path / 'train.jsonl'}", "task.prompt_key=question", "task.answer_key=solution",
+        "task.reward_fn=rllm_torch.tasks.base:exact_match_reward", "model.hidden_size=32", "data.train_batch_size=4", "rllm.rollout.n=2",
+        "rllm.trainer.total_batches=1", f"rllm.trainer.default_local_dir={tmp_path / 'run'}", "rllm.trainer.logger=[jsonl]",
+    )
+    trainer = run(config)
+    assert "val/train/pass@1" in trainer.val_history[-1][1]
+
+
+def test_python_m_rllm_torch_train_runs_a_short_training_in_a_subprocess(tmp_path):
+    overrides = ["rllm.trainer.total_batches=2", "task.train_size=32", "task.val_size=8", "data.train_batch_size=16", "rllm.rollout.n=4", f"hydra.run.dir={tmp_path}"]
+    done = subprocess.run([sys.executable, "-m", "rllm_torch.train", *overrides], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "val/arithmetic/pass@1" in done.stdout
+    assert (tmp_path / "config.yaml").exists() and (tmp_path / "metrics.jsonl").exists() and (tmp_path / "checkpoints" / "final").is_dir()
+
+
+def test_python_m_rllm_torch_train_with_a_typo_exits_with_an_error_naming_the_key(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "rllm_torch.train", "rllm.trainer.totl_epochs=1", f"hydra.run.dir={tmp_path}"], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "totl_epochs" in done.stderr
