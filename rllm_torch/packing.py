@@ -10,7 +10,6 @@ case) the padded view is a free ``view(G, K)`` and estimators take a dense fast 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -40,13 +39,13 @@ def _lazy(compute):
     return property(get, doc=compute.__doc__)
 
 
-@dataclass(frozen=True, eq=False)
 class GroupedRewards:
-    """Rewards of ``G`` trajectory groups, packed as tensors.
+    """Rewards of ``G`` trajectory groups, packed as tensors. Treat it as immutable.
 
     Attributes:
         rewards: ``[N]`` rewards in flat order; dtype as given (bool, integer or float), any device.
-        group_index: ``[N]`` int64 group of each trajectory, dense ids ``0..G-1``, same device.
+        group_index: ``[N]`` int64 group of each trajectory, dense ids ``0..G-1``, same device
+            (built on first use for the dense layout, which does not need it).
         num_groups: ``G``. Groups with no trajectory are allowed and produce nothing.
         group_size: ``K`` when every group has exactly ``K`` trajectories and flat order is
             group-major (``rewards.view(G, K)`` is the padded tensor); else ``None``.
@@ -61,11 +60,30 @@ class GroupedRewards:
     :class:`~rllm_torch.errors.InvalidGroupIndexError` naming the group and position.
     """
 
-    rewards: Tensor
-    group_index: Tensor
-    num_groups: int
-    group_size: int | None = None
-    group_major: bool = False
+    def __init__(
+        self,
+        rewards: Tensor,
+        group_index: Tensor | None,
+        num_groups: int,
+        group_size: int | None = None,
+        group_major: bool = False,
+    ) -> None:
+        if group_index is None and group_size is None:
+            raise InvalidGroupIndexError("group_index may only be omitted for equal groups (group_size given).")
+        self.rewards, self._group_index, self.num_groups = rewards, group_index, num_groups
+        self.group_size, self.group_major = group_size, group_major
+
+    def __repr__(self) -> str:
+        layout = f"group_size={self.group_size}" if self.group_size is not None else "ragged"
+        return f"GroupedRewards(N={self.num_trajectories}, G={self.num_groups}, {layout}, dtype={self.rewards.dtype}, device={self.device})"
+
+    @property
+    def group_index(self) -> Tensor:
+        """``[N]`` int64 group of each trajectory."""
+        if self._group_index is None:
+            groups_G = torch.arange(self.num_groups, device=self.device)
+            self._group_index = groups_G.repeat_interleave(self.group_size, output_size=self.num_trajectories)
+        return self._group_index
 
     @classmethod
     def from_groups(
@@ -142,11 +160,9 @@ class GroupedRewards:
         rewards = check_reward_tensor(rewards, "rewards", ndim=2)
         num_groups, width = rewards.shape
         if mask is None:
-            flat = rewards.reshape(-1)
-            index = torch.arange(num_groups, device=rewards.device).repeat_interleave(width)
-            packed = cls(flat, index, num_groups, width if width > 0 else None, group_major=True)
-            packed.__dict__["slot_index"] = torch.arange(width, device=rewards.device).repeat(num_groups)
-            return packed
+            if width == 0:  # no trajectory at all
+                return cls(rewards.reshape(-1), rewards.new_zeros(0, dtype=torch.int64), num_groups, None, True)
+            return cls(rewards.reshape(-1), None, num_groups, width, group_major=True)
         if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
             raise InvalidGroupIndexError(
                 f"mask must be a bool tensor, got {getattr(mask, 'dtype', type(mask).__name__)}."
@@ -211,6 +227,8 @@ class GroupedRewards:
     def slot_index(self) -> Tensor:
         """``[N]`` int64 column of each trajectory in the padded tensor: its rank within its group
         in flat order (a stable sort of ``group_index``)."""
+        if self.group_size is not None:
+            return torch.arange(self.group_size, device=self.device).repeat(self.num_groups)
         order_N = torch.sort(self.group_index, stable=True).indices
         starts_G = torch.cumsum(self.counts, 0) - self.counts
         rank_N = torch.arange(self.num_trajectories, device=self.device) - starts_G[self.group_index[order_N]]
@@ -279,9 +297,8 @@ class GroupedRewards:
 
     def to(self, device: torch.device | str) -> GroupedRewards:
         """The same packing on another device."""
-        moved = GroupedRewards(
-            self.rewards.to(device), self.group_index.to(device), self.num_groups, self.group_size, self.group_major
-        )
+        index = None if self._group_index is None else self._group_index.to(device)
+        moved = GroupedRewards(self.rewards.to(device), index, self.num_groups, self.group_size, self.group_major)
         for key in ("counts", "slot_index"):
             if key in self.__dict__:
                 moved.__dict__[key] = self.__dict__[key].to(device)
