@@ -4,7 +4,8 @@
     python benchmarks/bench_estimators.py --device cuda   # our estimators and the floor on CUDA
 
 Columns (milliseconds, median of repeats): ``ours`` the estimator on packed rewards;
-``ours+pack`` packing from a flat reward tensor + dense group ids included; (b) ``loop`` a
+``ours+pack`` packing included (equal groups: ``from_padded`` of the ``[G, 8]`` tensor; ragged:
+``from_flat`` of the flat tensor + dense group ids, validated); (b) ``loop`` a
 per-group numpy loop as rLLM's reference page; (c) ``dict`` a per-trajectory Python dict loop;
 (d) ``bincount`` label factorizing (``np.unique``) + ``np.bincount``; (e) ``floor`` one
 elementwise pass over the same reward tensor into a preallocated output; ``compiled`` (equal
@@ -85,7 +86,7 @@ def run(sizes: tuple[int, ...], device: str, slow_limit: int, compile_dense: boo
             def pack():
                 if layout == "equal":
                     return GroupedRewards.from_padded(rewards.view(num_groups, 8))
-                return GroupedRewards.from_flat(rewards, group_index, num_groups=num_groups, validate=False)
+                return GroupedRewards.from_flat(rewards, group_index, num_groups=num_groups)
 
             packed = pack()
             compute_advantages(packed, "grpo")  # builds the cached layout

@@ -92,11 +92,22 @@ def check_group_index(group_index: object, rewards: Tensor, num_groups: int | No
     return group_index.long()
 
 
-def check_index_range(group_index: Tensor, num_groups: int) -> None:
-    """Data check of a group index (reads it: one host sync on an accelerator)."""
-    bad_N = (group_index < 0) | (group_index >= num_groups)
-    if bool(bad_N.any()):
+def inspect_group_index(group_index: Tensor, num_groups: int | None) -> tuple[int, bool]:
+    """Data checks of a group index, with one host sync: ``(num_groups, is_sorted)``.
+
+    ``num_groups`` defaults to ``max + 1``; every id must be in ``[0, num_groups)``.
+    ``is_sorted`` (non-decreasing ids) means flat order is group-major.
+    """
+    if group_index.numel() == 0:
+        return num_groups or 0, True
+    low, high = torch.aminmax(group_index)
+    ascending = (group_index[1:] >= group_index[:-1]).all()
+    low, high, ascending = torch.stack([low, high, ascending.long()]).tolist()
+    num_groups = high + 1 if num_groups is None else num_groups
+    if low < 0 or high >= num_groups:
+        bad_N = (group_index < 0) | (group_index >= num_groups)
         pos = int(bad_N.nonzero()[0, 0])
         raise InvalidGroupIndexError(
             f"group_index[{pos}] = {int(group_index[pos])} is outside [0, {num_groups}); group ids must be dense 0..num_groups-1 (see factorize_group_labels)."
         )
+    return num_groups, bool(ascending)

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from rllm_torch._checks import check_group_index, check_index_range, check_reward_tensor, group_to_array
+from rllm_torch._checks import check_group_index, check_reward_tensor, group_to_array, inspect_group_index
 from rllm_torch.errors import InvalidGroupIndexError, InvalidRewardsError
 from rllm_torch.labels import factorize_group_labels
 from rllm_torch.segment import SegmentLayout, segment_count
@@ -131,21 +131,22 @@ class GroupedRewards:
         Args:
             rewards: ``[N]`` bool/int/float rewards, any device.
             group_index: ``[N]`` integer group ids in ``[0, num_groups)``, same device.
-            num_groups: ``G``; when ``None`` it is ``group_index.max() + 1`` (one host sync).
-            validate: check that every id is in ``[0, num_groups)`` (reads ``group_index``: one
-                host sync on an accelerator). With ``num_groups`` given and ``validate=False``
-                nothing synchronises, for use inside compiled or graph-captured loops; ids out of
-                range are then undefined behaviour.
+            num_groups: ``G``; when ``None`` it is ``group_index.max() + 1``.
+            validate: check that every id is in ``[0, num_groups)``, and note whether ids are
+                sorted (group-major order, which makes later steps cheaper). This reads
+                ``group_index``: one host sync on an accelerator, also taken when ``num_groups``
+                is ``None``. With ``num_groups`` given and ``validate=False`` nothing
+                synchronises, for use inside compiled or graph-captured loops; ids out of range
+                are then undefined behaviour.
 
         Raises:
             InvalidRewardTypeError, InvalidRewardsError, InvalidGroupIndexError: see the class.
         """
         rewards = check_reward_tensor(rewards, "rewards", ndim=1)
         group_index = check_group_index(group_index, rewards, num_groups)
-        if num_groups is None:
-            num_groups = int(group_index.max()) + 1 if group_index.numel() else 0
-        if validate:
-            check_index_range(group_index, num_groups)
+        if validate or num_groups is None:
+            num_groups, ascending = inspect_group_index(group_index, num_groups)
+            return cls(rewards, group_index, num_groups, None, group_major=ascending)
         return cls(rewards, group_index, num_groups, None)
 
     @classmethod

@@ -83,3 +83,12 @@ def test_segment_reductions_accumulate_in_float32_or_float64():
 def test_to_moves_every_tensor():
     batch = GroupedRewards.from_groups([[1.0], [2.0, 3.0]]).to("meta")
     assert batch.rewards.device.type == batch.group_index.device.type == "meta"
+
+
+def test_validation_notices_group_major_order():
+    sorted_batch = GroupedRewards.from_flat(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([0, 0, 2]))
+    assert sorted_batch.group_major and sorted_batch.num_groups == 3
+    assert not GroupedRewards.from_flat(torch.tensor([1.0, 2.0]), torch.tensor([1, 0])).group_major
+    unchecked = GroupedRewards.from_flat(torch.tensor([1.0, 2.0]), torch.tensor([0, 1]), num_groups=2, validate=False)
+    assert not unchecked.group_major  # nothing was read, so nothing is assumed
+    assert [g.tolist() for g in sorted_batch.split(sorted_batch.rewards)] == [[1.0, 2.0], [], [3.0]]
