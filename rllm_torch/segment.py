@@ -81,8 +81,8 @@ def segment_var_mean(src: Tensor, index: Tensor, dim_size: int, *, correction: i
     if x_N.numel() == 0:
         nan_G = x_N.new_full((dim_size,), float("nan"))
         return nan_G, nan_G.clone()
-    stats = SegmentLayout.ragged(index, dim_size).center(x_N, correction=correction, singleton_baseline=None)
-    return stats.var, stats.mean
+    stats = SegmentLayout.ragged(index, dim_size).center(x_N, singleton_baseline=None)
+    return stats.var(correction), stats.mean
 
 
 def _gemv_is_exact(x: Tensor) -> bool:
@@ -196,36 +196,40 @@ class SegmentLayout:
             return torch.zeros_like(value_G).add_(singleton_value) if single else value_G
         return torch.where(single, singleton_value, value_G)
 
-    def center(self, x: Tensor, *, correction: int = 0, singleton_baseline: float | None = 0.0) -> Centered:
+    def center(self, x: Tensor, *, singleton_baseline: float | None = 0.0) -> Centered:
         """Two-pass centring on the group mean (see :class:`Centered`).
 
         The mean is taken of ``x - shift`` with ``shift`` each group's first value, so a constant
         group gives exactly 0. With ``singleton_baseline`` a number, a group of one uses that value
-        as its mean (0: its centred value is its reward) and its ``var`` is meaningless (callers
-        override it with :meth:`where_singleton`); with ``None`` it is treated like any group.
+        as its mean (0: its centred value is its reward; its variance is then meaningless and
+        callers override it with :meth:`where_singleton`); with ``None`` it is treated like any group.
         """
         shift_G = x[:, :1] if self.group_size is not None else torch.index_select(x, 0, self.first_index)
         centered = x - self.expand(shift_G)  # exactly 0 in a constant group
         mean_shifted_G = self.sum(centered).div_(self.counts)
-        if singleton_baseline is not None:  # a singleton's centred value is 0: make it x - baseline
+        if singleton_baseline is not None and self.singletons() is not False:  # a singleton's centred value
+            # is 0 here: make it x - baseline
             mean_shifted_G = self.where_singleton(mean_shifted_G, singleton_baseline - shift_G)
         centered.sub_(self.expand(mean_shifted_G))
-        return Centered(centered, self.sum_of_squares(centered).div_(self.counts - correction), mean_shifted_G, shift_G)
+        return Centered(centered, mean_shifted_G, shift_G, self)
 
 
 class Centered(NamedTuple):
-    """Result of :meth:`SegmentLayout.center`. ``values`` is in the layout's working shape,
-    the others are shaped like :meth:`SegmentLayout.sum`'s output."""
+    """Result of :meth:`SegmentLayout.center`: ``values`` in the layout's working shape, per-group
+    tensors shaped like :meth:`SegmentLayout.sum`'s output."""
 
     values: Tensor
-    """``x - mean`` (owned: callers may change it in place)."""
-    var: Tensor
-    """``sum((x - mean)^2) / (n - correction)``."""
+    """``x - mean`` (owned: callers may change it in place, after taking :meth:`var`)."""
     mean_shifted: Tensor
     """``mean - shift``."""
     shift: Tensor
     """each group's first value."""
+    layout: SegmentLayout
 
     @property
     def mean(self) -> Tensor:
         return self.shift + self.mean_shifted
+
+    def var(self, correction: int = 0) -> Tensor:
+        """Second pass: ``sum((x - mean)^2) / (n - correction)``, only when an estimator needs it."""
+        return self.layout.sum_of_squares(self.values).div_(self.layout.counts - correction)

@@ -64,9 +64,10 @@ def grpo(
     x, layout = working_rewards(batch)
     if batch.num_trajectories == 0:
         return x, x
-    adv, var_G, *_ = layout.center(x, correction=std_correction)  # a group of one: mean 0
+    stats = layout.center(x)  # a group of one: mean 0
+    adv = stats.values
     if norm_adv_by_std_in_grpo:
-        std_G = layout.where_singleton(var_G.sqrt_(), 1.0)  # a group of one: std 1
+        std_G = layout.where_singleton(stats.var(std_correction).sqrt_(), 1.0)  # a group of one: std 1
         adv.mul_(layout.expand(std_G.add_(epsilon).reciprocal_()))  # one division per group
     adv = layout.flat(adv)
     return adv, adv

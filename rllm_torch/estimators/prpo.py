@@ -46,6 +46,6 @@ def prpo(batch: GroupedRewards, *, epsilon: float = 1e-6) -> tuple[Tensor, Tenso
     if batch.num_trajectories == 0:
         return x_N, x_N
     whole = SegmentLayout.dense_layout(1, batch.num_trajectories)
-    centered, var, *_ = whole.center(whole.values(x_N), singleton_baseline=None)
-    adv = whole.flat(centered.div_(var.sqrt_().add_(epsilon)))
+    stats = whole.center(whole.values(x_N), singleton_baseline=None)
+    adv = whole.flat(stats.values.div_(stats.var().sqrt_().add_(epsilon)))
     return adv, adv
