@@ -176,8 +176,6 @@ class SegmentLayout:
 
     def sum_of_squares(self, x: Tensor) -> Tensor:
         """Per-group sums of ``x * x``, shaped like :meth:`sum`."""
-        if self.group_size is not None:
-            return torch.linalg.vector_norm(x, dim=1, keepdim=True).square_()
         return self.sum(x * x)
 
     def expand(self, v_G: Tensor) -> Tensor:
@@ -207,8 +205,8 @@ class SegmentLayout:
         shift_G = x[:, :1] if self.group_size is not None else torch.index_select(x, 0, self.first_index)
         centered = x - self.expand(shift_G)  # exactly 0 in a constant group
         mean_shifted_G = self.sum(centered).div_(self.counts)
-        if singleton_baseline is not None and self.singletons() is not False:  # a singleton's centred value
-            # is 0 here: make it x - baseline
+        # a singleton's centred value is 0 here: with a baseline, make it x - baseline
+        if singleton_baseline is not None and self.singletons() is not False:
             mean_shifted_G = self.where_singleton(mean_shifted_G, singleton_baseline - shift_G)
         centered.sub_(self.expand(mean_shifted_G))
         return Centered(centered, mean_shifted_G, shift_G, self)
