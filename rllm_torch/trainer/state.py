@@ -17,7 +17,7 @@ class TrainerState:
 
     Attributes:
         global_step: the current training step, 1-based (0 before the first batch).
-        epoch: the current epoch, 0-based.
+        epoch: the current epoch, 0-based (``total_epochs`` once every epoch is done).
         batch_in_epoch: batches of the current epoch done so far (a resumed run skips them).
         total_steps: the number of training steps the run will take.
         episodes: the current batch's episodes.

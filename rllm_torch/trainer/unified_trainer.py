@@ -142,10 +142,10 @@ class UnifiedTrainer:
                     await self._validate_async(state)
                 if self.checkpointer.due(state):
                     self.checkpointer.save(state, self.val_history)
+            await self.backend.on_epoch_end(state)
             if max_batches is not None and state.global_step >= max_batches:
                 break
-            await self.backend.on_epoch_end(state)
-            state.batch_in_epoch = 0
+            state.epoch, state.batch_in_epoch = epoch + 1, 0  # where a checkpoint taken now resumes
 
     async def _train_batch_async(self, batch: Any, state: TrainerState) -> None:
         self.agent_workflow_engine.set_training_step(state.global_step, mode="train", epoch=state.epoch)
