@@ -62,7 +62,7 @@ def plot_run(run_dir: str | Path, output: str | Path | None = None) -> Path:
     run_dir = Path(run_dir)
     series = read_metrics(run_dir / "metrics.jsonl")
     fig, axes = plt.subplots(2, 2, figsize=(11, 7), sharex=True)
-    for ax, (title, pattern) in zip(axes.flat, _PANELS):
+    for ax, (title, pattern) in zip(axes.flat, _PANELS, strict=True):
         drawn = False
         for key in sorted(k for k in series if pattern.match(k)):
             steps, values = series[key]

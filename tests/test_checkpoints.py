@@ -7,12 +7,11 @@ import errno
 import json
 
 import pytest
+from trainer_fakes import RecordingBackend, TwoRoleWorkflow, make_config
 
 from rllm_torch import UnifiedTrainer
 from rllm_torch.errors import CheckpointError, CheckpointMismatchError, ConfigError
 from rllm_torch.trainer.checkpoint import CheckpointStore
-
-from trainer_fakes import RecordingBackend, TwoRoleWorkflow, make_config
 
 TRAIN = [{"prompt": f"p{i}"} for i in range(8)]  # 4 batches of 2 per epoch
 VAL = [{"prompt": "v0", "data_source": "a"}]

@@ -57,7 +57,7 @@ def test_a_run_killed_with_sigkill_resumes_and_logs_what_an_uninterrupted_run_lo
 
     whole_rows, resumed_rows = metric_rows(whole), metric_rows(killed)
     assert [r["step"] for r in resumed_rows] == [r["step"] for r in whole_rows]  # no duplicates, nothing missing
-    after = [(w, r) for w, r in zip(whole_rows, resumed_rows) if w["step"] > saved[-1]]
+    after = [(w, r) for w, r in zip(whole_rows, resumed_rows, strict=True) if w["step"] > saved[-1]]
     assert len(after) >= 30
     for whole_row, resumed_row in after:
         assert resumed_row == whole_row, f"step {whole_row['step']} differs after resuming"

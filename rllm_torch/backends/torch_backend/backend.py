@@ -98,7 +98,7 @@ class TorchBackend(BackendProtocol):
             if self._pending_scheduler_state is not None:
                 self.scheduler.load_state_dict(self._pending_scheduler_state)
                 self._pending_scheduler_state = None
-                for group, lr in zip(self.optimizer.param_groups, self.scheduler.get_last_lr()):
+                for group, lr in zip(self.optimizer.param_groups, self.scheduler.get_last_lr(), strict=True):
                     group["lr"] = lr  # building the scheduler reset it to the step-0 value
 
     async def update_policy(self, trainer_state: TrainerState) -> None:
