@@ -16,7 +16,7 @@ class TensorBoardSink:
     def __init__(self, log_dir: Path, resume_step: int | None = None) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
-        purge = resume_step + 1 if resume_step is not None and resume_step >= 0 else None
+        purge = resume_step + 1 if resume_step is not None else None  # -1 (a fresh run): purge everything
         self.writer = SummaryWriter(log_dir=str(log_dir), purge_step=purge)
 
     def log(self, row: dict[str, Any], step: int) -> None:
