@@ -69,6 +69,16 @@ def test_a_full_disk_while_saving_raises_a_clear_error_and_keeps_the_previous_ch
     assert store.latest().step == 2
 
 
+def test_a_write_that_fails_otherwise_also_leaves_no_temporary_directory(tmp_path):
+    def unpicklable(directory):
+        (directory / "a.bin").write_bytes(b"half")
+        raise TypeError("cannot pickle 'generator' object")
+
+    with pytest.raises(CheckpointError, match="step_000002 failed: TypeError: cannot pickle.*no earlier checkpoint exists"):
+        CheckpointStore(tmp_path).save(2, unpicklable, {})
+    assert list(tmp_path.iterdir()) == []
+
+
 # ---- the trainer ---------------------------------------------------------------------------
 
 
@@ -158,6 +168,18 @@ def test_resume_path_to_a_damaged_checkpoint_fails_instead_of_picking_another(tm
 def test_an_unknown_resume_mode_that_is_not_a_directory_fails_before_training(tmp_path):
     with pytest.raises(ConfigError, match="resume_mode='atuo'"):
         trainer_for(tmp_path, "rllm.trainer.resume_mode=atuo")
+
+
+def test_the_rejection_sampling_accumulation_survives_a_restart(tmp_path):
+    # 2 tasks per step, every task partially solved; a release needs 3: steps 1, 3 accumulate, 2, 4 release
+    settings = ("rllm.rejection_sample.enable=true", "rllm.rejection_sample.min_partial_solve_tasks=3", "rllm.trainer.save_freq=1")
+    whole = trainer_for(tmp_path / "whole", "rllm.trainer.total_batches=4", *settings)
+    whole.fit()
+    trainer_for(tmp_path / "split", "rllm.trainer.total_batches=1", *settings).fit()  # stops holding step 1's groups
+    resumed = trainer_for(tmp_path / "split", "rllm.trainer.total_batches=4", *settings)
+    resumed.fit()
+    assert [b.num_groups for b in whole.backend.batches] == [8, 8]  # 2 roles x 4 tasks per release
+    assert [b.num_groups for b in resumed.backend.batches] == [8, 8]
 
 
 def test_resume_mode_disable_in_a_directory_with_checkpoints_refuses_to_mix_two_runs(tmp_path):

@@ -111,8 +111,9 @@ class CheckpointStore:
         checkpoint of the same step), and old checkpoints are pruned.
 
         Raises:
-            CheckpointError: writing failed (e.g. ``OSError`` ENOSPC, disk full); the temporary
-                directory is removed and every earlier checkpoint is left as it was.
+            CheckpointError: writing failed (e.g. ``OSError`` ENOSPC, disk full, or an object that
+                cannot be pickled); the temporary directory is removed and every earlier
+                checkpoint is left as it was.
         """
         final = self.root / checkpoint_name(step)
         tmp = self.root / f".tmp-{final.name}-{os.getpid()}"
@@ -128,11 +129,13 @@ class CheckpointStore:
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str))
             _fsync(tmp / MANIFEST)
             self._move_into_place(tmp, final)
-        except OSError as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever stopped the write, the half directory goes
             shutil.rmtree(tmp, ignore_errors=True)
             previous = [i for i in self._quiet_complete() if i.step != step]
             intact = f"the previous checkpoint {previous[-1].path} is intact and a restart resumes from it" if previous else "no earlier checkpoint exists"
-            raise CheckpointError(f"saving checkpoint {final} failed: {exc.strerror or exc} (errno {exc.errno}); {intact}. Free disk space (or fix the path) and start the same command again.") from exc
+            if isinstance(exc, OSError):
+                raise CheckpointError(f"saving checkpoint {final} failed: {exc.strerror or exc} (errno {exc.errno}); {intact}. Free disk space (or fix the path) and start the same command again.") from exc
+            raise CheckpointError(f"saving checkpoint {final} failed: {type(exc).__name__}: {exc}; {intact}.") from exc
         self.prune()
         return final
 
