@@ -30,6 +30,15 @@ def test_the_default_config_composes_with_rllms_keys_and_the_three_groups():
     assert {"rejection_sample", "compact_filtering", "episode_logging", "trainer"} <= set(config.rllm)
 
 
+def test_the_run_directory_depends_only_on_project_and_experiment_so_the_same_command_resumes():
+    register_configs()
+    with initialize_config_module(config_module="rllm_torch.configs", version_base=None):
+        config = compose(config_name="train", return_hydra_config=True, overrides=["rllm.trainer.experiment_name=long"])
+    assert config.hydra.run.dir == "outputs/rllm_torch/long"
+    trainer = config.rllm.trainer
+    assert (trainer.resume_mode, trainer.save_freq, trainer.max_checkpoints_to_keep, trainer.log_table_every) == ("auto", 32, 3, 32)
+
+
 def test_overrides_change_the_estimator_and_the_group_size():
     config = compose_train("rllm.algorithm.adv_estimator=rloo", "rllm.rollout.n=4", "model=tiny_llama")
     assert (config.rllm.algorithm.adv_estimator, config.rllm.rollout.n, config.model.arch) == ("rloo", 4, "llama")

@@ -143,7 +143,7 @@ class BackendProtocol(ABC):
         """Before a batch's first stage."""
 
     async def on_batch_end(self, trainer_state: TrainerState) -> None:
-        """After a batch's update (e.g. periodic checkpoints)."""
+        """After a batch's update, before it is logged (the trainer itself writes the checkpoints)."""
 
     async def on_validation_start(self, trainer_state: TrainerState) -> bool:
         """Before validation; return False to skip it."""
