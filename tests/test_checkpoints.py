@@ -139,9 +139,8 @@ def test_a_full_disk_stops_the_run_with_a_clear_message_and_the_previous_checkpo
 
 def test_a_config_changed_since_the_checkpoint_fails_naming_the_setting_and_the_checkpoint_stays_usable(tmp_path):
     trainer_for(tmp_path, "rllm.trainer.total_batches=2").fit()
-    changed = trainer_for(tmp_path, "rllm.trainer.total_batches=4", "rllm.rollout.n=4")
     with pytest.raises(CheckpointMismatchError, match=r"step_000002.*rllm.rollout.n: 2 in the checkpoint, 4 now.*experiment_name"):
-        changed.fit()
+        trainer_for(tmp_path, "rllm.trainer.total_batches=4", "rllm.rollout.n=4")  # before anything is written
     same = trainer_for(tmp_path, "rllm.trainer.total_batches=4")
     same.fit()
     assert same.backend.updates == 4
@@ -160,9 +159,8 @@ def test_a_corrupt_newest_checkpoint_is_skipped_and_the_one_before_resumes(tmp_p
 def test_resume_path_to_a_damaged_checkpoint_fails_instead_of_picking_another(tmp_path):
     trainer_for(tmp_path, "rllm.trainer.total_batches=2").fit()
     (tmp_path / "checkpoints" / "step_000002" / "manifest.json").unlink()
-    trainer = trainer_for(tmp_path, f"rllm.trainer.resume_mode={tmp_path / 'checkpoints' / 'step_000002'}")
     with pytest.raises(CheckpointError, match="no manifest.json"):
-        trainer.fit()
+        trainer_for(tmp_path, f"rllm.trainer.resume_mode={tmp_path / 'checkpoints' / 'step_000002'}")
 
 
 def test_an_unknown_resume_mode_that_is_not_a_directory_fails_before_training(tmp_path):
@@ -185,4 +183,4 @@ def test_the_rejection_sampling_accumulation_survives_a_restart(tmp_path):
 def test_resume_mode_disable_in_a_directory_with_checkpoints_refuses_to_mix_two_runs(tmp_path):
     trainer_for(tmp_path, "rllm.trainer.total_batches=2").fit()
     with pytest.raises(CheckpointError, match="resume_mode=disable.*step_000002"):
-        trainer_for(tmp_path, "rllm.trainer.resume_mode=disable").fit()
+        trainer_for(tmp_path, "rllm.trainer.resume_mode=disable")

@@ -57,8 +57,14 @@ class RunCheckpointer:
             directory given as ``resume_mode`` itself: exactly that checkpoint).
         run_dir: the run directory; checkpoints go to ``run_dir/checkpoints``.
 
+    The checkpoint to resume from is chosen, and its fingerprint checked, when the object is
+    built, so a run that cannot resume stops before it writes anything.
+
     Raises:
         ConfigError: an unknown ``resume_mode`` that is not a directory either.
+        CheckpointMismatchError: the config changed in a setting resuming cannot honour.
+        CheckpointError: the requested checkpoint is damaged; or ``resume_mode=disable`` in a
+            run directory that already holds checkpoints (two runs would mix).
     """
 
     def __init__(self, backend: Any, config: DictConfig, run_dir: Path) -> None:
@@ -72,6 +78,17 @@ class RunCheckpointer:
             self.mode, self.path = "resume_path", trainer.get("resume_from_path") if mode == "resume_path" else mode
             if not self.path or not Path(self.path).is_dir():
                 raise ConfigError(f"rllm.trainer.resume_mode={mode!r}: expected auto, disable, or a checkpoint directory (resume_path with rllm.trainer.resume_from_path={self.path!r}); no such directory.")
+        self.candidates = self._candidates()
+        if self.candidates:
+            check_fingerprint(self.candidates[0].metadata.get("fingerprint", {}), self.fingerprint, str(self.candidates[0].path))
+
+    def _candidates(self) -> list[CheckpointInfo]:
+        """Checkpoints to try, newest first."""
+        if self.mode == "disable":
+            if (latest := self.store.latest()) is not None:
+                raise CheckpointError(f"rllm.trainer.resume_mode=disable but {self.store.root} already holds checkpoints (newest {latest.path.name}); a fresh run there would mix two runs. Use another run directory (rllm.trainer.experiment_name=... or default_local_dir=...), delete that directory, or resume_mode=auto to continue it.")
+            return []
+        return [read_manifest(Path(self.path))] if self.mode == "resume_path" else self.store.complete()[::-1]
 
     def due(self, state: TrainerState) -> bool:
         """True when ``state.global_step`` is a multiple of ``save_freq`` (> 0)."""
@@ -99,21 +116,16 @@ class RunCheckpointer:
 
     def resume(self, state: TrainerState, val_history: list) -> CheckpointInfo | None:
         """Restore ``state``, ``val_history`` (in place), the backend and the generators from the
-        checkpoint ``resume_mode`` selects; returns it (None: starting at step 0).
+        newest readable checkpoint chosen at construction; returns it (None: starting at step 0).
 
         Raises:
-            CheckpointMismatchError: the config changed in a setting resuming cannot honour.
-            CheckpointError: the requested checkpoint is damaged; or ``resume_mode=disable`` in a
-                run directory that already holds checkpoints (two runs would mix).
+            CheckpointMismatchError: an older checkpoint, tried because the newer ones are
+                unreadable, does not fit the config.
+            CheckpointError: ``resume_mode`` named a checkpoint that cannot be read.
         """
         for stale in self.store.remove_stale_temporaries():
             warnings.warn(f"removed {stale}: an unfinished checkpoint write of a run that was stopped", stacklevel=2)
-        if self.mode == "disable":
-            if (latest := self.store.latest()) is not None:
-                raise CheckpointError(f"rllm.trainer.resume_mode=disable but {self.store.root} already holds checkpoints (newest {latest.path.name}); a fresh run there would mix two runs. Use another run directory (rllm.trainer.experiment_name=... or default_local_dir=...), delete that directory, or resume_mode=auto to continue it.")
-            return None
-        candidates = [read_manifest(Path(self.path))] if self.mode == "resume_path" else self.store.complete()[::-1]
-        for info in candidates:
+        for info in self.candidates:
             check_fingerprint(info.metadata.get("fingerprint", {}), self.fingerprint, str(info.path))
             try:
                 backend_state = torch.load(info.path / "backend.pt", map_location="cpu", weights_only=False)
