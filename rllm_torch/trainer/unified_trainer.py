@@ -59,8 +59,8 @@ class UnifiedTrainer:
 
     Raises:
         ConfigError / UnknownEstimatorError: bad settings, before anything is trained.
-        CheckpointMismatchError / CheckpointError (from :meth:`fit`): the checkpoint to resume
-            from does not fit the config or cannot be read; a checkpoint could not be written.
+        CheckpointMismatchError / CheckpointError: the checkpoint to resume from does not fit
+            the config or cannot be read (here); a checkpoint could not be written (in :meth:`fit`).
     """
 
     def __init__(self, backend_cls: type[BackendProtocol], config: DictConfig, workflow_class: type[Workflow], train_dataset: Any = None, val_dataset: Any = None, workflow_args: dict | None = None, backend_args: dict | None = None, *, traj_grouping_hook: Callable | None = None, traj_group_adv_estimator_map: dict | None = None, **kwargs: Any) -> None:
