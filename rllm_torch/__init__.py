@@ -20,6 +20,8 @@ Quick start::
 from rllm_torch.advantage import collect_reward_and_advantage_from_trajectory_groups
 from rllm_torch.config import AlgorithmConfig, rLLMAdvantageEstimator
 from rllm_torch.errors import (
+    CheckpointError,
+    CheckpointMismatchError,
     ConfigError,
     DatasetNotFoundError,
     EstimatorOutputError,
@@ -63,6 +65,8 @@ __all__ = [
     "DatasetNotFoundError",
     "ModelNotFoundError",
     "WorkflowError",
+    "CheckpointError",
+    "CheckpointMismatchError",
     *_estimators_all,
     "Step",
     "Trajectory",

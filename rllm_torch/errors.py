@@ -21,6 +21,8 @@ __all__ = [
     "DatasetNotFoundError",
     "ModelNotFoundError",
     "WorkflowError",
+    "CheckpointError",
+    "CheckpointMismatchError",
 ]
 
 
@@ -74,3 +76,16 @@ class WorkflowError(RLLMTorchError, RuntimeError):
 
     Not an input error: it wraps the workflow's own last exception (``__cause__``).
     """
+
+
+class CheckpointError(RLLMTorchError, RuntimeError):
+    """A checkpoint could not be written (e.g. a full disk) or the one asked for cannot be read.
+
+    Not an input error when saving fails: it wraps the ``OSError`` (``__cause__``) and says which
+    earlier checkpoint is still intact.
+    """
+
+
+class CheckpointMismatchError(ConfigError):
+    """The run's config changed, since its newest checkpoint, in a setting resuming cannot honour
+    (model architecture, estimator, group size, batch size, seed, data)."""

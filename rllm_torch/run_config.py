@@ -47,10 +47,14 @@ class TrainerSection:
     test_freq: int = 32  # validate every test_freq steps (<= 0: only before and after)
     val_before_train: bool = True
     val_only: bool = False
-    save_freq: int = -1  # checkpoint every save_freq steps (<= 0: only the final one)
+    save_freq: int = 32  # resumable checkpoint every save_freq steps, and one at the end (<= 0: only at the end)
+    max_checkpoints_to_keep: int | None = 3  # older step checkpoints are removed (None or <= 0: keep all)
+    resume_mode: str = "auto"  # auto: newest complete checkpoint of the run dir | disable | resume_path | a checkpoint dir
+    resume_from_path: str | None = None  # the checkpoint directory of resume_mode=resume_path (verl's spelling)
+    log_table_every: int = 32  # the console logger prints a metrics table every this many steps (<= 0: never)
     project_name: str = "rllm_torch"
     experiment_name: str = "arithmetic"
-    logger: list[str] = field(default_factory=lambda: ["console", "jsonl"])
+    logger: list[str] = field(default_factory=lambda: ["console", "jsonl"])  # also: tensorboard, wandb (offline)
     default_local_dir: str | None = None  # the run directory (set to Hydra's output dir by the CLI)
 
 

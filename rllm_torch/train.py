@@ -3,8 +3,9 @@
 With no arguments: the default arithmetic task, a tiny GPT-2-style model with random weights,
 GRPO and the embedded torch backend. Any key can be overridden, e.g.
 ``rllm-torch-train rllm.algorithm.adv_estimator=rloo rllm.rollout.n=4``. The run directory
-(``outputs/<project>/<experiment>/<time>``) gets ``config.yaml`` (resolved), ``metrics.jsonl``
-and ``checkpoints/final``.
+(``outputs/<project>/<experiment>``) gets ``config.yaml`` (resolved), ``metrics.jsonl``,
+resumable ``checkpoints/step_*``, the exported model ``checkpoints/final`` and ``curves.png``.
+Starting the same command again continues the run from its newest checkpoint.
 """
 
 from __future__ import annotations
@@ -67,6 +68,10 @@ def run(config: DictConfig) -> UnifiedTrainer:
         trainer.fit()
     finally:
         trainer.shutdown()
+    if "jsonl" in trainer.logger.backends and (run_dir / "metrics.jsonl").is_file():
+        from rllm_torch.plot import plot_run
+
+        plot_run(run_dir)
     summarize(trainer, time.perf_counter() - start, run_dir)
     return trainer
 

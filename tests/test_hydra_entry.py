@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_module
 from hydra.errors import ConfigCompositionException
 from omegaconf import open_dict
 
-from rllm_torch.errors import ConfigError, DatasetNotFoundError, ModelNotFoundError, UnknownBackendError, UnknownEstimatorError
+from rllm_torch.errors import CheckpointMismatchError, ConfigError, DatasetNotFoundError, ModelNotFoundError, UnknownBackendError, UnknownEstimatorError
 from rllm_torch.run_config import register_configs
 from rllm_torch.train import run
 
@@ -28,6 +28,15 @@ def test_the_default_config_composes_with_rllms_keys_and_the_three_groups():
     assert config.rllm.stepwise_advantage.mode == "broadcast" and config.rllm.workflow.retry_limit == 3
     assert (config.model.arch, config.task.name, config.backend.name) == ("gpt2", "arithmetic", "torch")
     assert {"rejection_sample", "compact_filtering", "episode_logging", "trainer"} <= set(config.rllm)
+
+
+def test_the_run_directory_depends_only_on_project_and_experiment_so_the_same_command_resumes():
+    register_configs()
+    with initialize_config_module(config_module="rllm_torch.configs", version_base=None):
+        config = compose(config_name="train", return_hydra_config=True, overrides=["rllm.trainer.experiment_name=long"])
+    assert config.hydra.run.dir == "outputs/rllm_torch/long"
+    trainer = config.rllm.trainer
+    assert (trainer.resume_mode, trainer.save_freq, trainer.max_checkpoints_to_keep, trainer.log_table_every) == ("auto", 32, 3, 32)
 
 
 def test_overrides_change_the_estimator_and_the_group_size():
@@ -61,6 +70,15 @@ def test_bad_settings_fail_before_training_starts(tmp_path, override, error, mat
     with pytest.raises(error, match=match):
         run(config)
     assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_restarting_with_an_incompatible_change_fails_before_touching_the_run_directory(tmp_path):
+    tiny = ["task.train_size=16", "task.val_size=4", "data.train_batch_size=8", "rllm.rollout.n=2", "model.hidden_size=32", "rllm.trainer.total_batches=1", "rllm.trainer.logger=[jsonl]", f"rllm.trainer.default_local_dir={tmp_path}"]
+    run(compose_train(*tiny))
+    before = {name: (tmp_path / name).read_bytes() for name in ("config.yaml", "metrics.jsonl")}
+    with pytest.raises(CheckpointMismatchError, match="model.hidden_size: 32 in the checkpoint, 64 now"):
+        run(compose_train(*tiny, "model.hidden_size=64"))
+    assert {name: (tmp_path / name).read_bytes() for name in before} == before
 
 
 def test_a_missing_dataset_file_fails_before_training_starts(tmp_path):

@@ -1,8 +1,10 @@
 """The trainer's data pipeline: episodes → trajectory groups → filtered groups."""
 
 from rllm_torch.trainer.backend import BackendProtocol, compute_token_advantages
+from rllm_torch.trainer.checkpoint import CheckpointInfo, CheckpointStore
 from rllm_torch.trainer.compact_filtering import CompactFilteringConfig
 from rllm_torch.trainer.rejection_sampling import RejectionSamplingConfig, RejectionSamplingState, apply_rejection_sampling_and_filtering
+from rllm_torch.trainer.run_checkpoint import RunCheckpointer
 from rllm_torch.trainer.transform import (
     TransformConfig,
     build_trajectory_groups,
@@ -35,4 +37,7 @@ __all__ = [
     "Tracking",
     "pass_at_k",
     "validation_pass_metrics",
+    "CheckpointStore",
+    "CheckpointInfo",
+    "RunCheckpointer",
 ]

@@ -90,7 +90,20 @@ class BackendProtocol(ABC):
 
     @abstractmethod
     def get_dataloader(self, dataset: Any, trainer_state: TrainerState) -> Iterable:
-        """Batches of tasks from ``dataset`` (one pass = one epoch); must support ``len``."""
+        """Batches of tasks from ``dataset`` (one pass = one epoch); must support ``len``.
+
+        If the loader has ``set_epoch(epoch)``, the trainer calls it before each epoch. Resuming a
+        run skips the batches already done in the epoch, so an epoch's order must depend only on
+        the epoch (and the seed), never on how many passes this process has made."""
+
+    # ---- checkpoints -----------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Everything the backend needs to continue training (model, optimizer, lr scheduler,
+        its own generators), as objects ``torch.save`` can write. The default: nothing."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned (called before training resumes)."""
 
     # ---- per batch -------------------------------------------------------------------------
     @abstractmethod
@@ -130,7 +143,7 @@ class BackendProtocol(ABC):
         """Before a batch's first stage."""
 
     async def on_batch_end(self, trainer_state: TrainerState) -> None:
-        """After a batch's update (e.g. periodic checkpoints)."""
+        """After a batch's update, before it is logged (the trainer itself writes the checkpoints)."""
 
     async def on_validation_start(self, trainer_state: TrainerState) -> bool:
         """Before validation; return False to skip it."""

@@ -17,7 +17,8 @@ class TrainerState:
 
     Attributes:
         global_step: the current training step, 1-based (0 before the first batch).
-        epoch: the current epoch, 0-based.
+        epoch: the current epoch, 0-based (``total_epochs`` once every epoch is done).
+        batch_in_epoch: batches of the current epoch done so far (a resumed run skips them).
         total_steps: the number of training steps the run will take.
         episodes: the current batch's episodes.
         trajectory_groups: the current batch's groups (after filtering).
@@ -31,6 +32,7 @@ class TrainerState:
 
     global_step: int = 0
     epoch: int = 0
+    batch_in_epoch: int = 0
     total_steps: int = 0
     episodes: list[Episode] = field(default_factory=list)
     trajectory_groups: list[TrajectoryGroup] = field(default_factory=list)

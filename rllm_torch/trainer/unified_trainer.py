@@ -11,11 +11,16 @@ One training step, in order::
     compute_advantages(batch)                     # tensor estimators, per role
     update_policy(batch)
     log(metrics)
+    validate (every test_freq steps), checkpoint (every save_freq steps)
+
+A run resumes from its newest complete checkpoint (``rllm.trainer.resume_mode=auto``, see
+:class:`~rllm_torch.trainer.run_checkpoint.RunCheckpointer`) and continues exactly where it stopped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -27,6 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 from rllm_torch.advantage import collect_reward_and_advantage_from_trajectory_groups
 from rllm_torch.trainer.backend import BackendProtocol
 from rllm_torch.trainer.rejection_sampling import apply_rejection_sampling_and_filtering
+from rllm_torch.trainer.run_checkpoint import RunCheckpointer
 from rllm_torch.trainer.setup import build_pipeline_configs
 from rllm_torch.trainer.state import TrainerState
 from rllm_torch.trainer.tracking import Tracking
@@ -53,6 +59,8 @@ class UnifiedTrainer:
 
     Raises:
         ConfigError / UnknownEstimatorError: bad settings, before anything is trained.
+        CheckpointMismatchError / CheckpointError: the checkpoint to resume from does not fit
+            the config or cannot be read (here); a checkpoint could not be written (in :meth:`fit`).
     """
 
     def __init__(self, backend_cls: type[BackendProtocol], config: DictConfig, workflow_class: type[Workflow], train_dataset: Any = None, val_dataset: Any = None, workflow_args: dict | None = None, backend_args: dict | None = None, *, traj_grouping_hook: Callable | None = None, traj_group_adv_estimator_map: dict | None = None, **kwargs: Any) -> None:
@@ -67,6 +75,7 @@ class UnifiedTrainer:
         self.backend = backend_cls(config=config, **(backend_args or {}))
         self.backend.validate_config()
         self._setup_logging()
+        self.checkpointer = RunCheckpointer(self.backend, config, self.run_dir)
         rollout_engine = self.backend.init_rollout_engine(cf_config=self.cf_config, transform_config=self.transform_config, rs_config=self.rs_config, algorithm_config=self.algorithm_config)
         wf = self.rllm_config.workflow
         self.agent_workflow_engine = UnifiedWorkflowEngine(self.workflow_class, self.workflow_args, rollout_engine, config, n_parallel_tasks=wf.n_parallel_tasks, retry_limit=wf.retry_limit, raise_on_error=wf.raise_on_error, episode_logger=self.episode_logger)
@@ -78,7 +87,8 @@ class UnifiedTrainer:
         self.run_dir = Path(trainer.get("default_local_dir") or f"outputs/{trainer.project_name}/{trainer.experiment_name}")
         self.episode_logger = EpisodeLogger(logging.get("episode_log_dir") or str(self.run_dir)) if logging.log_episodes else None
         backends = trainer.logger if isinstance(trainer.logger, str) else OmegaConf.to_container(trainer.logger)
-        self.logger = Tracking(backends, run_dir=self.run_dir)
+        plain = OmegaConf.to_container(self.config, resolve=True) if "wandb" in backends else None
+        self.logger = Tracking(backends, run_dir=self.run_dir, project_name=trainer.project_name, experiment_name=trainer.experiment_name, config=plain, table_every=trainer.get("log_table_every", 32))
 
     # ---- main loop -------------------------------------------------------------------------
     def fit(self) -> None:
@@ -89,14 +99,20 @@ class UnifiedTrainer:
         """Validate (if configured), train for the configured epochs/batches, validate at the end."""
         await self.agent_workflow_engine.initialize_pool()
         state = TrainerState()
+        resumed = self.checkpointer.resume(state, self.val_history)
+        self.logger.open(resume_step=resumed.step if resumed is not None else -1)
+        if resumed is not None:
+            print(f"resuming from {resumed.path} (step {state.global_step}, epoch {state.epoch})", flush=True)
         await self.backend.on_train_start(state)
         trainer = self.rllm_config.trainer
-        if trainer.val_before_train or trainer.val_only:
+        if (trainer.val_before_train and resumed is None) or trainer.val_only:
             await self._validate_async(state)
             if trainer.val_only:
                 return
         await self._fit_async(state)
         await self._validate_async(state)  # final validation (skipped if this step was just validated)
+        if state.global_step > 0:
+            self.checkpointer.save(state, self.val_history)
         await self.backend.on_train_end(state)
 
     async def _fit_async(self, state: TrainerState) -> None:
@@ -104,12 +120,18 @@ class UnifiedTrainer:
         dataloader = self.backend.get_dataloader(self.train_dataset, state)
         max_batches = trainer.total_batches if trainer.total_batches is not None and trainer.total_batches > 0 else None
         state.total_steps = max_batches or len(dataloader) * trainer.total_epochs
-        for epoch in range(trainer.total_epochs):
+        self.logger.start_progress(state.total_steps, state.global_step)
+        for epoch in range(state.epoch, trainer.total_epochs):
             state.epoch = epoch
             await self.backend.on_epoch_start(state)
-            for batch in dataloader:
+            if hasattr(dataloader, "set_epoch"):
+                dataloader.set_epoch(epoch)
+            for batch in itertools.islice(dataloader, state.batch_in_epoch, None):  # a resumed epoch skips its done batches
+                if max_batches is not None and state.global_step >= max_batches:
+                    break
                 state.reset_batch()
                 state.global_step += 1
+                state.batch_in_epoch += 1
                 await self.backend.on_batch_start(state)
                 start = time.perf_counter()
                 await self._train_batch_async(batch, state)
@@ -118,11 +140,12 @@ class UnifiedTrainer:
                 self.logger.log(state.metrics, step=state.global_step)
                 if trainer.test_freq > 0 and state.global_step % trainer.test_freq == 0:
                     await self._validate_async(state)
-                if max_batches is not None and state.global_step >= max_batches:
-                    break
+                if self.checkpointer.due(state):
+                    self.checkpointer.save(state, self.val_history)
             await self.backend.on_epoch_end(state)
             if max_batches is not None and state.global_step >= max_batches:
                 break
+            state.epoch, state.batch_in_epoch = epoch + 1, 0  # where a checkpoint taken now resumes
 
     async def _train_batch_async(self, batch: Any, state: TrainerState) -> None:
         self.agent_workflow_engine.set_training_step(state.global_step, mode="train", epoch=state.epoch)

@@ -50,7 +50,7 @@ class TorchBackend(BackendProtocol):
         self.model = build_policy(config.model, self.tokenizer, seed=self.settings.seed).to(self.device)
         self.loss_fn = rllm.algorithm.loss_fn or "ppo"
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.settings.lr, weight_decay=self.settings.weight_decay)
-        self.scheduler = None
+        self.scheduler, self._pending_scheduler_state = None, None
         self.run_dir = Path(rllm.trainer.default_local_dir or f"outputs/{rllm.trainer.project_name}/{rllm.trainer.experiment_name}")
 
     def validate_config(self) -> None:
@@ -95,6 +95,11 @@ class TorchBackend(BackendProtocol):
             total = max(trainer_state.total_steps, 1) * updates_per_step
             warmup = int(self.config.rllm.algorithm.warmup_steps_ratio * total)
             self.scheduler = get_scheduler(_SCHEDULES[self.config.rllm.algorithm.lr_schedule], self.optimizer, num_warmup_steps=warmup, num_training_steps=total)
+            if self._pending_scheduler_state is not None:
+                self.scheduler.load_state_dict(self._pending_scheduler_state)
+                self._pending_scheduler_state = None
+                for group, lr in zip(self.optimizer.param_groups, self.scheduler.get_last_lr(), strict=True):
+                    group["lr"] = lr  # building the scheduler reset it to the step-0 value
 
     async def update_policy(self, trainer_state: TrainerState) -> None:
         """``backend.ppo_epochs`` passes over the batch in shuffled mini-batches of
@@ -119,6 +124,18 @@ class TorchBackend(BackendProtocol):
         trainer_state.metrics |= {f"actor/{k}": sum(v) / len(v) for k, v in stats.items()}
         trainer_state.metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
 
+    def state_dict(self) -> dict[str, Any]:
+        """Model, optimizer and lr-scheduler state dicts and the sampling generator's state."""
+        scheduler = self.scheduler.state_dict() if self.scheduler is not None else self._pending_scheduler_state
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "scheduler": scheduler, "rollout_generator": self.rollout_engine.generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s dict; the lr scheduler, built at the first update, gets its state then."""
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler, self._pending_scheduler_state = None, state["scheduler"]
+        self.rollout_engine.generator.set_state(state["rollout_generator"])
+
     def save_checkpoint(self, name: str) -> Path:
         """Save the model and tokenizer to ``{run_dir}/checkpoints/{name}`` (``save_pretrained``)."""
         path = self.run_dir / "checkpoints" / name
@@ -126,10 +143,7 @@ class TorchBackend(BackendProtocol):
         self.tokenizer.save_pretrained(path)
         return path
 
-    async def on_batch_end(self, trainer_state: TrainerState) -> None:
-        freq = self.config.rllm.trainer.save_freq
-        if freq > 0 and trainer_state.global_step % freq == 0:
-            self.save_checkpoint(f"step_{trainer_state.global_step}")
-
     async def on_train_end(self, trainer_state: TrainerState) -> None:
+        """Export the trained model as ``checkpoints/final`` (``model.path=`` loads it); the
+        trainer's resumable checkpoints are ``checkpoints/step_*``."""
         self.save_checkpoint("final")

@@ -10,7 +10,8 @@ __all__ = ["TaskDataLoader"]
 
 class TaskDataLoader:
     """Batches of ``batch_size`` tasks (the last one may be smaller); with ``shuffle`` the order
-    changes every pass, from ``random.Random(seed + pass_number)`` (reproducible).
+    changes every epoch, from ``random.Random(seed + epoch)`` (reproducible). The epoch is the
+    one given to :meth:`set_epoch`, else the number of earlier passes.
 
     A task's id is ``f"{prefix}-{position in the dataset}"``, so rollouts of one row share it.
     """
@@ -19,15 +20,19 @@ class TaskDataLoader:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
         self.rows, self.batch_size, self.shuffle, self.seed, self.prefix = list(rows), batch_size, shuffle, seed, prefix
-        self._passes = 0
+        self._epoch = 0
 
     def __len__(self) -> int:
         return -(-len(self.rows) // self.batch_size)
 
+    def set_epoch(self, epoch: int) -> None:
+        """The next pass yields epoch ``epoch``'s order."""
+        self._epoch = epoch
+
     def __iter__(self) -> Iterator[list[tuple[str, dict]]]:
         order = list(range(len(self.rows)))
         if self.shuffle:
-            random.Random(self.seed + self._passes).shuffle(order)
-        self._passes += 1
+            random.Random(self.seed + self._epoch).shuffle(order)
+        self._epoch += 1
         for start in range(0, len(order), self.batch_size):
             yield [(f"{self.prefix}-{i}", self.rows[i]) for i in order[start : start + self.batch_size]]

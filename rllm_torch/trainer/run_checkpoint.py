@@ -1,0 +1,148 @@
+"""``RunCheckpointer``: what a training run saves to continue later, and the resume that reads it.
+
+A checkpoint (see :class:`~rllm_torch.trainer.checkpoint.CheckpointStore` for the atomic layout)
+holds two files: ``backend.pt``, the backend's :meth:`~BackendProtocol.state_dict` (for the torch
+backend: model, optimizer, lr scheduler, sampling generator), and ``trainer.pt``: step, epoch,
+batches done in that epoch, last validation step, rejection-sampling state, validation history
+and the random-number-generator states (python ``random``, numpy, torch CPU, CUDA when present).
+Its manifest records the config fingerprint (:mod:`~rllm_torch.trainer.fingerprint`).
+
+``trainer.pt`` holds Python objects (episodes of the rejection-sampling state) and is read with
+``torch.load(weights_only=False)``: resume only from checkpoints you wrote.
+"""
+
+from __future__ import annotations
+
+import random
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+
+from rllm_torch.errors import CheckpointError, ConfigError
+from rllm_torch.trainer.checkpoint import CheckpointInfo, CheckpointStore, read_manifest
+from rllm_torch.trainer.fingerprint import check_fingerprint, config_fingerprint
+from rllm_torch.trainer.state import TrainerState
+
+__all__ = ["RunCheckpointer", "capture_rng_states", "restore_rng_states", "RESUME_MODES"]
+
+RESUME_MODES = ("auto", "disable", "resume_path")
+
+
+def capture_rng_states() -> dict[str, Any]:
+    """The global generators' states: python ``random``, numpy, torch CPU and every CUDA device."""
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+
+
+def restore_rng_states(states: dict[str, Any]) -> None:
+    """Set the generators from :func:`capture_rng_states`'s dict."""
+    random.setstate(states["python"])
+    np.random.set_state(states["numpy"])
+    torch.set_rng_state(states["torch"])
+    if states.get("cuda") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+class RunCheckpointer:
+    """Periodic checkpoints and resume for one run.
+
+    Args:
+        backend: saved with ``backend.state_dict()``, restored with ``backend.load_state_dict()``.
+        config: the run config; reads ``rllm.trainer.save_freq``, ``max_checkpoints_to_keep``,
+            ``resume_mode`` (``auto``: the newest complete checkpoint of the run directory, if any;
+            ``disable``: start at step 0; ``resume_path`` with ``resume_from_path``, or a checkpoint
+            directory given as ``resume_mode`` itself: exactly that checkpoint).
+        run_dir: the run directory; checkpoints go to ``run_dir/checkpoints``.
+
+    The checkpoint to resume from is chosen, and its fingerprint checked, when the object is
+    built, so a run that cannot resume stops before it writes anything.
+
+    Raises:
+        ConfigError: an unknown ``resume_mode`` that is not a directory either.
+        CheckpointMismatchError: the config changed in a setting resuming cannot honour.
+        CheckpointError: the requested checkpoint is damaged; or ``resume_mode=disable`` in a
+            run directory that already holds checkpoints (two runs would mix).
+    """
+
+    def __init__(self, backend: Any, config: DictConfig, run_dir: Path) -> None:
+        trainer = config.rllm.trainer
+        self.backend, self.save_freq = backend, trainer.get("save_freq", -1)
+        self.store = CheckpointStore(run_dir / "checkpoints", max_to_keep=trainer.get("max_checkpoints_to_keep"))
+        self.fingerprint = config_fingerprint(config)
+        mode = str(trainer.get("resume_mode", "auto"))
+        self.mode, self.path = mode, None
+        if mode == "resume_path" or mode not in RESUME_MODES:
+            self.mode, self.path = "resume_path", trainer.get("resume_from_path") if mode == "resume_path" else mode
+            if not self.path or not Path(self.path).is_dir():
+                raise ConfigError(f"rllm.trainer.resume_mode={mode!r}: expected auto, disable, or a checkpoint directory (resume_path with rllm.trainer.resume_from_path={self.path!r}); no such directory.")
+        self.candidates = self._candidates()
+        if self.candidates:
+            check_fingerprint(self.candidates[0].metadata.get("fingerprint", {}), self.fingerprint, str(self.candidates[0].path))
+
+    def _candidates(self) -> list[CheckpointInfo]:
+        """Checkpoints to try, newest first."""
+        if self.mode == "disable":
+            if (latest := self.store.latest()) is not None:
+                raise CheckpointError(f"rllm.trainer.resume_mode=disable but {self.store.root} already holds checkpoints (newest {latest.path.name}); a fresh run there would mix two runs. Use another run directory (rllm.trainer.experiment_name=... or default_local_dir=...), delete that directory, or resume_mode=auto to continue it.")
+            return []
+        return [read_manifest(Path(self.path))] if self.mode == "resume_path" else self.store.complete()[::-1]
+
+    def due(self, state: TrainerState) -> bool:
+        """True when ``state.global_step`` is a multiple of ``save_freq`` (> 0)."""
+        return self.save_freq > 0 and state.global_step % self.save_freq == 0
+
+    def save(self, state: TrainerState, val_history: list) -> Path:
+        """Write the checkpoint of ``state.global_step``.
+
+        Raises:
+            CheckpointError: the write failed; earlier checkpoints are intact.
+        """
+        trainer_state = {
+            "global_step": state.global_step, "epoch": state.epoch, "batch_in_epoch": state.batch_in_epoch,
+            "last_validation_step": state.last_validation_step, "rs_state": state.rs_state,
+            "val_history": val_history, "rng": capture_rng_states(),
+        }
+        backend_state = self.backend.state_dict()
+
+        def write(directory: Path) -> None:
+            torch.save(backend_state, directory / "backend.pt")
+            torch.save(trainer_state, directory / "trainer.pt")
+
+        metadata = {"fingerprint": self.fingerprint, "epoch": state.epoch, "batch_in_epoch": state.batch_in_epoch}
+        return self.store.save(state.global_step, write, metadata)
+
+    def resume(self, state: TrainerState, val_history: list) -> CheckpointInfo | None:
+        """Restore ``state``, ``val_history`` (in place), the backend and the generators from the
+        newest readable checkpoint chosen at construction; returns it (None: starting at step 0).
+
+        Raises:
+            CheckpointMismatchError: an older checkpoint, tried because the newer ones are
+                unreadable, does not fit the config.
+            CheckpointError: ``resume_mode`` named a checkpoint that cannot be read.
+        """
+        for stale in self.store.remove_stale_temporaries():
+            warnings.warn(f"removed {stale}: an unfinished checkpoint write of a run that was stopped", stacklevel=2)
+        for info in self.candidates:
+            check_fingerprint(info.metadata.get("fingerprint", {}), self.fingerprint, str(info.path))
+            try:
+                backend_state = torch.load(info.path / "backend.pt", map_location="cpu", weights_only=False)
+                trainer_state = torch.load(info.path / "trainer.pt", map_location="cpu", weights_only=False)
+            except Exception as exc:  # noqa: BLE001 - any unreadable file makes the checkpoint unusable
+                if self.mode == "resume_path":
+                    raise CheckpointError(f"cannot read checkpoint {info.path}: {exc}") from exc
+                warnings.warn(f"skipping checkpoint {info.path}: unreadable ({exc}); trying an older one", stacklevel=2)
+                continue
+            self.backend.load_state_dict(backend_state)
+            self._restore(trainer_state, state, val_history)
+            return info
+        return None
+
+    @staticmethod
+    def _restore(saved: dict[str, Any], state: TrainerState, val_history: list) -> None:
+        state.global_step, state.epoch, state.batch_in_epoch = saved["global_step"], saved["epoch"], saved["batch_in_epoch"]
+        state.last_validation_step, state.rs_state = saved["last_validation_step"], saved["rs_state"]
+        val_history[:] = saved["val_history"]
+        restore_rng_states(saved["rng"])
