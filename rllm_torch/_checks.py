@@ -103,7 +103,14 @@ def inspect_group_index(group_index: Tensor, num_groups: int | None) -> tuple[in
     low, high = torch.aminmax(group_index)
     ascending = (group_index[1:] >= group_index[:-1]).all()
     low, high, ascending = torch.stack([low, high, ascending.long()]).tolist()
-    num_groups = high + 1 if num_groups is None else num_groups
+    if num_groups is None:
+        if high + 1 > group_index.numel():
+            raise InvalidGroupIndexError(
+                f"group_index goes up to {high} for only {group_index.numel()} rewards, so most groups would be empty; "
+                "ids must be dense 0..G-1: renumber them with factorize_group_labels (or GroupedRewards.from_labels), "
+                "or pass num_groups explicitly if empty groups are intended."
+            )
+        num_groups = high + 1
     if low < 0 or high >= num_groups:
         bad_N = (group_index < 0) | (group_index >= num_groups)
         pos = int(bad_N.nonzero()[0, 0])

@@ -15,6 +15,7 @@ __all__ = [
     "InvalidGroupIndexError",
     "UnknownEstimatorError",
     "EstimatorOutputError",
+    "EstimatorRegistrationError",
     "ConfigError",
     "InvalidTrajectoryError",
     "UnknownBackendError",
@@ -44,6 +45,10 @@ class InvalidGroupIndexError(RLLMTorchError, ValueError):
 
 class UnknownEstimatorError(RLLMTorchError, ValueError):
     """An advantage estimator name that is not registered."""
+
+
+class EstimatorRegistrationError(RLLMTorchError, TypeError):
+    """``register_rllm_adv_estimator`` used without a name, or with something that is not a function."""
 
 
 class EstimatorOutputError(RLLMTorchError, TypeError):

@@ -161,7 +161,7 @@ class GroupedRewards:
         rewards = check_reward_tensor(rewards, "rewards", ndim=2)
         num_groups, width = rewards.shape
         if mask is None:
-            if width == 0:  # no trajectory at all
+            if width == 0 or num_groups == 0:  # no trajectory at all
                 return cls(rewards.reshape(-1), rewards.new_zeros(0, dtype=torch.int64), num_groups, None, True)
             return cls(rewards.reshape(-1), None, num_groups, width, group_major=True)
         if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
@@ -188,6 +188,10 @@ class GroupedRewards:
         or negative ints); groups are numbered in order of first appearance
         (:func:`~rllm_torch.labels.factorize_group_labels`)."""
         rewards = check_reward_tensor(rewards, "rewards", ndim=1)
+        if isinstance(labels, (str, bytes)) or not hasattr(labels, "__len__"):
+            raise InvalidGroupIndexError(
+                f"labels must be a sequence, array or tensor with one label per reward, got {type(labels).__name__}."
+            )
         if len(labels) != rewards.shape[0]:
             raise InvalidGroupIndexError(
                 f"labels has {len(labels)} entries but rewards has {rewards.shape[0]}; give one label per reward."
@@ -209,7 +213,8 @@ class GroupedRewards:
         """The :class:`~rllm_torch.segment.SegmentLayout` estimators reduce with."""
         if self.group_size is not None:
             return SegmentLayout.dense_layout(self.num_groups, self.group_size)
-        first_index = self.starts if self.group_major else None
+        # an empty group's start may be N (past the end): clamp it, its shift is never read
+        first_index = self.starts.clamp_(max=max(self.num_trajectories - 1, 0)) if self.group_major else None
         return SegmentLayout.ragged(self.group_index, self.num_groups, first_index=first_index, counts=self.counts)
 
     @_lazy

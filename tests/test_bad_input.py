@@ -112,3 +112,41 @@ def test_labels_that_are_none_or_unhashable():
 def test_algorithm_config_rejects_invalid_values(field, value, message):
     with pytest.raises(ValueError, match=message):
         AlgorithmConfig(**{field: value})
+
+
+def test_a_bare_register_decorator_is_reported():
+    from rllm_torch.errors import EstimatorRegistrationError
+    from rllm_torch.estimators import register_rllm_adv_estimator
+
+    with pytest.raises(EstimatorRegistrationError, match=r"write @register_rllm_adv_estimator\('my_name'\)"):
+
+        @register_rllm_adv_estimator
+        def my_estimator(rewards, **kwargs):
+            return rewards, rewards
+
+    with pytest.raises(ValueError, match="form must be 'arrays'"):
+        register_rllm_adv_estimator("x", form="bogus")
+    with pytest.raises(UnknownEstimatorError, match="non-empty str"):
+        register_rllm_adv_estimator("")
+
+
+def test_options_are_checked_for_every_estimator():
+    batch = GroupedRewards.from_groups([[1.0, 0.0]])
+    with pytest.raises(InvalidRewardsError, match="std_correction must be a non-negative int"):
+        compute_advantages(batch, "rloo", std_correction=-1)
+    with pytest.raises(InvalidRewardsError, match="epsilon must be a non-negative"):
+        compute_advantages(batch, "reinforce", epsilon="a")
+
+
+def test_sparse_group_ids_without_num_groups_point_to_factorize():
+    with pytest.raises(
+        InvalidGroupIndexError, match="goes up to 1000000000000 for only 2 rewards.*factorize_group_labels"
+    ):
+        GroupedRewards.from_flat(torch.zeros(2), torch.tensor([0, 10**12]))
+
+
+def test_labels_must_be_a_sequence_not_a_string():
+    with pytest.raises(InvalidGroupIndexError, match="labels must be a sequence"):
+        GroupedRewards.from_labels(torch.zeros(2), "ab")
+    with pytest.raises(InvalidGroupIndexError, match="labels must be a sequence"):
+        GroupedRewards.from_labels(torch.zeros(2), 3)

@@ -119,3 +119,37 @@ def test_non_float64_rewards_give_float32(dtype):
     torch.testing.assert_close(
         adv, torch.tensor([1.0, -3.0, 1.0, 1.0]) / (math.sqrt(3) + 4 * EPS), rtol=1e-5, atol=1e-5
     )
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "rloo", "reinforce_plus_plus_baseline"])
+def test_a_trailing_empty_group_is_allowed_on_every_constructor(estimator):
+    from rllm_torch import compute_advantages
+
+    want, _ = compute_advantages(packed([1.0, 0.0]), estimator)
+    for batch in (
+        GroupedRewards.from_groups([[1.0, 0.0], []]),
+        GroupedRewards.from_flat(torch.tensor([1.0, 0.0], dtype=torch.float64), torch.tensor([0, 0]), num_groups=3),
+        GroupedRewards.from_padded(
+            torch.tensor([[1.0, 0.0], [9.0, 9.0]], dtype=torch.float64), torch.tensor([[True, True], [False, False]])
+        ),
+    ):
+        torch.testing.assert_close(compute_advantages(batch, estimator)[0], want)
+
+
+def test_zero_groups_in_a_padded_tensor_give_an_empty_flat_result():
+    adv, _ = grpo(GroupedRewards.from_padded(torch.ones(0, 4)))
+    assert adv.shape == (0,)
+
+
+@pytest.mark.parametrize(
+    ("estimator", "groups"),
+    [
+        (grpo, ([0.3, 0.3], [0.7] * 3)),
+        (reinforce_plus_plus_baseline, ([0.3, 0.3], [0.7] * 3)),
+        (prpo, ([0.3, 0.3], [0.3])),
+    ],
+)
+def test_constant_groups_stay_exactly_zero_with_epsilon_zero(estimator, groups):
+    # std = 0 and epsilon = 0 would give 0/0; the centred values are exactly 0, so the advantage is too
+    adv, _ = estimator(packed(*groups), epsilon=0.0)
+    assert torch.equal(adv, torch.zeros_like(adv))

@@ -66,6 +66,13 @@ def working_rewards(batch: GroupedRewards) -> tuple[Tensor, SegmentLayout]:
     return layout.values(batch.rewards.to(accumulation_dtype(batch.rewards.dtype))), layout
 
 
+def std_plus_epsilon(std: Tensor, epsilon: float) -> Tensor:
+    """``std + epsilon`` in place, with 1 where both are 0 (a constant group and ``epsilon=0``),
+    so that its centred values, exactly 0, stay 0 instead of becoming 0/0 = NaN."""
+    std.add_(epsilon)
+    return std if epsilon > 0 else std.masked_fill_(std == 0, 1.0)
+
+
 def whiten(centered: Tensor, epsilon: float) -> Tensor:
     """``c / (std(c) + epsilon)`` in place, one population std over all of ``c`` (``torch.std``)."""
-    return centered.div_(torch.std(centered, correction=0).add_(epsilon))
+    return centered.div_(std_plus_epsilon(torch.std(centered, correction=0), epsilon))

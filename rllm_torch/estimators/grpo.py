@@ -10,6 +10,7 @@ from rllm_torch.estimators._common import (
     check_epsilon,
     check_flag,
     shared_docstring,
+    std_plus_epsilon,
     working_rewards,
 )
 from rllm_torch.packing import GroupedRewards
@@ -63,11 +64,12 @@ def grpo(
     epsilon, std_correction = check_epsilon(epsilon), check_correction(std_correction)
     x, layout = working_rewards(batch)
     if batch.num_trajectories == 0:
-        return x, x
+        empty = layout.flat(x).clone()
+        return empty, empty
     stats = layout.center(x)  # a group of one: mean 0
     adv = stats.values
     if norm_adv_by_std_in_grpo:
         std_G = layout.where_singleton(stats.var(std_correction).sqrt_(), 1.0)  # a group of one: std 1
-        adv.mul_(layout.expand(std_G.add_(epsilon).reciprocal_()))  # one division per group
+        adv.mul_(layout.expand(std_plus_epsilon(std_G, epsilon).reciprocal_()))  # one division per group
     adv = layout.flat(adv)
     return adv, adv

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from rllm_torch.estimators._common import check_batch, check_epsilon, shared_docstring, working_rewards
+from rllm_torch.estimators._common import (
+    check_batch,
+    check_epsilon,
+    shared_docstring,
+    std_plus_epsilon,
+    working_rewards,
+)
 from rllm_torch.packing import GroupedRewards
 from rllm_torch.segment import SegmentLayout
 
@@ -44,8 +50,9 @@ def prpo(batch: GroupedRewards, *, epsilon: float = 1e-6) -> tuple[Tensor, Tenso
     x, layout = working_rewards(batch)
     x_N = layout.flat(x)
     if batch.num_trajectories == 0:
-        return x_N, x_N
+        empty = x_N.clone()
+        return empty, empty
     whole = SegmentLayout.dense_layout(1, batch.num_trajectories)
     stats = whole.center(whole.values(x_N), singleton_baseline=None)
-    adv = whole.flat(stats.values.div_(stats.var().sqrt_().add_(epsilon)))
+    adv = whole.flat(stats.values.div_(std_plus_epsilon(stats.var().sqrt_(), epsilon)))
     return adv, adv

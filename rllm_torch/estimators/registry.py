@@ -27,7 +27,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from rllm_torch.errors import EstimatorOutputError, UnknownEstimatorError
+from rllm_torch.errors import ConfigError, EstimatorOutputError, EstimatorRegistrationError, UnknownEstimatorError
+from rllm_torch.estimators._common import check_correction, check_epsilon, check_flag
 from rllm_torch.packing import GroupedRewards
 from rllm_torch.segment import accumulation_dtype
 
@@ -73,9 +74,9 @@ def _accepted_options(fn: Callable) -> frozenset[str] | None:
 
 def _add(name: object, fn: Callable, form: EstimatorForm, tensor_fn: Callable | None) -> None:
     if form not in ("arrays", "tensors"):
-        raise ValueError(f"form must be 'arrays' (rLLM per-group arrays) or 'tensors' (GroupedRewards), got {form!r}.")
+        raise ConfigError(f"form must be 'arrays' (rLLM per-group arrays) or 'tensors' (GroupedRewards), got {form!r}.")
     if not callable(fn):
-        raise TypeError(f"estimator {name!r} must be callable, got {type(fn).__name__}.")
+        raise EstimatorRegistrationError(f"estimator {name!r} must be callable, got {type(fn).__name__}.")
     key = _key(name)
     if key in _REGISTRY and _REGISTRY[key].fn is not fn:
         warnings.warn(
@@ -104,6 +105,15 @@ def register_rllm_adv_estimator(name: str | Enum, *, form: EstimatorForm = "arra
         >>> compute_advantages(GroupedRewards.from_groups([[1.0, 0.0]]), "centered_doc_example")[0]
         tensor([ 0.5000, -0.5000])
     """
+
+    if callable(name) and not isinstance(name, (str, Enum)):
+        raise EstimatorRegistrationError(
+            f"register_rllm_adv_estimator needs a name: write @register_rllm_adv_estimator('my_name'), "
+            f"not a bare @register_rllm_adv_estimator above {getattr(name, '__name__', name)!r}."
+        )
+    _key(name)
+    if form not in ("arrays", "tensors"):
+        raise ConfigError(f"form must be 'arrays' (rLLM per-group arrays) or 'tensors' (GroupedRewards), got {form!r}.")
 
     def decorator(fn: Callable) -> Callable:
         _add(name, fn, form, None)
@@ -172,7 +182,11 @@ def compute_advantages(
             value per trajectory.
     """
     entry = _entry(estimator)
-    options = {"norm_adv_by_std_in_grpo": norm_adv_by_std_in_grpo, "epsilon": epsilon, "std_correction": std_correction}
+    options = {
+        "norm_adv_by_std_in_grpo": check_flag(norm_adv_by_std_in_grpo, "norm_adv_by_std_in_grpo"),
+        "epsilon": check_epsilon(epsilon),
+        "std_correction": check_correction(std_correction),
+    }
     if entry.options is not None:
         options = {k: v for k, v in options.items() if k in entry.options}
     name = _key(estimator)
@@ -191,6 +205,10 @@ def _check_tensor_pair(out: object, batch: GroupedRewards, name: str) -> tuple[T
             f"estimator {name!r} must return a pair (advantages, returns) of tensors, got {type(out).__name__}."
         )
     for what, t in zip(("advantages", "returns"), out, strict=True):
+        if not t.is_floating_point():
+            raise EstimatorOutputError(
+                f"estimator {name!r} returned {what} of dtype {t.dtype}; return a floating-point tensor."
+            )
         if t.shape != (batch.num_trajectories,):
             raise EstimatorOutputError(
                 f"estimator {name!r} returned {what} of shape {tuple(t.shape)}; expected ({batch.num_trajectories},), one per trajectory in flat order."

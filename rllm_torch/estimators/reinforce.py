@@ -76,7 +76,8 @@ def reinforce_plus_plus_baseline(batch: GroupedRewards, *, epsilon: float = 1e-6
     epsilon = check_epsilon(epsilon)
     x, layout = working_rewards(batch)
     if batch.num_trajectories == 0:
-        return x, x
+        empty = layout.flat(x).clone()
+        return empty, empty
     centered = layout.center(x).values  # a group of one: baseline 0
     adv = whiten(layout.flat(centered), epsilon)
     return adv, adv

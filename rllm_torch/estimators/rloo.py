@@ -42,7 +42,8 @@ def rloo(batch: GroupedRewards) -> tuple[Tensor, Tensor]:
     check_batch(batch, "rloo")
     x, layout = working_rewards(batch)
     if batch.num_trajectories == 0:
-        return x, x
+        empty = layout.flat(x).clone()
+        return empty, empty
     adv = layout.center(x).values  # a group of one: baseline 0
     n = layout.counts
     if layout.is_dense:
