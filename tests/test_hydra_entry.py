@@ -53,7 +53,8 @@ def test_an_override_of_the_wrong_type_fails_at_composition():
         ("rllm.algorithm.adv_estimator=gpro", UnknownEstimatorError, "gpro"),
         ("task.name=nope", ConfigError, "task.name"),
         ("model.path=/does/not/exist", ModelNotFoundError, "model.path"),
-        ("rllm.algorithm.loss_fn=dro", ConfigError, "loss_fn"),
+        ("rllm.algorithm.loss_fn=dpo", ConfigError, "loss_fn"),
+        ("rllm.algorithm.loss_agg_mode=seq-sum", ConfigError, "loss_agg_mode"),
     ],
 )
 def test_bad_settings_fail_before_training_starts(tmp_path, override, error, match):
