@@ -59,7 +59,8 @@ def run(config: DictConfig) -> UnifiedTrainer:
         with open_dict(config):
             config.rllm.trainer.default_local_dir = HydraConfig.get().runtime.output_dir if HydraConfig.initialized() else f"outputs/{config.rllm.trainer.project_name}/{config.rllm.trainer.experiment_name}"
     run_dir = Path(config.rllm.trainer.default_local_dir)
-    trainer = UnifiedTrainer(backend_cls, config, SingleTurnWorkflow, train_dataset=task.train, val_dataset=task.val or None, workflow_args={"reward_fn": task.reward_fn}, backend_args={"alphabet": task.alphabet})
+    workflow_cls, workflow_args = (task.workflow, task.workflow_args) if task.workflow is not None else (SingleTurnWorkflow, {"reward_fn": task.reward_fn})
+    trainer = UnifiedTrainer(backend_cls, config, workflow_cls, train_dataset=task.train, val_dataset=task.val or None, workflow_args=workflow_args, backend_args={"alphabet": task.alphabet})
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(config, resolve=True))
     start = time.perf_counter()

@@ -85,7 +85,8 @@ class TorchBackend(BackendProtocol):
         return await agent_workflow_engine.execute_tasks([t for _, t, _ in tasks], [i for i, _, _ in tasks], [k for _, _, k in tasks])
 
     def transform_to_backend_batch(self, trainer_state: TrainerState):
-        return build_token_batch(trainer_state.trajectory_groups, pad_token_id=self.tokenizer.pad_token_id).to(self.device)
+        use_pre = bool(self.config.rllm.algorithm.use_precomputed_advantage)
+        return build_token_batch(trainer_state.trajectory_groups, pad_token_id=self.tokenizer.pad_token_id, use_precomputed_advantage=use_pre).to(self.device)
 
     def _log_probs(self, batch, rows: slice | torch.Tensor = slice(None)) -> torch.Tensor:
         return token_log_probs(self.model, batch.input_ids[rows], batch.attention_mask[rows], temperature=self.config.rllm.rollout.temperature)
@@ -105,7 +106,7 @@ class TorchBackend(BackendProtocol):
 
     async def update_policy(self, trainer_state: TrainerState) -> None:
         """``backend.ppo_epochs`` passes over the batch in shuffled mini-batches of
-        ``backend.mini_batch_size`` trajectories (None: the whole batch), one AdamW step each."""
+        ``backend.mini_batch_size`` rows (one row per step; None: the whole batch), one AdamW step each."""
         batch, s = trainer_state.backend_batch, self.settings
         num_rows = batch.input_ids.shape[0]
         mini = min(s.mini_batch_size or num_rows, num_rows)
