@@ -19,7 +19,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from rllm_torch.errors import UnknownBackendError
+from rllm_torch.errors import ConfigError, UnknownBackendError
 from rllm_torch.run_config import register_configs
 from rllm_torch.tasks.base import build_task
 from rllm_torch.trainer.backend import BackendProtocol
@@ -55,6 +55,8 @@ def run(config: DictConfig) -> UnifiedTrainer:
     random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)
     backend_cls = backend_class(config.backend.name)
     task = build_task(config.task)
+    if task.precomputed_advantage and not config.rllm.algorithm.use_precomputed_advantage:
+        raise ConfigError(f"task.name={task.name!r} writes per-token advantages; set rllm.algorithm.use_precomputed_advantage=true (otherwise the estimator would overwrite them).")
     if config.rllm.trainer.default_local_dir is None:
         with open_dict(config):
             config.rllm.trainer.default_local_dir = HydraConfig.get().runtime.output_dir if HydraConfig.initialized() else f"outputs/{config.rllm.trainer.project_name}/{config.rllm.trainer.experiment_name}"

@@ -25,6 +25,8 @@ class Task:
         alphabet: the characters of every prompt and answer (the default tokenizer's vocabulary).
         workflow: the workflow class that runs the task; None: ``SingleTurnWorkflow`` with ``reward_fn``.
         workflow_args: keyword arguments of ``workflow`` (used only when ``workflow`` is given).
+        precomputed_advantage: the workflow writes per-token advantages, so the run needs
+            ``rllm.algorithm.use_precomputed_advantage=true`` (otherwise they would be overwritten).
     """
 
     name: str
@@ -34,6 +36,7 @@ class Task:
     alphabet: str
     workflow: type | None = None
     workflow_args: dict = field(default_factory=dict)
+    precomputed_advantage: bool = False
 
 
 def exact_match_reward(task: dict, response: str) -> float:
@@ -67,6 +70,10 @@ def build_task(task_config: Any) -> Task:
         from rllm_torch.tasks.chain import chain_task
 
         return chain_task(task_config)
+    if task_config.name == "distill":
+        from rllm_torch.tasks.distill import distill_task
+
+        return distill_task(task_config)
     if task_config.name == "file":
         from rllm_torch.tasks.file_task import file_task
 
