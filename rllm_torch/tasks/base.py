@@ -74,6 +74,10 @@ def build_task(task_config: Any) -> Task:
         from rllm_torch.tasks.distill import distill_task
 
         return distill_task(task_config)
+    if task_config.name == "reasoning_gym":
+        from rllm_torch.tasks.reasoning_gym import reasoning_gym_task
+
+        return reasoning_gym_task(task_config)
     if task_config.name == "file":
         from rllm_torch.tasks.file_task import file_task
 
