@@ -46,7 +46,7 @@ def compute_token_advantages(batch: TokenBatch, algorithm_config: AlgorithmConfi
         UnknownEstimatorError: a role's estimator is not registered.
     """
     pre_G = batch.group_precomputed or [False] * batch.num_groups
-    roles = sorted({r for r, p in zip(batch.group_roles, pre_G) if not p})
+    roles = sorted({r for r, p in zip(batch.group_roles, pre_G, strict=True) if not p})
     adv_N = torch.zeros_like(batch.rewards)
     metrics: dict[str, float] = {}
     for role in roles:
@@ -54,7 +54,7 @@ def compute_token_advantages(batch: TokenBatch, algorithm_config: AlgorithmConfi
         if len(roles) == 1 and not any(pre_G):
             rows_N, rewards_N, group_index_N, num_groups = None, batch.rewards, batch.group_index, batch.num_groups
         else:
-            role_groups = [g for g, (r, p) in enumerate(zip(batch.group_roles, pre_G)) if r == role and not p]
+            role_groups = [g for g, (r, p) in enumerate(zip(batch.group_roles, pre_G, strict=True)) if r == role and not p]
             remap_G = torch.full((batch.num_groups,), -1, dtype=torch.int64, device=batch.rewards.device)
             remap_G[role_groups] = torch.arange(len(role_groups), device=remap_G.device)
             rows_N = torch.nonzero(remap_G[batch.group_index] >= 0).squeeze(1)
@@ -73,8 +73,8 @@ def compute_token_advantages(batch: TokenBatch, algorithm_config: AlgorithmConfi
         row_pre_R = group_pre_G[batch.group_index[row_traj_R]]
         batch.advantages = torch.where(row_pre_R[:, None], batch.precomputed_advantages, batch.advantages)
         row_group_R = batch.group_index[row_traj_R]
-        for role in sorted({r for r, p in zip(batch.group_roles, pre_G) if p}):
-            in_role_G = torch.tensor([p and r == role for r, p in zip(batch.group_roles, pre_G)], device=row_group_R.device)
+        for role in sorted({r for r, p in zip(batch.group_roles, pre_G, strict=True) if p}):
+            in_role_G = torch.tensor([p and r == role for r, p in zip(batch.group_roles, pre_G, strict=True)], device=row_group_R.device)
             tokens = batch.precomputed_advantages[in_role_G[row_group_R][:, None] & (batch.response_mask > 0)]
             if tokens.numel():
                 metrics |= summary_metrics(tokens, f"advantage/{role}", fraction_zero=True)

@@ -120,7 +120,7 @@ def build_token_batch(groups: list[TrajectoryGroup], *, pad_token_id: int, use_p
     response_mask_RT = torch.zeros((num_rows, width), dtype=torch.float32)
     rollout_logp_RT = torch.zeros((num_rows, width), dtype=torch.float32)
     pre_adv_RT = torch.zeros((num_rows, width), dtype=torch.float32) if any(group_pre) else None
-    for i, (ids, (start, logp), mask_T, adv_T) in enumerate(zip(rows, rows_logp, rows_mask, rows_adv)):
+    for i, (ids, (start, logp), mask_T, adv_T) in enumerate(zip(rows, rows_logp, rows_mask, rows_adv, strict=True)):
         input_ids_RT[i, : len(ids)] = torch.tensor(ids, dtype=torch.int64)
         attention_mask_RT[i, : len(ids)] = 1
         response_mask_RT[i, start : len(ids)] = mask_T
