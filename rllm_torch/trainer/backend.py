@@ -26,6 +26,23 @@ from rllm_torch.trainer.token_batch import TokenBatch
 __all__ = ["BackendProtocol", "compute_token_advantages"]
 
 
+def _keep_precomputed(batch: TokenBatch, pre_G: list[bool]) -> dict[str, float]:
+    """Rows of precomputed groups take ``batch.precomputed_advantages`` as written; returns the
+    ``advantage/{role}/*`` metrics of each precomputed role over its trained tokens."""
+    device = batch.group_index.device
+    row_traj_R = batch.row_index if batch.row_index is not None else torch.arange(batch.input_ids.shape[0], device=device)
+    row_group_R = batch.group_index[row_traj_R]
+    row_pre_R = torch.tensor(pre_G, device=device)[row_group_R]
+    batch.advantages = torch.where(row_pre_R[:, None], batch.precomputed_advantages, batch.advantages)
+    metrics: dict[str, float] = {}
+    for role in sorted({r for r, p in zip(batch.group_roles, pre_G, strict=True) if p}):
+        in_role_G = torch.tensor([p and r == role for r, p in zip(batch.group_roles, pre_G, strict=True)], device=device)
+        tokens = batch.precomputed_advantages[in_role_G[row_group_R][:, None] & (batch.response_mask > 0)]
+        if tokens.numel():
+            metrics |= summary_metrics(tokens, f"advantage/{role}", fraction_zero=True)
+    return metrics
+
+
 def compute_token_advantages(batch: TokenBatch, algorithm_config: AlgorithmConfig) -> dict[str, float]:
     """Write ``batch.advantages [R, T]``: each row's trajectory advantage times the row's own
     response mask (``adv_N[row_index][:, None] * response_mask``), per role; rows of precomputed
@@ -68,16 +85,7 @@ def compute_token_advantages(batch: TokenBatch, algorithm_config: AlgorithmConfi
     row_adv_R = adv_N if batch.row_index is None else adv_N[batch.row_index]
     batch.advantages = row_adv_R[:, None] * batch.response_mask
     if any(pre_G):
-        group_pre_G = torch.tensor(pre_G, device=batch.group_index.device)
-        row_traj_R = batch.row_index if batch.row_index is not None else torch.arange(batch.input_ids.shape[0], device=batch.group_index.device)
-        row_pre_R = group_pre_G[batch.group_index[row_traj_R]]
-        batch.advantages = torch.where(row_pre_R[:, None], batch.precomputed_advantages, batch.advantages)
-        row_group_R = batch.group_index[row_traj_R]
-        for role in sorted({r for r, p in zip(batch.group_roles, pre_G, strict=True) if p}):
-            in_role_G = torch.tensor([p and r == role for r, p in zip(batch.group_roles, pre_G, strict=True)], device=row_group_R.device)
-            tokens = batch.precomputed_advantages[in_role_G[row_group_R][:, None] & (batch.response_mask > 0)]
-            if tokens.numel():
-                metrics |= summary_metrics(tokens, f"advantage/{role}", fraction_zero=True)
+        metrics |= _keep_precomputed(batch, pre_G)
     return metrics
 
 
