@@ -111,6 +111,13 @@ def policy_loss(name: str, log_probs: Tensor, old_log_probs: Tensor, advantages:
 
     Raises:
         ValueError: an unknown loss name or aggregation mode.
+
+    Example (one token, on-policy, log π = -1, A = 2: ``-ρA = -2`` for the ratio losses,
+    ``-A log π = 2`` for the log-likelihood ones):
+        >>> import torch
+        >>> logp, adv, mask = torch.tensor([[-1.0]]), torch.tensor([[2.0]]), torch.tensor([[1.0]])
+        >>> [policy_loss(name, logp, logp, adv, mask)[0].item() for name in LOSS_FNS]
+        [-2.0, -2.0, 2.0, 2.0, 2.0]
     """
     agg = {"loss_agg_mode": loss_agg_mode, "horizon": horizon}
     clip = {"clip_ratio_low": clip_ratio_low, "clip_ratio_high": clip_ratio_high}
