@@ -96,3 +96,10 @@ def test_a_task_that_writes_advantages_refuses_to_run_without_use_precomputed_ad
 
     with pytest.raises(ConfigError, match="use_precomputed_advantage=true"):
         run(make_config(tmp_path, "task.name=distill"))
+
+
+def test_a_teacher_confidence_outside_the_open_unit_interval_is_refused():
+    from rllm_torch.workflows.distill import AnswerTeacher
+
+    with pytest.raises(ConfigError, match="confidence must be in"):
+        AnswerTeacher(1.0)

@@ -22,6 +22,7 @@ import math
 import numbers
 from typing import Any
 
+from rllm_torch.errors import ConfigError
 from rllm_torch.types import Episode, Step, TerminationReason, Trajectory
 from rllm_torch.workflows.base import Workflow
 from rllm_torch.workflows.rollout import ModelOutput, RolloutEngine
@@ -35,6 +36,9 @@ class AnswerTeacher:
     ``answer + <eos>`` probability ``confidence`` and spreads the rest evenly over the other
     ``V - 1`` tokens of the vocabulary (a stand-in for a frozen reference model).
 
+    Raises:
+        ConfigError: ``confidence`` outside ``(0, 1)``.
+
     Example:
         >>> from rllm_torch.backends.torch_backend import build_char_tokenizer
         >>> tok = build_char_tokenizer("0123456789+=")  # V = 14: "7" is id 9, <eos> id 0
@@ -46,7 +50,7 @@ class AnswerTeacher:
 
     def __init__(self, confidence: float = 0.9) -> None:
         if not 0.0 < confidence < 1.0:
-            raise ValueError(f"confidence must be in (0, 1), got {confidence!r}.")
+            raise ConfigError(f"AnswerTeacher: confidence must be in (0, 1), got {confidence!r}.")
         self.confidence = confidence
 
     def __call__(self, task: dict, response_ids: list[int], tokenizer: Any) -> list[float]:
