@@ -17,7 +17,9 @@ class AlgorithmSection:
     estimator_map: dict[str, str] = field(default_factory=dict)  # group role -> estimator
     use_rllm: bool = False  # ignored (kept for rLLM configs)
     use_precomputed_advantage: bool = False
-    loss_fn: str = "ppo"  # ppo | importance_sampling
+    loss_fn: str = "ppo"  # ppo | importance_sampling | cispo | dro | cross_entropy
+    loss_agg_mode: str = "token-mean"  # token-mean | seq-mean-token-sum | seq-mean-token-mean | seq-mean-token-sum-norm
+    loss_agg_horizon: int | None = None  # H of seq-mean-token-sum-norm; None: rllm.rollout.max_new_tokens
     lr_schedule: str = "constant"  # constant | linear | cosine
     warmup_steps_ratio: float = 0.0
     epsilon: float = 1e-6  # added to the std in the denominators
@@ -116,11 +118,14 @@ class ModelConfig:
 
 @dataclass
 class TaskConfig:
-    name: str = "arithmetic"  # arithmetic | file
+    name: str = "arithmetic"  # arithmetic | chain | distill | file | reasoning_gym
     seed: int = 0
     train_size: int = 4096
     val_size: int = 64
     max_sum: int = 9
+    turns: int = 2  # chain: turns per episode
+    mix_rl: bool = False  # distill: also an RL "solver" role in every episode
+    dataset: str = "leg_counting"  # reasoning_gym: the dataset name
     train_path: str | None = None
     val_path: str | None = None
     prompt_key: str = "prompt"
@@ -136,9 +141,10 @@ class BackendConfig:
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     ppo_epochs: int = 1
-    mini_batch_size: int | None = None  # trajectories per optimizer step; None: the whole batch
+    mini_batch_size: int | None = None  # rows (one per step) per optimizer step; None: the whole batch
     clip_ratio_low: float = 0.2
     clip_ratio_high: float = 0.2
+    dro_beta: float = 0.05  # weight of the quadratic log-ratio penalty of loss_fn=dro
     rollout_batch_size: int = 1024  # prompts per sampling forward pass
     num_threads: int | None = 1  # torch.set_num_threads; None: torch's default (1: the tiny model gains nothing from threads)
     seed: int = 0

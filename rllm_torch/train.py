@@ -20,7 +20,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from rllm_torch.errors import UnknownBackendError
+from rllm_torch.errors import ConfigError, UnknownBackendError
 from rllm_torch.run_config import register_configs
 from rllm_torch.tasks.base import build_task
 from rllm_torch.trainer.backend import BackendProtocol
@@ -56,11 +56,14 @@ def run(config: DictConfig) -> UnifiedTrainer:
     random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)
     backend_cls = backend_class(config.backend.name)
     task = build_task(config.task)
+    if task.precomputed_advantage and not config.rllm.algorithm.use_precomputed_advantage:
+        raise ConfigError(f"task.name={task.name!r} writes per-token advantages; set rllm.algorithm.use_precomputed_advantage=true (otherwise the estimator would overwrite them).")
     if config.rllm.trainer.default_local_dir is None:
         with open_dict(config):
             config.rllm.trainer.default_local_dir = HydraConfig.get().runtime.output_dir if HydraConfig.initialized() else f"outputs/{config.rllm.trainer.project_name}/{config.rllm.trainer.experiment_name}"
     run_dir = Path(config.rllm.trainer.default_local_dir)
-    trainer = UnifiedTrainer(backend_cls, config, SingleTurnWorkflow, train_dataset=task.train, val_dataset=task.val or None, workflow_args={"reward_fn": task.reward_fn}, backend_args={"alphabet": task.alphabet})
+    workflow_cls, workflow_args = (task.workflow, task.workflow_args) if task.workflow is not None else (SingleTurnWorkflow, {"reward_fn": task.reward_fn})
+    trainer = UnifiedTrainer(backend_cls, config, workflow_cls, train_dataset=task.train, val_dataset=task.val or None, workflow_args=workflow_args, backend_args={"alphabet": task.alphabet})
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(config, resolve=True))
     start = time.perf_counter()

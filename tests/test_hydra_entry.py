@@ -62,7 +62,8 @@ def test_an_override_of_the_wrong_type_fails_at_composition():
         ("rllm.algorithm.adv_estimator=gpro", UnknownEstimatorError, "gpro"),
         ("task.name=nope", ConfigError, "task.name"),
         ("model.path=/does/not/exist", ModelNotFoundError, "model.path"),
-        ("rllm.algorithm.loss_fn=dro", ConfigError, "loss_fn"),
+        ("rllm.algorithm.loss_fn=dpo", ConfigError, "loss_fn"),
+        ("rllm.algorithm.loss_agg_mode=seq-sum", ConfigError, "loss_agg_mode"),
     ],
 )
 def test_bad_settings_fail_before_training_starts(tmp_path, override, error, match):
@@ -110,3 +111,11 @@ def test_python_m_rllm_torch_train_runs_a_short_training_in_a_subprocess(tmp_pat
 def test_python_m_rllm_torch_train_with_a_typo_exits_with_an_error_naming_the_key(tmp_path):
     done = subprocess.run([sys.executable, "-m", "rllm_torch.train", "rllm.trainer.totl_epochs=1", f"hydra.run.dir={tmp_path}"], capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "totl_epochs" in done.stderr
+
+
+def test_the_new_task_options_and_loss_keys_compose_from_the_command_line():
+    chain = compose_train("task=chain", "rllm.algorithm.loss_fn=cispo", "rllm.algorithm.loss_agg_mode=seq-mean-token-sum-norm", "rllm.algorithm.loss_agg_horizon=4")
+    assert (chain.task.name, chain.task.turns, chain.task.max_sum, chain.rllm.algorithm.loss_agg_horizon) == ("chain", 2, 5, 4)
+    distill = compose_train("task=distill", "task.mix_rl=true", "rllm.algorithm.use_precomputed_advantage=true", "backend.dro_beta=0.1")
+    assert distill.task.mix_rl and distill.backend.dro_beta == 0.1
+    assert compose_train("task=reasoning_gym").task.dataset == "leg_counting"

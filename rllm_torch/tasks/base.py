@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rllm_torch.errors import ConfigError
@@ -10,7 +10,7 @@ from rllm_torch.workflows.single_turn import RewardFn
 
 __all__ = ["Task", "exact_match_reward", "alphabet_of", "build_task", "TASK_NAMES"]
 
-TASK_NAMES = ("arithmetic", "file")
+TASK_NAMES = ("arithmetic", "chain", "distill", "file", "reasoning_gym")
 
 
 @dataclass
@@ -23,6 +23,10 @@ class Task:
             ``"data_source"``; validation pass@k is reported per data source.
         reward_fn: ``reward_fn(task, response_text) -> float``; 1.0 counts as correct.
         alphabet: the characters of every prompt and answer (the default tokenizer's vocabulary).
+        workflow: the workflow class that runs the task; None: ``SingleTurnWorkflow`` with ``reward_fn``.
+        workflow_args: keyword arguments of ``workflow`` (used only when ``workflow`` is given).
+        precomputed_advantage: the workflow writes per-token advantages, so the run needs
+            ``rllm.algorithm.use_precomputed_advantage=true`` (otherwise they would be overwritten).
     """
 
     name: str
@@ -30,6 +34,9 @@ class Task:
     val: list[dict]
     reward_fn: RewardFn
     alphabet: str
+    workflow: type | None = None
+    workflow_args: dict = field(default_factory=dict)
+    precomputed_advantage: bool = False
 
 
 def exact_match_reward(task: dict, response: str) -> float:
@@ -48,8 +55,9 @@ def alphabet_of(*datasets: list[dict]) -> str:
 
 
 def build_task(task_config: Any) -> Task:
-    """The task named by ``task_config.name``: ``arithmetic`` (the default, generated) or
-    ``file`` (JSONL/Parquet files of prompts and answers).
+    """The task named by ``task_config.name``: ``arithmetic`` (the default, generated),
+    ``chain`` (multi-turn arithmetic), ``distill`` (precomputed advantages from a teacher),
+    ``file`` (JSONL/Parquet files of prompts and answers) or ``reasoning_gym`` (optional extra).
 
     Raises:
         ConfigError: an unknown task name; see also the builders.
@@ -58,6 +66,18 @@ def build_task(task_config: Any) -> Task:
         from rllm_torch.tasks.arithmetic import arithmetic_task
 
         return arithmetic_task(task_config)
+    if task_config.name == "chain":
+        from rllm_torch.tasks.chain import chain_task
+
+        return chain_task(task_config)
+    if task_config.name == "distill":
+        from rllm_torch.tasks.distill import distill_task
+
+        return distill_task(task_config)
+    if task_config.name == "reasoning_gym":
+        from rllm_torch.tasks.reasoning_gym import reasoning_gym_task
+
+        return reasoning_gym_task(task_config)
     if task_config.name == "file":
         from rllm_torch.tasks.file_task import file_task
 

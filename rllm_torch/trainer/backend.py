@@ -26,30 +26,52 @@ from rllm_torch.trainer.token_batch import TokenBatch
 __all__ = ["BackendProtocol", "compute_token_advantages"]
 
 
-def compute_token_advantages(batch: TokenBatch, algorithm_config: AlgorithmConfig) -> dict[str, float]:
-    """Write ``batch.advantages [N, T] = adv_N[:, None] * response_mask [N, T]``, per role.
+def _keep_precomputed(batch: TokenBatch, pre_G: list[bool]) -> dict[str, float]:
+    """Rows of precomputed groups take ``batch.precomputed_advantages`` as written; returns the
+    ``advantage/{role}/*`` metrics of each precomputed role over its trained tokens."""
+    device = batch.group_index.device
+    row_traj_R = batch.row_index if batch.row_index is not None else torch.arange(batch.input_ids.shape[0], device=device)
+    row_group_R = batch.group_index[row_traj_R]
+    row_pre_R = torch.tensor(pre_G, device=device)[row_group_R]
+    batch.advantages = torch.where(row_pre_R[:, None], batch.precomputed_advantages, batch.advantages)
+    metrics: dict[str, float] = {}
+    for role in sorted({r for r, p in zip(batch.group_roles, pre_G, strict=True) if p}):
+        in_role_G = torch.tensor([p and r == role for r, p in zip(batch.group_roles, pre_G, strict=True)], device=device)
+        tokens = batch.precomputed_advantages[in_role_G[row_group_R][:, None] & (batch.response_mask > 0)]
+        if tokens.numel():
+            metrics |= summary_metrics(tokens, f"advantage/{role}", fraction_zero=True)
+    return metrics
 
-    Each role's trajectories are packed with ``GroupedRewards.from_flat(rewards_N, group_index_N,
-    num_groups=G, validate=False)`` and the role's estimator (``estimator_map[role]``, else
-    ``estimator``) is called once with ``algorithm_config.estimator_kwargs``. With one role the
-    whole path stays on the batch's device with no host sync; with several, selecting each role's
-    rows costs one sync per role. Advantages never pass through Python floats.
+
+def compute_token_advantages(batch: TokenBatch, algorithm_config: AlgorithmConfig) -> dict[str, float]:
+    """Write ``batch.advantages [R, T]``: each row's trajectory advantage times the row's own
+    response mask (``adv_N[row_index][:, None] * response_mask``), per role; rows of precomputed
+    groups take ``batch.precomputed_advantages`` unchanged instead.
+
+    Each role's RL trajectories are packed with ``GroupedRewards.from_flat(rewards_N,
+    group_index_N, num_groups=G, validate=False)`` and the role's estimator (``estimator_map[role]``,
+    else ``estimator``) is called once with ``algorithm_config.estimator_kwargs``. With one role
+    and no precomputed group the whole path stays on the batch's device with no host sync;
+    otherwise selecting each role's rows costs one sync per role. Advantages never pass through
+    Python floats.
 
     Returns:
-        ``reward/{role}/*`` and ``advantage/{role}/*`` summary metrics (Python floats).
+        ``reward/{role}/*`` and ``advantage/{role}/*`` summary metrics (Python floats); for a
+        precomputed role, ``advantage/{role}/*`` summarise its trained tokens.
 
     Raises:
         UnknownEstimatorError: a role's estimator is not registered.
     """
-    roles = sorted(set(batch.group_roles))
+    pre_G = batch.group_precomputed or [False] * batch.num_groups
+    roles = sorted({r for r, p in zip(batch.group_roles, pre_G, strict=True) if not p})
     adv_N = torch.zeros_like(batch.rewards)
     metrics: dict[str, float] = {}
     for role in roles:
         estimator = _estimator_of(role, algorithm_config)
-        if len(roles) == 1:
+        if len(roles) == 1 and not any(pre_G):
             rows_N, rewards_N, group_index_N, num_groups = None, batch.rewards, batch.group_index, batch.num_groups
         else:
-            role_groups = [g for g, r in enumerate(batch.group_roles) if r == role]
+            role_groups = [g for g, (r, p) in enumerate(zip(batch.group_roles, pre_G, strict=True)) if r == role and not p]
             remap_G = torch.full((batch.num_groups,), -1, dtype=torch.int64, device=batch.rewards.device)
             remap_G[role_groups] = torch.arange(len(role_groups), device=remap_G.device)
             rows_N = torch.nonzero(remap_G[batch.group_index] >= 0).squeeze(1)
@@ -57,13 +79,13 @@ def compute_token_advantages(batch: TokenBatch, algorithm_config: AlgorithmConfi
         packed = GroupedRewards.from_flat(rewards_N, group_index_N, num_groups=num_groups, validate=False)
         role_adv_N, _ = compute_advantages(packed, estimator, **algorithm_config.estimator_kwargs)
         role_adv_N = role_adv_N.to(adv_N.dtype)
-        if rows_N is None:
-            adv_N = role_adv_N
-        else:
-            adv_N = adv_N.index_copy(0, rows_N, role_adv_N)
+        adv_N = role_adv_N if rows_N is None else adv_N.index_copy(0, rows_N, role_adv_N)
         if rewards_N.numel():
             metrics |= summary_metrics(rewards_N, f"reward/{role}") | summary_metrics(role_adv_N, f"advantage/{role}", fraction_zero=True)
-    batch.advantages = adv_N[:, None] * batch.response_mask
+    row_adv_R = adv_N if batch.row_index is None else adv_N[batch.row_index]
+    batch.advantages = row_adv_R[:, None] * batch.response_mask
+    if any(pre_G):
+        metrics |= _keep_precomputed(batch, pre_G)
     return metrics
 
 

@@ -1,9 +1,16 @@
-"""``TokenBatch``: a batch of single-step trajectories as padded token tensors, the form the
-default :meth:`BackendProtocol.compute_advantages` and the torch backend consume.
+"""``TokenBatch``: a batch of trajectories as padded token tensors, one row per step, the form
+the default :meth:`BackendProtocol.compute_advantages` and the torch backend consume.
 
-Row ``i`` is trajectory ``i`` (``N`` rows) and holds its prompt followed by its response, right
-padded to ``T`` tokens; ``response_mask`` marks the trained response tokens. Trajectories of one
+Each **step** of each trajectory is a row (``R`` rows for ``N`` trajectories): its prompt (for a
+multi-turn workflow, the conversation so far) followed by its response, right padded to ``T``
+tokens; ``response_mask`` marks the step's own trained response tokens. ``row_index`` maps a row
+to its trajectory, so a trajectory's advantage is broadcast to every one of its steps, each at
+its own response tokens (rLLM's ``broadcast`` mode). Trajectories of one
 :class:`~rllm_torch.types.TrajectoryGroup` share a dense ``group_index``; each group has a role.
+
+With ``use_precomputed_advantage``, a group with any ``step.advantage`` set is *precomputed*: its
+rows carry :meth:`Step.token_advantages <rllm_torch.types.Step.token_advantages>` in
+``precomputed_advantages`` and no estimator touches them (rLLM's rule, per group).
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from rllm_torch.errors import InvalidTrajectoryError
 from rllm_torch.types import TrajectoryGroup
 
 __all__ = ["TokenBatch", "build_token_batch"]
@@ -20,20 +28,24 @@ __all__ = ["TokenBatch", "build_token_batch"]
 
 @dataclass
 class TokenBatch:
-    """Packed tensors of one training batch.
+    """Packed tensors of one training batch (``R`` step rows, ``N`` trajectories, ``G`` groups).
 
     Attributes:
-        input_ids: ``[N, T]`` int64 prompt + response ids, right padded with ``pad_token_id``.
-        attention_mask: ``[N, T]`` int64, 1 on real tokens.
-        response_mask: ``[N, T]`` float32, 1 on the response tokens that are trained
+        input_ids: ``[R, T]`` int64 prompt + response ids, right padded with ``pad_token_id``.
+        attention_mask: ``[R, T]`` int64, 1 on real tokens.
+        response_mask: ``[R, T]`` float32, 1 on the response tokens that are trained
             (``Step.response_mask``), 0 on prompt and padding.
         rewards: ``[N]`` float32 trajectory rewards.
         group_index: ``[N]`` int64 dense group ids ``0..G-1``.
         group_roles: ``G`` role names (host list), one per group: picks the estimator.
-        rollout_log_probs: ``[N, T]`` float32 sampling log-probs of response tokens (0 elsewhere).
-        old_log_probs: ``[N, T]`` float32 log-probs of the policy before the update (filled by
+        rollout_log_probs: ``[R, T]`` float32 sampling log-probs of response tokens (0 elsewhere).
+        old_log_probs: ``[R, T]`` float32 log-probs of the policy before the update (filled by
             ``process_backend_batch``), or None.
-        advantages: ``[N, T]`` float32 token-level advantages (filled by ``compute_advantages``).
+        advantages: ``[R, T]`` float32 token-level advantages (filled by ``compute_advantages``).
+        row_index: ``[R]`` int64 trajectory of each row; None means row ``i`` is trajectory ``i``.
+        precomputed_advantages: ``[R, T]`` float32 workflow-written token advantages of the rows
+            of precomputed groups (0 elsewhere), or None when no group is precomputed.
+        group_precomputed: ``G`` bools (host list): whether group ``g`` is precomputed; None: none is.
         extras: anything else a backend wants to carry with the batch.
     """
 
@@ -46,6 +58,9 @@ class TokenBatch:
     rollout_log_probs: Tensor
     old_log_probs: Tensor | None = None
     advantages: Tensor | None = None
+    row_index: Tensor | None = None
+    precomputed_advantages: Tensor | None = None
+    group_precomputed: list[bool] | None = None
     extras: dict = field(default_factory=dict)
 
     @property
@@ -58,48 +73,69 @@ class TokenBatch:
         return TokenBatch(**moved)
 
 
-def build_token_batch(groups: list[TrajectoryGroup], *, pad_token_id: int) -> TokenBatch:
-    """Pack single-step trajectory groups into a :class:`TokenBatch` (on CPU).
+def _where(group: TrajectoryGroup, name: str, index: int) -> str:
+    return f"task {group.task_id!r}, group {group.group_id!r}, trajectory {name!r}, step {index}"
+
+
+def build_token_batch(groups: list[TrajectoryGroup], *, pad_token_id: int, use_precomputed_advantage: bool = False) -> TokenBatch:
+    """Pack trajectory groups into a :class:`TokenBatch` (on CPU), one row per step.
 
     Args:
-        groups: groups whose trajectories have exactly one step with ``prompt_ids`` and
-            ``response_ids`` (and, optionally, ``logprobs`` with one value per response token).
+        groups: groups whose trajectories have at least one step; every step has
+            ``prompt_ids`` and ``response_ids`` (and, optionally, ``logprobs`` with one value per
+            response token).
         pad_token_id: the id written in padding positions.
+        use_precomputed_advantage: keep the workflow's ``step.advantage`` for groups that have one.
 
     Raises:
-        ValueError: a trajectory does not have exactly one step, has no response token, or has
-            log-probs of the wrong length; the message names the task and the group.
+        InvalidTrajectoryError (a ValueError): a trajectory has no step, a step has no response
+            token or log-probs of the wrong length; the message names the task, group, trajectory
+            and step.
     """
-    rows, rewards, group_index, rows_logp, rows_mask = [], [], [], [], []
+    rows, rows_logp, rows_mask, rows_adv, row_index, rewards, group_index, group_pre = [], [], [], [], [], [], [], []
     for g, group in enumerate(groups):
+        pre = use_precomputed_advantage and any(s.advantage is not None for t in group.trajectories for s in t.steps)
+        group_pre.append(pre)
         for traj in group.trajectories:
-            if len(traj.steps) != 1 or not traj.steps[0].response_ids:
-                raise ValueError(f"task {group.task_id!r}, group {group.group_id!r}: trajectory {traj.name!r} has {len(traj.steps)} step(s); this backend trains single-step trajectories with at least one response token.")
-            step = traj.steps[0]
-            num_prompt, num_resp = len(step.prompt_ids), len(step.response_ids)
-            if step.logprobs and len(step.logprobs) != num_resp:
-                raise ValueError(f"task {group.task_id!r}, group {group.group_id!r}: {len(step.logprobs)} log-probs for {num_resp} response tokens.")
-            rows.append(list(step.prompt_ids) + list(step.response_ids))
-            rows_logp.append((num_prompt, list(step.logprobs) or [0.0] * num_resp))
-            rows_mask.append((num_prompt, step.response_mask_tensor()))
-            rewards.append(float(traj.reward))
+            if not traj.steps:
+                raise InvalidTrajectoryError(f"task {group.task_id!r}, group {group.group_id!r}: trajectory {traj.name!r} has no step; every trained trajectory needs at least one.")
+            for index, step in enumerate(traj.steps):
+                num_prompt, num_resp = len(step.prompt_ids), len(step.response_ids)
+                if not num_resp:
+                    raise InvalidTrajectoryError(f"{_where(group, traj.name, index)}: no response token; every trained step needs at least one.")
+                if step.logprobs and len(step.logprobs) != num_resp:
+                    raise InvalidTrajectoryError(f"{_where(group, traj.name, index)}: {len(step.logprobs)} log-probs for {num_resp} response tokens.")
+                rows.append(list(step.prompt_ids) + list(step.response_ids))
+                rows_logp.append((num_prompt, list(step.logprobs) or [0.0] * num_resp))
+                rows_mask.append(step.response_mask_tensor())
+                rows_adv.append(step.token_advantages() if pre else None)
+                row_index.append(len(rewards))
+            if traj.reward is None and not pre:
+                raise InvalidTrajectoryError(f"task {group.task_id!r}, group {group.group_id!r}: trajectory {traj.name!r} has reward None; an RL group needs a reward per trajectory.")
+            rewards.append(0.0 if traj.reward is None else float(traj.reward))  # precomputed groups: unused
             group_index.append(g)
     num_rows, width = len(rows), max((len(r) for r in rows), default=0)
-    input_ids_NT = torch.full((num_rows, width), pad_token_id, dtype=torch.int64)
-    attention_mask_NT = torch.zeros((num_rows, width), dtype=torch.int64)
-    response_mask_NT = torch.zeros((num_rows, width), dtype=torch.float32)
-    rollout_logp_NT = torch.zeros((num_rows, width), dtype=torch.float32)
-    for i, (ids, (start, logp), (_, mask_T)) in enumerate(zip(rows, rows_logp, rows_mask)):
-        input_ids_NT[i, : len(ids)] = torch.tensor(ids, dtype=torch.int64)
-        attention_mask_NT[i, : len(ids)] = 1
-        response_mask_NT[i, start : len(ids)] = mask_T
-        rollout_logp_NT[i, start : len(ids)] = torch.tensor(logp, dtype=torch.float32)
+    input_ids_RT = torch.full((num_rows, width), pad_token_id, dtype=torch.int64)
+    attention_mask_RT = torch.zeros((num_rows, width), dtype=torch.int64)
+    response_mask_RT = torch.zeros((num_rows, width), dtype=torch.float32)
+    rollout_logp_RT = torch.zeros((num_rows, width), dtype=torch.float32)
+    pre_adv_RT = torch.zeros((num_rows, width), dtype=torch.float32) if any(group_pre) else None
+    for i, (ids, (start, logp), mask_T, adv_T) in enumerate(zip(rows, rows_logp, rows_mask, rows_adv, strict=True)):
+        input_ids_RT[i, : len(ids)] = torch.tensor(ids, dtype=torch.int64)
+        attention_mask_RT[i, : len(ids)] = 1
+        response_mask_RT[i, start : len(ids)] = mask_T
+        rollout_logp_RT[i, start : len(ids)] = torch.tensor(logp, dtype=torch.float32)
+        if adv_T is not None:
+            pre_adv_RT[i, start : len(ids)] = adv_T
     return TokenBatch(
-        input_ids=input_ids_NT,
-        attention_mask=attention_mask_NT,
-        response_mask=response_mask_NT,
+        input_ids=input_ids_RT,
+        attention_mask=attention_mask_RT,
+        response_mask=response_mask_RT,
         rewards=torch.tensor(rewards, dtype=torch.float32),
         group_index=torch.tensor(group_index, dtype=torch.int64),
         group_roles=[g.group_role for g in groups],
-        rollout_log_probs=rollout_logp_NT,
+        rollout_log_probs=rollout_logp_RT,
+        row_index=torch.tensor(row_index, dtype=torch.int64),
+        precomputed_advantages=pre_adv_RT,
+        group_precomputed=group_pre if any(group_pre) else None,
     )

@@ -1,6 +1,7 @@
 """``TorchBackend``: the embedded backend. A ``transformers`` causal LM is sampled by
 :class:`TorchRolloutEngine` and trained on :class:`~rllm_torch.trainer.token_batch.TokenBatch`
-tensors with a clipped-PPO or importance-sampling loss, AdamW and gradient clipping."""
+tensors with the loss ``rllm.algorithm.loss_fn`` aggregated by ``loss_agg_mode``, AdamW and
+gradient clipping."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from omegaconf import DictConfig
 from transformers import get_scheduler
 
 from rllm_torch.backends.torch_backend.data import TaskDataLoader
-from rllm_torch.backends.torch_backend.losses import LOSS_FNS, policy_loss
+from rllm_torch.backends.torch_backend.losses import AGG_MODES, LOSS_FNS, policy_loss
 from rllm_torch.backends.torch_backend.policy import build_policy, resolve_device
 from rllm_torch.backends.torch_backend.rollout import SamplingParams, TorchRolloutEngine
 from rllm_torch.backends.torch_backend.sampling import token_log_probs
@@ -49,6 +50,8 @@ class TorchBackend(BackendProtocol):
         self.tokenizer = load_tokenizer(config.model.path, alphabet)
         self.model = build_policy(config.model, self.tokenizer, seed=self.settings.seed).to(self.device)
         self.loss_fn = rllm.algorithm.loss_fn or "ppo"
+        self.loss_agg_mode = rllm.algorithm.get("loss_agg_mode", "token-mean")
+        self.loss_agg_horizon = rllm.algorithm.get("loss_agg_horizon") or rllm.rollout.max_new_tokens
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.settings.lr, weight_decay=self.settings.weight_decay)
         self.scheduler, self._pending_scheduler_state = None, None
         self.run_dir = Path(rllm.trainer.default_local_dir or f"outputs/{rllm.trainer.project_name}/{rllm.trainer.experiment_name}")
@@ -56,6 +59,10 @@ class TorchBackend(BackendProtocol):
     def validate_config(self) -> None:
         if self.loss_fn not in LOSS_FNS:
             raise ConfigError(f"rllm.algorithm.loss_fn={self.loss_fn!r}: the torch backend implements {LOSS_FNS}.")
+        if self.loss_agg_mode not in AGG_MODES:
+            raise ConfigError(f"rllm.algorithm.loss_agg_mode={self.loss_agg_mode!r} is not one of {AGG_MODES}.")
+        if self.loss_agg_horizon < 1 or self.settings.get("dro_beta", 0.05) < 0:
+            raise ConfigError(f"rllm.algorithm.loss_agg_horizon must be >= 1 and backend.dro_beta >= 0, got {self.loss_agg_horizon} and {self.settings.get('dro_beta')}.")
         rollout = self.config.rllm.rollout
         if rollout.n < 1 or rollout.n_val < 1 or rollout.max_new_tokens < 1:
             raise ConfigError(f"rllm.rollout.n, n_val and max_new_tokens must be >= 1, got {rollout.n}, {rollout.n_val}, {rollout.max_new_tokens}.")
@@ -78,7 +85,8 @@ class TorchBackend(BackendProtocol):
         return await agent_workflow_engine.execute_tasks([t for _, t, _ in tasks], [i for i, _, _ in tasks], [k for _, _, k in tasks])
 
     def transform_to_backend_batch(self, trainer_state: TrainerState):
-        return build_token_batch(trainer_state.trajectory_groups, pad_token_id=self.tokenizer.pad_token_id).to(self.device)
+        use_pre = bool(self.config.rllm.algorithm.use_precomputed_advantage)
+        return build_token_batch(trainer_state.trajectory_groups, pad_token_id=self.tokenizer.pad_token_id, use_precomputed_advantage=use_pre).to(self.device)
 
     def _log_probs(self, batch, rows: slice | torch.Tensor = slice(None)) -> torch.Tensor:
         return token_log_probs(self.model, batch.input_ids[rows], batch.attention_mask[rows], temperature=self.config.rllm.rollout.temperature)
@@ -103,7 +111,7 @@ class TorchBackend(BackendProtocol):
 
     async def update_policy(self, trainer_state: TrainerState) -> None:
         """``backend.ppo_epochs`` passes over the batch in shuffled mini-batches of
-        ``backend.mini_batch_size`` trajectories (None: the whole batch), one AdamW step each."""
+        ``backend.mini_batch_size`` rows (one row per step; None: the whole batch), one AdamW step each."""
         batch, s = trainer_state.backend_batch, self.settings
         num_rows = batch.input_ids.shape[0]
         mini = min(s.mini_batch_size or num_rows, num_rows)
@@ -113,7 +121,10 @@ class TorchBackend(BackendProtocol):
             order = torch.randperm(num_rows, device=self.device)
             for start in range(0, num_rows, mini):
                 rows = order[start : start + mini]
-                loss, extra = policy_loss(self.loss_fn, self._log_probs(batch, rows), batch.old_log_probs[rows], batch.advantages[rows], batch.response_mask[rows], clip_ratio_low=s.clip_ratio_low, clip_ratio_high=s.clip_ratio_high)
+                loss, extra = policy_loss(
+                    self.loss_fn, self._log_probs(batch, rows), batch.old_log_probs[rows], batch.advantages[rows], batch.response_mask[rows],
+                    clip_ratio_low=s.clip_ratio_low, clip_ratio_high=s.clip_ratio_high, beta=s.get("dro_beta", 0.05), loss_agg_mode=self.loss_agg_mode, horizon=self.loss_agg_horizon,
+                )
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), s.grad_clip)

@@ -1,0 +1,134 @@
+"""Policy losses on token tensors (pure functions: tensors and numbers in, tensors out).
+
+Shared notation. ``N`` sequences, ``T`` tokens; every tensor argument is ``[N, T]`` float on one
+device: ``log_probs`` (log π_θ of each token, with gradient), ``old_log_probs`` (log π_old, the
+policy before the update; no gradient), ``advantages`` (A, one value per token: the trajectory
+advantage times the response mask, or a precomputed per-token value), ``response_mask`` (1 on
+trained tokens). ``ρ = exp(log π_θ - log π_old)`` is the importance ratio and ``sg`` stops the
+gradient. Each function builds the per-token loss ``ℓ[n, t]`` below and reduces it with
+:func:`~rllm_torch.backends.torch_backend.losses.aggregation.aggregate_loss` (``loss_agg_mode``,
+``horizon``), and returns ``(loss, stats)``: the scalar and a dict of detached 0-d diagnostics
+(token means over the mask). On-policy (ρ = 1) every loss has the gradient ``-A ∇ log π``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from rllm_torch.backends.torch_backend.losses.aggregation import aggregate_loss, token_mean
+
+__all__ = ["LOSS_FNS", "ppo_clip_loss", "importance_sampling_loss", "cispo_loss", "dro_loss", "cross_entropy_loss", "policy_loss"]
+
+LOSS_FNS = ("ppo", "importance_sampling", "cispo", "dro", "cross_entropy")
+
+
+def _kl_stats(log_ratio_NT: Tensor, response_mask: Tensor) -> dict[str, Tensor]:
+    with torch.no_grad():  # k3 estimator of KL(π_old ‖ π_θ) (Schulman 2020, "Approximating KL divergence")
+        return {"approx_kl": token_mean(log_ratio_NT.exp() - 1 - log_ratio_NT, response_mask)}
+
+
+def ppo_clip_loss(log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, response_mask: Tensor, *, clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2, loss_agg_mode: str = "token-mean", horizon: int | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+    """PPO's clipped surrogate, negated: ``ℓ = -min(ρ A, clip(ρ, 1 - ε_low, 1 + ε_high) A)``.
+
+    Stats: ``clip_fraction`` (share of tokens where the clipped term is the smaller) and ``approx_kl``.
+
+    Source: Schulman et al. 2017, arXiv:1707.06347, eq. 7; asymmetric ε_low/ε_high as DAPO
+    (arXiv:2503.14476). Example: on-policy, ``A = 2`` on one token gives ``ℓ = -2``.
+    """
+    log_ratio_NT = log_probs - old_log_probs
+    ratio_NT = log_ratio_NT.exp()
+    unclipped_NT = ratio_NT * advantages
+    clipped_NT = ratio_NT.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high) * advantages
+    loss = aggregate_loss(-torch.minimum(unclipped_NT, clipped_NT), response_mask, loss_agg_mode, horizon=horizon)
+    with torch.no_grad():
+        stats = {"clip_fraction": token_mean((clipped_NT < unclipped_NT).float(), response_mask)}
+    return loss, stats | _kl_stats(log_ratio_NT, response_mask)
+
+
+def importance_sampling_loss(log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, response_mask: Tensor, *, loss_agg_mode: str = "token-mean", horizon: int | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+    """The unclipped importance-weighted policy gradient, negated: ``ℓ = -ρ A``.
+
+    Source: tinker's ``importance_sampling`` loss (``-(exp(target_lp - sampling_lp) * A)``).
+    On-policy its gradient is REINFORCE's ``-A ∇ log π`` (Williams 1992).
+    """
+    log_ratio_NT = log_probs - old_log_probs
+    loss = aggregate_loss(-log_ratio_NT.exp() * advantages, response_mask, loss_agg_mode, horizon=horizon)
+    return loss, _kl_stats(log_ratio_NT, response_mask)
+
+
+def cispo_loss(log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, response_mask: Tensor, *, clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2, loss_agg_mode: str = "token-mean", horizon: int | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+    """CISPO, negated: ``ℓ = -sg(clip(ρ, 1 - ε_low, 1 + ε_high)) · A · log π_θ``.
+
+    The importance weight is clipped and detached, so no token's gradient is dropped (PPO's clip
+    zeroes it); the gradient is ``-clip(ρ) A ∇ log π``. Stats: ``clip_fraction`` (share of
+    tokens whose ρ was clipped) and ``approx_kl``.
+
+    Source: MiniMax-M1, arXiv:2506.13585, eq. 4 (the paper sets ε_low large, i.e. no lower
+    clip; here both bounds come from ``clip_ratio_low`` / ``clip_ratio_high``); tinker's ``cispo``.
+    """
+    log_ratio_NT = log_probs - old_log_probs
+    ratio_NT = log_ratio_NT.detach().exp()
+    weight_NT = ratio_NT.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
+    loss = aggregate_loss(-weight_NT * advantages * log_probs, response_mask, loss_agg_mode, horizon=horizon)
+    with torch.no_grad():
+        stats = {"clip_fraction": token_mean((weight_NT != ratio_NT).float(), response_mask)}
+    return loss, stats | _kl_stats(log_ratio_NT, response_mask)
+
+
+def dro_loss(log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, response_mask: Tensor, *, beta: float = 0.05, loss_agg_mode: str = "token-mean", horizon: int | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+    """Direct reward optimisation, negated: ``ℓ = -(A · log π_θ - ½ β (log π_θ - log π_old)²)``.
+
+    The quadratic term keeps the policy near the sampler ``q = π_old`` (off-policy and offline
+    RL); its gradient is ``-(A - β (log π_θ - log π_old)) ∇ log π_θ``. ``beta >= 0``.
+
+    Source: Richemond et al. 2024, "Offline regularised RL for LLM alignment", arXiv:2405.19107;
+    Kimi k1.5, arXiv:2501.12599; tinker's ``dro`` loss (default ``beta`` 0.05).
+    """
+    log_ratio_NT = log_probs - old_log_probs
+    loss = aggregate_loss(-(advantages * log_probs - 0.5 * beta * log_ratio_NT.square()), response_mask, loss_agg_mode, horizon=horizon)
+    return loss, _kl_stats(log_ratio_NT, response_mask)
+
+
+def cross_entropy_loss(log_probs: Tensor, advantages: Tensor, response_mask: Tensor, *, loss_agg_mode: str = "token-mean", horizon: int | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+    """Weighted negative log-likelihood: ``ℓ = -A · log π_θ``, the advantage as the token weight.
+
+    With ``A = 1`` on the response tokens it is supervised fine-tuning; with precomputed
+    per-token advantages it is a weighted SFT / distillation loss; with RL advantages its
+    gradient is REINFORCE's. No ``old_log_probs``: it does not correct for off-policy samples.
+
+    Source: tinker's ``cross_entropy`` loss (``-(weights * target_logprobs)``), with the
+    advantage in the place of ``weights``.
+    """
+    loss = aggregate_loss(-advantages * log_probs, response_mask, loss_agg_mode, horizon=horizon)
+    with torch.no_grad():
+        stats = {"nll": token_mean(-log_probs, response_mask)}
+    return loss, stats
+
+
+def policy_loss(name: str, log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, response_mask: Tensor, *, clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2, beta: float = 0.05, loss_agg_mode: str = "token-mean", horizon: int | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+    """Dispatch on ``name`` (one of :data:`LOSS_FNS`); each loss takes the options it uses.
+
+    Raises:
+        ValueError: an unknown loss name or aggregation mode.
+
+    Example (one token, on-policy, log π = -1, A = 2: ``-ρA = -2`` for the ratio losses,
+    ``-A log π = 2`` for the log-likelihood ones):
+        >>> import torch
+        >>> logp, adv, mask = torch.tensor([[-1.0]]), torch.tensor([[2.0]]), torch.tensor([[1.0]])
+        >>> [policy_loss(name, logp, logp, adv, mask)[0].item() for name in LOSS_FNS]
+        [-2.0, -2.0, 2.0, 2.0, 2.0]
+    """
+    agg = {"loss_agg_mode": loss_agg_mode, "horizon": horizon}
+    clip = {"clip_ratio_low": clip_ratio_low, "clip_ratio_high": clip_ratio_high}
+    if name == "ppo":
+        return ppo_clip_loss(log_probs, old_log_probs, advantages, response_mask, **clip, **agg)
+    if name == "importance_sampling":
+        return importance_sampling_loss(log_probs, old_log_probs, advantages, response_mask, **agg)
+    if name == "cispo":
+        return cispo_loss(log_probs, old_log_probs, advantages, response_mask, **clip, **agg)
+    if name == "dro":
+        return dro_loss(log_probs, old_log_probs, advantages, response_mask, beta=beta, **agg)
+    if name == "cross_entropy":
+        return cross_entropy_loss(log_probs, advantages, response_mask, **agg)
+    raise ValueError(f"loss {name!r} is not one of {LOSS_FNS}.")
