@@ -19,21 +19,8 @@ Quick start::
 
 from rllm_torch.advantage import collect_reward_and_advantage_from_trajectory_groups
 from rllm_torch.config import AlgorithmConfig, rLLMAdvantageEstimator
-from rllm_torch.errors import (
-    CheckpointError,
-    CheckpointMismatchError,
-    ConfigError,
-    DatasetNotFoundError,
-    EstimatorOutputError,
-    ModelNotFoundError,
-    UnknownBackendError,
-    WorkflowError,
-    InvalidGroupIndexError,
-    InvalidRewardsError,
-    InvalidRewardTypeError,
-    RLLMTorchError,
-    UnknownEstimatorError,
-)
+from rllm_torch.errors import *  # noqa: F403 - re-exported public surface
+from rllm_torch.errors import __all__ as _errors_all
 from rllm_torch.estimators import *  # noqa: F403 - re-exported public surface
 from rllm_torch.estimators import __all__ as _estimators_all
 from rllm_torch.labels import factorize_group_labels
@@ -54,19 +41,7 @@ __all__ = [
     "segment_sum",
     "segment_mean",
     "segment_var_mean",
-    "RLLMTorchError",
-    "InvalidRewardsError",
-    "InvalidRewardTypeError",
-    "InvalidGroupIndexError",
-    "UnknownEstimatorError",
-    "EstimatorOutputError",
-    "ConfigError",
-    "UnknownBackendError",
-    "DatasetNotFoundError",
-    "ModelNotFoundError",
-    "WorkflowError",
-    "CheckpointError",
-    "CheckpointMismatchError",
+    *_errors_all,
     *_estimators_all,
     "Step",
     "Trajectory",
