@@ -64,6 +64,8 @@ def test_an_override_of_the_wrong_type_fails_at_composition():
         ("model.path=/does/not/exist", ModelNotFoundError, "model.path"),
         ("rllm.algorithm.loss_fn=dpo", ConfigError, "loss_fn"),
         ("rllm.algorithm.loss_agg_mode=seq-sum", ConfigError, "loss_agg_mode"),
+        ("rllm.rollout.top_p=0", ConfigError, "rllm.rollout.top_p"),
+        ("task.train_path=/nonexistent.jsonl", ConfigError, "task.train_path"),
     ],
 )
 def test_bad_settings_fail_before_training_starts(tmp_path, override, error, match):
