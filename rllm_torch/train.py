@@ -20,6 +20,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from rllm_torch.config_checks import check_run_config
 from rllm_torch.errors import ConfigError, UnknownBackendError
 from rllm_torch.run_config import register_configs
 from rllm_torch.tasks.base import build_task
@@ -52,6 +53,7 @@ def run(config: DictConfig) -> UnifiedTrainer:
     Raises:
         ConfigError (and subclasses), UnknownEstimatorError: before training starts.
     """
+    check_run_config(config)
     seed = config.seed
     random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)
     backend_cls = backend_class(config.backend.name)

@@ -80,7 +80,8 @@ class Step:
         """``[T]`` float32 mask of this step's response tokens (ones when ``response_mask`` is None).
 
         Raises:
-            ValueError: ``response_mask`` does not have one entry per response token.
+            InvalidTrajectoryError (a ValueError): ``response_mask`` does not have one entry per
+                response token, or holds a value other than 0 and 1.
         """
         num_tokens = len(self.response_ids)
         if self.response_mask is None:
@@ -88,6 +89,10 @@ class Step:
         mask_T = torch.as_tensor(self.response_mask, dtype=torch.float32).reshape(-1)
         if mask_T.shape[0] != num_tokens:
             raise InvalidTrajectoryError(f"response_mask has {mask_T.shape[0]} entries but the step has {num_tokens} response tokens; give one per token.")
+        bad_T = (mask_T != 0) & (mask_T != 1)
+        if bad_T.any():
+            position = int(bad_T.nonzero()[0, 0])
+            raise InvalidTrajectoryError(f"response_mask holds {mask_T[position].item():g} at token {position}; it must hold only 0 (not trained) and 1 (trained), since the mask multiplies the advantage.")
         return mask_T
 
     def token_advantages(self) -> Tensor:

@@ -39,6 +39,14 @@ def test_the_run_directory_depends_only_on_project_and_experiment_so_the_same_co
     assert (trainer.resume_mode, trainer.save_freq, trainer.max_checkpoints_to_keep, trainer.log_table_every) == ("auto", 32, 3, 32)
 
 
+def test_hydra_logs_to_the_console_only_so_no_empty_log_file_lands_in_the_run_directory():
+    register_configs()
+    with initialize_config_module(config_module="rllm_torch.configs", version_base=None):
+        config = compose(config_name="train", return_hydra_config=True)
+    handlers = config.hydra.job_logging.handlers
+    assert "file" not in handlers and all(h["class"] != "logging.FileHandler" for h in handlers.values())
+
+
 def test_overrides_change_the_estimator_and_the_group_size():
     config = compose_train("rllm.algorithm.adv_estimator=rloo", "rllm.rollout.n=4", "model=tiny_llama")
     assert (config.rllm.algorithm.adv_estimator, config.rllm.rollout.n, config.model.arch) == ("rloo", 4, "llama")
@@ -64,6 +72,8 @@ def test_an_override_of_the_wrong_type_fails_at_composition():
         ("model.path=/does/not/exist", ModelNotFoundError, "model.path"),
         ("rllm.algorithm.loss_fn=dpo", ConfigError, "loss_fn"),
         ("rllm.algorithm.loss_agg_mode=seq-sum", ConfigError, "loss_agg_mode"),
+        ("rllm.rollout.top_p=0", ConfigError, "rllm.rollout.top_p"),
+        ("task.train_path=/nonexistent.jsonl", ConfigError, "task.train_path"),
     ],
 )
 def test_bad_settings_fail_before_training_starts(tmp_path, override, error, match):
@@ -106,6 +116,7 @@ def test_python_m_rllm_torch_train_runs_a_short_training_in_a_subprocess(tmp_pat
     assert done.returncode == 0, done.stderr[-2000:]
     assert "val/arithmetic/pass@1" in done.stdout
     assert (tmp_path / "config.yaml").exists() and (tmp_path / "metrics.jsonl").exists() and (tmp_path / "checkpoints" / "final").is_dir()
+    assert not list(tmp_path.glob("*.log")), "Hydra's job log file would be empty: the console output is the log"
 
 
 def test_python_m_rllm_torch_train_with_a_typo_exits_with_an_error_naming_the_key(tmp_path):

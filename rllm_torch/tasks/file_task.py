@@ -21,20 +21,22 @@ def load_rows(path: str, *, prompt_key: str = "prompt", answer_key: str = "answe
     columns are kept.
 
     Raises:
-        DatasetNotFoundError: the file does not exist, has an unknown suffix, or a row lacks a key.
+        DatasetNotFoundError: the file does not exist, has an unknown suffix, has no rows, a JSONL
+            line is not a JSON object, or a row lacks a key.
     """
     file = Path(path)
     if not file.is_file():
         raise DatasetNotFoundError(f"dataset file {str(file)!r} does not exist; set task.train_path / task.val_path to a .jsonl or .parquet file.")
     if file.suffix in (".jsonl", ".json"):
-        with file.open() as f:
-            raw = [json.loads(line) for line in f if line.strip()]
+        raw = _read_jsonl(file)
     elif file.suffix == ".parquet":
         import pyarrow.parquet as pq
 
         raw = pq.read_table(file).to_pylist()
     else:
         raise DatasetNotFoundError(f"dataset file {str(file)!r}: unknown suffix {file.suffix!r}; use .jsonl or .parquet.")
+    if not raw:
+        raise DatasetNotFoundError(f"dataset file {str(file)!r} has no rows; give at least one row with keys {prompt_key!r} and {answer_key!r}.")
     rows = []
     for i, row in enumerate(raw):
         if prompt_key not in row or answer_key not in row:
@@ -43,19 +45,39 @@ def load_rows(path: str, *, prompt_key: str = "prompt", answer_key: str = "answe
     return rows
 
 
+def _read_jsonl(file: Path) -> list[dict]:
+    """The JSON object of every non-blank line of ``file``; a bad line is named by its number (from 1)."""
+    rows = []
+    with file.open() as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DatasetNotFoundError(f"dataset file {str(file)!r}, line {number}: not valid JSON ({exc.msg} at column {exc.colno}); each line must be one JSON object such as {{\"prompt\": \"3+4=\", \"answer\": \"7\"}}.") from exc
+            if not isinstance(row, dict):
+                raise DatasetNotFoundError(f"dataset file {str(file)!r}, line {number}: expected a JSON object, got {type(row).__name__}; each line must be one JSON object such as {{\"prompt\": \"3+4=\", \"answer\": \"7\"}}.")
+            rows.append(row)
+    return rows
+
+
 def load_reward_fn(spec: str) -> RewardFn:
     """``"exact_match"`` or ``"module:function"`` → the reward function.
 
     Raises:
-        ConfigError: the module or function cannot be imported.
+        ConfigError: ``spec`` is not of the ``module:function`` form, or the module or function
+            cannot be imported.
     """
     if spec == "exact_match":
         return exact_match_reward
-    module_name, _, attr = spec.partition(":")
+    module_name, colon, attr = spec.partition(":")
+    if not colon or not module_name or not attr:
+        raise ConfigError(f"task.reward_fn={spec!r}: use 'exact_match' or the 'module:function' form, e.g. task.reward_fn=my_rewards:score for a function score in my_rewards.py (the module must be importable: run from its folder with PYTHONPATH=.).")
     try:
         fn = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError, ValueError) as exc:
-        raise ConfigError(f"task.reward_fn={spec!r}: cannot import it ({exc}); use 'exact_match' or 'package.module:function'.") from exc
+        raise ConfigError(f"task.reward_fn={spec!r}: cannot import it ({exc}); use 'exact_match' or 'package.module:function', importable from where you run (e.g. PYTHONPATH=. from the folder that holds the module).") from exc
     if not callable(fn):
         raise ConfigError(f"task.reward_fn={spec!r} is not callable.")
     return fn

@@ -107,7 +107,10 @@ def build_token_batch(groups: list[TrajectoryGroup], *, pad_token_id: int, use_p
                     raise InvalidTrajectoryError(f"{_where(group, traj.name, index)}: {len(step.logprobs)} log-probs for {num_resp} response tokens.")
                 rows.append(list(step.prompt_ids) + list(step.response_ids))
                 rows_logp.append((num_prompt, list(step.logprobs) or [0.0] * num_resp))
-                rows_mask.append(step.response_mask_tensor())
+                try:
+                    rows_mask.append(step.response_mask_tensor())
+                except InvalidTrajectoryError as exc:
+                    raise InvalidTrajectoryError(f"{_where(group, traj.name, index)}: {exc}") from exc
                 rows_adv.append(step.token_advantages() if pre else None)
                 row_index.append(len(rewards))
             if traj.reward is None and not pre:

@@ -1,0 +1,102 @@
+"""Start-up checks of a composed training config: numeric settings inside their bounds, and no
+task key the chosen task would ignore. Hydra's schema checks names and types; these check
+values, so a bad one stops the run before anything is built, naming its key."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from rllm_torch.errors import ConfigError
+from rllm_torch.run_config import TaskConfig, TrainConfig
+
+__all__ = ["check_run_config", "FILE_TASK_KEYS"]
+
+# key -> (lower bound, whether the bound itself is allowed, upper bound or None); None values
+# of optional keys are not checked.
+_BOUNDS: dict[str, tuple[float, bool, float | None]] = {
+    "rllm.rollout.n": (1, True, None),
+    "rllm.rollout.n_val": (1, True, None),
+    "rllm.rollout.max_new_tokens": (1, True, None),
+    "rllm.rollout.temperature": (0, True, None),
+    "rllm.rollout.val_temperature": (0, True, None),
+    "rllm.rollout.top_p": (0, False, 1),
+    "rllm.rollout.val_top_p": (0, False, 1),
+    "rllm.trainer.total_epochs": (1, True, None),
+    "rllm.trainer.total_batches": (1, True, None),
+    "rllm.workflow.n_parallel_tasks": (1, True, None),
+    "rllm.workflow.retry_limit": (1, True, None),
+    "data.train_batch_size": (1, True, None),
+    "backend.lr": (0, False, None),
+    "backend.weight_decay": (0, True, None),
+    "backend.grad_clip": (0, False, None),
+    "backend.ppo_epochs": (1, True, None),
+    "backend.mini_batch_size": (1, True, None),
+    "backend.clip_ratio_low": (0, True, None),
+    "backend.clip_ratio_high": (0, True, None),
+    "backend.rollout_batch_size": (1, True, None),
+    "backend.num_threads": (1, True, None),
+    "model.num_layers": (1, True, None),
+    "model.hidden_size": (1, True, None),
+    "model.num_heads": (1, True, None),
+    "model.max_positions": (1, True, None),
+    "task.train_size": (1, True, None),
+    "task.val_size": (0, True, None),
+    "task.turns": (1, True, None),
+}
+
+# Keys only task=file reads; any other task would silently ignore them.
+FILE_TASK_KEYS = ("train_path", "val_path", "prompt_key", "answer_key", "reward_fn")
+
+
+def _describe(low: float, inclusive: bool, high: float | None) -> str:
+    if high is not None:
+        return f"in {'[' if inclusive else '('}{low}, {high}]"
+    return f"{'>=' if inclusive else '>'} {low}"
+
+
+def check_bounds(config: Any) -> None:
+    """Every key of the bounds table that the config has (and is not None) lies in its range.
+
+    Raises:
+        ConfigError: naming the first key out of range, its value and the range.
+    """
+    for key, (low, inclusive, high) in _BOUNDS.items():
+        value = OmegaConf.select(config, key, default=None)
+        if value is None:
+            continue
+        below = value < low if inclusive else value <= low
+        if below or (high is not None and value > high):
+            raise ConfigError(f"{key}={value!r} is out of range; it must be {_describe(low, inclusive, high)} (e.g. {key}={_example(key)}).")
+
+
+def _example(key: str) -> Any:
+    """The schema default of ``key`` (a valid value to suggest)."""
+    default = OmegaConf.select(OmegaConf.structured(TrainConfig), key, default=None)
+    return default if default is not None else 1
+
+
+def check_task_keys(task_config: Any) -> None:
+    """Keys of ``task=file`` (paths, column names, reward function) set for another task.
+
+    Raises:
+        ConfigError: naming the key, the task and the fix.
+    """
+    if task_config.name == "file":
+        return
+    defaults = TaskConfig()
+    for key in FILE_TASK_KEYS:
+        value = task_config.get(key, getattr(defaults, key))
+        if value != getattr(defaults, key):
+            raise ConfigError(f"task.{key}={value!r} is not used by task.name={task_config.name!r} (only task=file reads it); add task=file to use your own data, or drop task.{key}.")
+
+
+def check_run_config(config: Any) -> None:
+    """All start-up checks of a composed ``rllm-torch-train`` config.
+
+    Raises:
+        ConfigError: a numeric setting out of range, or a file-task key given to another task.
+    """
+    check_bounds(config)
+    check_task_keys(config.task)
