@@ -21,7 +21,14 @@ from collections import defaultdict
 import numpy as np
 import torch
 
-from rllm_torch import AlgorithmConfig, Step, Trajectory, TrajectoryGroup, collect_reward_and_advantage_from_trajectory_groups, compute_advantages
+from rllm_torch import (
+    AlgorithmConfig,
+    Step,
+    Trajectory,
+    TrajectoryGroup,
+    collect_reward_and_advantage_from_trajectory_groups,
+    compute_advantages,
+)
 from rllm_torch.advantage import pack_role_rewards
 from rllm_torch.estimators import calculate_grpo_advantages_per_group
 from rllm_torch.metrics import difficulty_metrics, summary_metrics
@@ -45,7 +52,10 @@ def reference_collect(groups: list[TrajectoryGroup], algorithm_config: Algorithm
         traj_rewards_by_role[role].append(traj_rewards)
     for role, traj_groups in traj_groups_by_role.items():
         # calculate_grpo_advantages: one numpy call per group
-        advantages_by_group = [calculate_grpo_advantages_per_group(r, norm_adv_by_std_in_grpo=algorithm_config.norm_adv_by_std_in_grpo)[0] for r in traj_rewards_by_role[role]]
+        advantages_by_group = [
+            calculate_grpo_advantages_per_group(r, norm_adv_by_std_in_grpo=algorithm_config.norm_adv_by_std_in_grpo)[0]
+            for r in traj_rewards_by_role[role]
+        ]
         for traj_group, advantages_by_traj in zip(traj_groups, advantages_by_group, strict=True):
             advantages_by_role[role].extend(np.asarray(advantages_by_traj).tolist())
             for traj, advantage in zip(traj_group.trajectories, advantages_by_traj, strict=True):
@@ -53,9 +63,19 @@ def reference_collect(groups: list[TrajectoryGroup], algorithm_config: Algorithm
                     step.advantage = advantage
     metrics = {}
     for role, rewards in rewards_by_role.items():
-        metrics |= {f"reward/{role}/mean": np.mean(rewards), f"reward/{role}/std": np.std(rewards), f"reward/{role}/max": np.max(rewards), f"reward/{role}/min": np.min(rewards)}
+        metrics |= {
+            f"reward/{role}/mean": np.mean(rewards),
+            f"reward/{role}/std": np.std(rewards),
+            f"reward/{role}/max": np.max(rewards),
+            f"reward/{role}/min": np.min(rewards),
+        }
     for role, advantages in advantages_by_role.items():
-        metrics |= {f"advantage/{role}/mean": np.mean(advantages), f"advantage/{role}/std": np.std(advantages), f"advantage/{role}/max": np.max(advantages), f"advantage/{role}/min": np.min(advantages)}
+        metrics |= {
+            f"advantage/{role}/mean": np.mean(advantages),
+            f"advantage/{role}/std": np.std(advantages),
+            f"advantage/{role}/max": np.max(advantages),
+            f"advantage/{role}/min": np.min(advantages),
+        }
         metrics[f"advantage/{role}/fraction_zero"] = np.sum(np.abs(advantages) < 1e-8) / len(advantages)
     return metrics
 
@@ -65,7 +85,14 @@ def make_groups(steps_per_traj: int, seed: int = 0) -> list[TrajectoryGroup]:
     rewards = rng.integers(0, 2, NUM_TRAJECTORIES).astype(float).tolist()
     groups = []
     for g in range(NUM_TRAJECTORIES // GROUP_SIZE):
-        trajs = [Trajectory(name="solver", reward=rewards[g * GROUP_SIZE + k], steps=[Step(response_ids=[1, 2, 3]) for _ in range(steps_per_traj)]) for k in range(GROUP_SIZE)]
+        trajs = [
+            Trajectory(
+                name="solver",
+                reward=rewards[g * GROUP_SIZE + k],
+                steps=[Step(response_ids=[1, 2, 3]) for _ in range(steps_per_traj)],
+            )
+            for k in range(GROUP_SIZE)
+        ]
         groups.append(TrajectoryGroup(trajs, group_id=f"task-{g}:solver", group_role="solver", task_id=f"task-{g}"))
     return groups
 
@@ -104,14 +131,25 @@ def phases(groups: list[TrajectoryGroup], config: AlgorithmConfig, repeats: int)
         "pack rewards (Python attribute reads + one tensor)": lambda: pack_role_rewards(groups),
         "estimator call (tensor GRPO)": lambda: compute_advantages(batch, "grpo", **config.estimator_kwargs),
         "advantages to Python (one tolist)": lambda: adv_N.tolist(),
-        "metrics (summary + difficulty)": lambda: (summary_metrics(batch.rewards, "r"), summary_metrics(adv_N, "a", fraction_zero=True), difficulty_metrics(batch, "d")),
+        "metrics (summary + difficulty)": lambda: (
+            summary_metrics(batch.rewards, "r"),
+            summary_metrics(adv_N, "a", fraction_zero=True),
+            difficulty_metrics(batch, "d"),
+        ),
         "write step.advantage (Python loop over steps)": write,
     }
     return {name: best_of(fn, groups, repeats) for name, fn in timed.items()}
 
 
 def machine() -> str:
-    model = next((line.split(":", 1)[1].strip() for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines() if line.startswith("Model name")), platform.processor())
+    model = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
+            if line.startswith("Model name")
+        ),
+        platform.processor(),
+    )
     return f"{model}; {torch.get_num_threads()} torch threads, {len(__import__('os').sched_getaffinity(0))} cores available; torch {torch.__version__}; numpy {np.__version__}; Python {platform.python_version()}"
 
 
@@ -126,12 +164,16 @@ def main() -> None:
     collect_reward_and_advantage_from_trajectory_groups(warm, config)
     for steps in (1, 4):
         groups = make_groups(steps)
-        ours = best_of(lambda: collect_reward_and_advantage_from_trajectory_groups(groups, config), groups, args.repeats)
+        ours = best_of(
+            lambda: collect_reward_and_advantage_from_trajectory_groups(groups, config), groups, args.repeats
+        )
         ours_adv = [t.steps[-1].advantage for g in groups for t in g.trajectories]
         ref = best_of(lambda: reference_collect(groups, config), groups, args.repeats)
         ref_adv = [t.steps[-1].advantage for g in groups for t in g.trajectories]
         err = float(np.max(np.abs(np.asarray(ours_adv) - np.asarray(ref_adv, dtype=np.float64))))
-        print(f"\n{NUM_TRAJECTORIES} trajectories x {steps} step(s), groups of {GROUP_SIZE}: ours {ours * 1e3:.1f} ms, per-group numpy {ref * 1e3:.1f} ms, ratio {ref / ours:.1f}x (max |diff| {err:.1e})")
+        print(
+            f"\n{NUM_TRAJECTORIES} trajectories x {steps} step(s), groups of {GROUP_SIZE}: ours {ours * 1e3:.1f} ms, per-group numpy {ref * 1e3:.1f} ms, ratio {ref / ours:.1f}x (max |diff| {err:.1e})"
+        )
         for name, seconds in phases(groups, config, args.repeats).items():
             print(f"  {name:48s} {seconds * 1e3:7.2f} ms  ({seconds / ours:5.1%} of ours)")
 

@@ -25,11 +25,11 @@ def train(estimator: str = "grpo", steps: int = 60, group_size: int = 8, seed: i
     before = expected_reward()
     for _ in range(steps):
         dist = torch.distributions.Categorical(logits=logits_GA)
-        answers_KG = dist.sample((group_size,))                        # [K, G]
-        rewards_GK = (answers_KG == target_G).float().T                 # [G, K]: one row per prompt
+        answers_KG = dist.sample((group_size,))  # [K, G]
+        rewards_GK = (answers_KG == target_G).float().T  # [G, K]: one row per prompt
         adv_N, _ = compute_advantages(GroupedRewards.from_padded(rewards_GK), estimator)
-        logp_GK = dist.log_prob(answers_KG).T                           # [G, K]
-        loss = -(adv_N.view_as(logp_GK) * logp_GK).mean()               # flat order is row-major
+        logp_GK = dist.log_prob(answers_KG).T  # [G, K]
+        loss = -(adv_N.view_as(logp_GK) * logp_GK).mean()  # flat order is row-major
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -48,9 +48,13 @@ def _locate_bad_reward(groups: list[TrajectoryGroup]) -> None:
         for traj in group.trajectories:
             r = traj.reward
             if r is None:
-                raise InvalidRewardsError(f"{_where(group, traj)}: reward is None; in RL (broadcast) mode every trajectory needs a reward (set trajectory.reward, or a last-step reward before the transform).")
+                raise InvalidRewardsError(
+                    f"{_where(group, traj)}: reward is None; in RL (broadcast) mode every trajectory needs a reward (set trajectory.reward, or a last-step reward before the transform)."
+                )
             if not isinstance(r, (numbers.Real, np.bool_)) or isinstance(r, complex):
-                raise InvalidRewardTypeError(f"{_where(group, traj)}: reward {r!r} of type {type(r).__name__} is not a real number.")
+                raise InvalidRewardTypeError(
+                    f"{_where(group, traj)}: reward {r!r} of type {type(r).__name__} is not a real number."
+                )
 
 
 def pack_role_rewards(groups: list[TrajectoryGroup]) -> tuple[GroupedRewards, list[Trajectory]]:
@@ -72,7 +76,9 @@ def pack_role_rewards(groups: list[TrajectoryGroup]) -> tuple[GroupedRewards, li
     sizes = [len(g.trajectories) for g in groups]
     if sizes and sizes[0] > 0 and sizes.count(sizes[0]) == len(sizes):
         return GroupedRewards.from_padded(rewards_N.view(len(sizes), sizes[0])), trajs
-    group_index_N = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes, dtype=torch.int64), output_size=len(trajs))
+    group_index_N = torch.repeat_interleave(
+        torch.arange(len(sizes)), torch.tensor(sizes, dtype=torch.int64), output_size=len(trajs)
+    )
     return GroupedRewards.from_flat(rewards_N, group_index_N, num_groups=len(sizes), validate=False), trajs
 
 
@@ -87,13 +93,27 @@ def _precomputed_values(group: TrajectoryGroup, missing: list[str]) -> list[tupl
                 missing.append(_where(group, traj, index))
                 value = [0.0] * num_tokens
             elif isinstance(adv, numbers.Real) and not isinstance(adv, bool):
-                value = [float(adv)] * num_tokens if step.response_mask is None else (step.response_mask_tensor() * float(adv)).tolist()
+                value = (
+                    [float(adv)] * num_tokens
+                    if step.response_mask is None
+                    else (step.response_mask_tensor() * float(adv)).tolist()
+                )
             elif isinstance(adv, (list, tuple, np.ndarray, torch.Tensor)):
-                value = adv if isinstance(adv, list) else list(adv) if isinstance(adv, tuple) else np.asarray(adv, dtype=np.float64).reshape(-1).tolist()
+                value = (
+                    adv
+                    if isinstance(adv, list)
+                    else list(adv)
+                    if isinstance(adv, tuple)
+                    else np.asarray(adv, dtype=np.float64).reshape(-1).tolist()
+                )
                 if len(value) != num_tokens:
-                    raise InvalidRewardsError(f"{_where(group, traj, index)}: precomputed advantage has {len(value)} entries but the step has {num_tokens} response tokens; give one per response token.")
+                    raise InvalidRewardsError(
+                        f"{_where(group, traj, index)}: precomputed advantage has {len(value)} entries but the step has {num_tokens} response tokens; give one per response token."
+                    )
             else:
-                raise InvalidRewardTypeError(f"{_where(group, traj, index)}: step.advantage of type {type(adv).__name__} is not supported; use None, a float, or a per-token list.")
+                raise InvalidRewardTypeError(
+                    f"{_where(group, traj, index)}: step.advantage of type {type(adv).__name__} is not supported; use None, a float, or a per-token list."
+                )
             out.append((step, value))
     return out
 
@@ -104,11 +124,15 @@ def _estimator_of(role: str, config: AlgorithmConfig) -> str:
         get_rllm_adv_estimator(name)
     except UnknownEstimatorError as exc:
         source = f"estimator_map[{role!r}]" if role in config.estimator_map else "estimator"
-        raise UnknownEstimatorError(f"role {role!r}: {source} = {getattr(name, 'value', name)!r} is not registered. {exc}") from exc
+        raise UnknownEstimatorError(
+            f"role {role!r}: {source} = {getattr(name, 'value', name)!r} is not registered. {exc}"
+        ) from exc
     return name
 
 
-def collect_reward_and_advantage_from_trajectory_groups(groups: list[TrajectoryGroup], algorithm_config: AlgorithmConfig, collect_advantage: bool = True) -> dict[str, float]:
+def collect_reward_and_advantage_from_trajectory_groups(
+    groups: list[TrajectoryGroup], algorithm_config: AlgorithmConfig, collect_advantage: bool = True
+) -> dict[str, float]:
     """Compute every step's advantage in place and return reward/advantage metrics.
 
     See the module docstring for the two modes. RL groups of one role are packed into one
@@ -138,7 +162,9 @@ def collect_reward_and_advantage_from_trajectory_groups(groups: list[TrajectoryG
     Source: rLLM ``rllm/experimental/common/advantage.py``.
     """
     if algorithm_config.stepwise_advantage_mode != "broadcast":
-        raise ValueError(f"only stepwise_advantage_mode='broadcast' is supported, got {algorithm_config.stepwise_advantage_mode!r}.")
+        raise ValueError(
+            f"only stepwise_advantage_mode='broadcast' is supported, got {algorithm_config.stepwise_advantage_mode!r}."
+        )
     rl_groups, pre_groups = defaultdict(list), defaultdict(list)
     use_pre = algorithm_config.use_precomputed_advantage
     for group in groups:
@@ -146,7 +172,9 @@ def collect_reward_and_advantage_from_trajectory_groups(groups: list[TrajectoryG
         (pre_groups if has_pre else rl_groups)[group.group_role].append(group)
 
     if collect_advantage:
-        estimators = {role: _estimator_of(role, algorithm_config) for role in {*algorithm_config.estimator_map, *rl_groups}}
+        estimators = {
+            role: _estimator_of(role, algorithm_config) for role in {*algorithm_config.estimator_map, *rl_groups}
+        }
     metrics: dict[str, float] = {}
     advantages_by_role: dict[str, list[torch.Tensor]] = defaultdict(list)
     writes: list[tuple[list[Trajectory], list[float]]] = []
@@ -169,10 +197,16 @@ def collect_reward_and_advantage_from_trajectory_groups(groups: list[TrajectoryG
             try:
                 advantages_by_role[role].append(torch.tensor(tokens, dtype=torch.float64))
             except (TypeError, ValueError) as exc:
-                raise TypeError(f"role {role!r}: a precomputed per-token advantage is not a number ({exc}); lists must hold floats.") from exc
+                raise TypeError(
+                    f"role {role!r}: a precomputed per-token advantage is not a number ({exc}); lists must hold floats."
+                ) from exc
             token_writes.extend(entries)
         if missing:
-            warnings.warn(f"{len(missing)} step(s) of precomputed groups have no advantage and get zeros (first: {missing[0]}).", UserWarning, stacklevel=2)
+            warnings.warn(
+                f"{len(missing)} step(s) of precomputed groups have no advantage and get zeros (first: {missing[0]}).",
+                UserWarning,
+                stacklevel=2,
+            )
         for role, parts in advantages_by_role.items():
             adv_all = torch.cat(parts)
             if adv_all.numel():

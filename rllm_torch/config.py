@@ -89,8 +89,12 @@ class AlgorithmConfig:
     def __post_init__(self) -> None:
         self.estimator = _estimator_name(self.estimator, "estimator")
         if not isinstance(self.estimator_map, dict):
-            raise ConfigError(f"estimator_map must map group roles to estimator names, got {type(self.estimator_map).__name__}.")
-        self.estimator_map = {role: _estimator_name(name, f"estimator_map[{role!r}]") for role, name in self.estimator_map.items()}
+            raise ConfigError(
+                f"estimator_map must map group roles to estimator names, got {type(self.estimator_map).__name__}."
+            )
+        self.estimator_map = {
+            role: _estimator_name(name, f"estimator_map[{role!r}]") for role, name in self.estimator_map.items()
+        }
         _choice(self.stepwise_advantage_mode, ("broadcast", "per_step"), "stepwise_advantage_mode")
         if self.stepwise_advantage_mode == "per_step":
             warnings.warn(
@@ -101,24 +105,36 @@ class AlgorithmConfig:
             )
             self.stepwise_advantage_mode = "broadcast"
         if self.use_rllm:
-            warnings.warn("`use_rllm` is ignored: rllm_torch always uses the rLLM estimators.", DeprecationWarning, stacklevel=3)
+            warnings.warn(
+                "`use_rllm` is ignored: rllm_torch always uses the rLLM estimators.", DeprecationWarning, stacklevel=3
+            )
         for name in ("norm_adv_by_std_in_grpo", "use_precomputed_advantage", "use_rllm"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be a bool, got {getattr(self, name)!r}.")
         if self.loss_fn is not None:
             _choice(self.loss_fn, _LOSS_FNS, "loss_fn")
         _choice(self.lr_schedule, _LR_SCHEDULES, "lr_schedule")
-        if isinstance(self.warmup_steps_ratio, bool) or not isinstance(self.warmup_steps_ratio, numbers.Real) or not 0 <= self.warmup_steps_ratio <= 1:
+        if (
+            isinstance(self.warmup_steps_ratio, bool)
+            or not isinstance(self.warmup_steps_ratio, numbers.Real)
+            or not 0 <= self.warmup_steps_ratio <= 1
+        ):
             raise ConfigError(f"warmup_steps_ratio must be a number in [0, 1], got {self.warmup_steps_ratio!r}.")
         if isinstance(self.epsilon, bool) or not isinstance(self.epsilon, numbers.Real) or not self.epsilon >= 0:
             raise ConfigError(f"epsilon must be a non-negative number, got {self.epsilon!r}.")
         if isinstance(self.std_correction, bool) or not isinstance(self.std_correction, int) or self.std_correction < 0:
-            raise ConfigError(f"std_correction must be a non-negative int (0 = population std, 1 = sample std), got {self.std_correction!r}.")
+            raise ConfigError(
+                f"std_correction must be a non-negative int (0 = population std, 1 = sample std), got {self.std_correction!r}."
+            )
 
     @property
     def estimator_kwargs(self) -> dict[str, Any]:
         """The options every estimator call gets (see ``compute_advantages``)."""
-        return {"norm_adv_by_std_in_grpo": self.norm_adv_by_std_in_grpo, "epsilon": self.epsilon, "std_correction": self.std_correction}
+        return {
+            "norm_adv_by_std_in_grpo": self.norm_adv_by_std_in_grpo,
+            "epsilon": self.epsilon,
+            "std_correction": self.std_correction,
+        }
 
     def estimator_for(self, role: str) -> rLLMAdvantageEstimator | str:
         """The estimator of a group role: ``estimator_map[role]``, else ``estimator``."""
@@ -149,14 +165,22 @@ class AlgorithmConfig:
         if episilon is not None:
             warnings.warn("`episilon` is deprecated; use `rllm.algorithm.epsilon`.", DeprecationWarning, stacklevel=2)
             if epsilon is not None and epsilon != episilon:
-                raise ConfigError(f"rllm.algorithm.epsilon={epsilon!r} and the deprecated episilon={episilon!r} differ; keep only epsilon.")
+                raise ConfigError(
+                    f"rllm.algorithm.epsilon={epsilon!r} and the deprecated episilon={episilon!r} differ; keep only epsilon."
+                )
             epsilon = episilon
         estimator_map = pick("rllm.algorithm.estimator_map", default={})
         return cls(
             estimator=pick("rllm.algorithm.adv_estimator", "algorithm.adv_estimator", default="grpo"),
-            estimator_map=OmegaConf.to_container(estimator_map) if isinstance(estimator_map, DictConfig) else dict(estimator_map),
+            estimator_map=OmegaConf.to_container(estimator_map)
+            if isinstance(estimator_map, DictConfig)
+            else dict(estimator_map),
             stepwise_advantage_mode=pick("rllm.stepwise_advantage.mode", default="broadcast"),
-            norm_adv_by_std_in_grpo=pick("rllm.algorithm.norm_adv_by_std_in_grpo", "rllm.stepwise_advantage.norm_adv_by_std_in_grpo", default=True),
+            norm_adv_by_std_in_grpo=pick(
+                "rllm.algorithm.norm_adv_by_std_in_grpo",
+                "rllm.stepwise_advantage.norm_adv_by_std_in_grpo",
+                default=True,
+            ),
             use_rllm=pick("rllm.stepwise_advantage.use_rllm", default=False),
             use_precomputed_advantage=pick("rllm.algorithm.use_precomputed_advantage", default=False),
             loss_fn=pick("rllm.algorithm.loss_fn"),

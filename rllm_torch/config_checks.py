@@ -68,7 +68,9 @@ def check_bounds(config: Any) -> None:
             continue
         below = value < low if inclusive else value <= low
         if below or (high is not None and value > high):
-            raise ConfigError(f"{key}={value!r} is out of range; it must be {_describe(low, inclusive, high)} (e.g. {key}={_example(key)}).")
+            raise ConfigError(
+                f"{key}={value!r} is out of range; it must be {_describe(low, inclusive, high)} (e.g. {key}={_example(key)})."
+            )
 
 
 def _example(key: str) -> Any:
@@ -89,7 +91,9 @@ def check_task_keys(task_config: Any) -> None:
     for key in FILE_TASK_KEYS:
         value = task_config.get(key, getattr(defaults, key))
         if value != getattr(defaults, key):
-            raise ConfigError(f"task.{key}={value!r} is not used by task.name={task_config.name!r} (only task=file reads it); add task=file to use your own data, or drop task.{key}.")
+            raise ConfigError(
+                f"task.{key}={value!r} is not used by task.name={task_config.name!r} (only task=file reads it); add task=file to use your own data, or drop task.{key}."
+            )
 
 
 def check_run_config(config: Any) -> None:

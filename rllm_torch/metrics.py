@@ -27,7 +27,12 @@ def summary_metrics(values: Tensor, prefix: str, *, fraction_zero: bool = False)
     NaN values propagate into mean/std/max/min, as numpy's reductions do.
     """
     values = values.double()
-    stats = [values.mean(), values.std(correction=0) if values.numel() > 1 else values.new_zeros(()), values.max(), values.min()]
+    stats = [
+        values.mean(),
+        values.std(correction=0) if values.numel() > 1 else values.new_zeros(()),
+        values.max(),
+        values.min(),
+    ]
     names = ["mean", "std", "max", "min"]
     if fraction_zero:
         stats.append((values.abs() < ZERO_ADVANTAGE_ATOL).double().mean())
@@ -62,11 +67,13 @@ def difficulty_metrics(batch: GroupedRewards, prefix: str) -> dict[str, float]:
         return out | {f"{prefix}/fraction_{k}": 0.0 for k in ("nonzero_std", "all_solved", "all_failed")}
     max_M, min_M = max_G[multi_G], min_G[multi_G]
     q = torch.tensor([p / 100 for p in DIFFICULTY_PERCENTILES], dtype=torch.float64)
-    stats = torch.cat([
-        torch.stack([(max_M != min_M).double().mean(), (min_M > 0).double().mean(), (max_M <= 0).double().mean()]),
-        torch.quantile(mean_G[multi_G], q),
-        torch.quantile(var_G[multi_G].sqrt(), q),
-    ]).tolist()
+    stats = torch.cat(
+        [
+            torch.stack([(max_M != min_M).double().mean(), (min_M > 0).double().mean(), (max_M <= 0).double().mean()]),
+            torch.quantile(mean_G[multi_G], q),
+            torch.quantile(var_G[multi_G].sqrt(), q),
+        ]
+    ).tolist()
     names = ["fraction_nonzero_std", "fraction_all_solved", "fraction_all_failed"]
     names += [f"group_mean_p{p}" for p in DIFFICULTY_PERCENTILES] + [f"group_std_p{p}" for p in DIFFICULTY_PERCENTILES]
     return out | {f"{prefix}/{name}": value for name, value in zip(names, stats, strict=True)}

@@ -33,7 +33,9 @@ def read_metrics(path: str | Path) -> dict[str, tuple[list[int], list[float]]]:
     """
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"{path}: no such file; rllm-torch-plot needs a run directory with metrics.jsonl (the jsonl logger).")
+        raise ConfigError(
+            f"{path}: no such file; rllm-torch-plot needs a run directory with metrics.jsonl (the jsonl logger)."
+        )
     series: dict[str, tuple[list[int], list[float]]] = {}
     for line in path.read_text().splitlines():
         try:
@@ -66,7 +68,9 @@ def plot_run(run_dir: str | Path, output: str | Path | None = None) -> Path:
         drawn = False
         for key in sorted(k for k in series if pattern.match(k)):
             steps, values = series[key]
-            ax.plot(steps, values, marker="o" if title == "validation" else None, markersize=3, linewidth=1.2, label=key)
+            ax.plot(
+                steps, values, marker="o" if title == "validation" else None, markersize=3, linewidth=1.2, label=key
+            )
             drawn = True
         ax.set_title(title)
         ax.grid(alpha=0.3)
@@ -86,7 +90,10 @@ def plot_run(run_dir: str | Path, output: str | Path | None = None) -> Path:
 
 def main(argv: list[str] | None = None) -> None:
     """The console script: ``rllm-torch-plot RUN_DIR [-o OUT.png]``."""
-    parser = argparse.ArgumentParser(prog="rllm-torch-plot", description="Plot reward, advantage and validation curves of a run from its metrics.jsonl.")
+    parser = argparse.ArgumentParser(
+        prog="rllm-torch-plot",
+        description="Plot reward, advantage and validation curves of a run from its metrics.jsonl.",
+    )
     parser.add_argument("run_dir", help="a run directory (holds metrics.jsonl)")
     parser.add_argument("-o", "--output", help="the PNG to write (default RUN_DIR/curves.png)")
     args = parser.parse_args(argv)

@@ -5,6 +5,7 @@ give the defaults of each group (``model``, ``task``, ``backend``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
 from hydra.core.config_store import ConfigStore
 
 __all__ = ["TrainConfig", "RllmConfig", "ModelConfig", "TaskConfig", "BackendConfig", "DataConfig", "register_configs"]
@@ -51,7 +52,9 @@ class TrainerSection:
     val_only: bool = False
     save_freq: int = 32  # resumable checkpoint every save_freq steps, and one at the end (<= 0: only at the end)
     max_checkpoints_to_keep: int | None = 3  # older step checkpoints are removed (None or <= 0: keep all)
-    resume_mode: str = "auto"  # auto: newest complete checkpoint of the run dir | disable | resume_path | a checkpoint dir
+    resume_mode: str = (
+        "auto"  # auto: newest complete checkpoint of the run dir | disable | resume_path | a checkpoint dir
+    )
     resume_from_path: str | None = None  # the checkpoint directory of resume_mode=resume_path (verl's spelling)
     log_table_every: int = 32  # the console logger prints a metrics table every this many steps (<= 0: never)
     project_name: str = "rllm_torch"
@@ -146,7 +149,9 @@ class BackendConfig:
     clip_ratio_high: float = 0.2
     dro_beta: float = 0.05  # weight of the quadratic log-ratio penalty of loss_fn=dro
     rollout_batch_size: int = 1024  # prompts per sampling forward pass
-    num_threads: int | None = 1  # torch.set_num_threads; None: torch's default (1: the tiny model gains nothing from threads)
+    num_threads: int | None = (
+        1  # torch.set_num_threads; None: torch's default (1: the tiny model gains nothing from threads)
+    )
     seed: int = 0
 
 

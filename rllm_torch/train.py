@@ -59,13 +59,31 @@ def run(config: DictConfig) -> UnifiedTrainer:
     backend_cls = backend_class(config.backend.name)
     task = build_task(config.task)
     if task.precomputed_advantage and not config.rllm.algorithm.use_precomputed_advantage:
-        raise ConfigError(f"task.name={task.name!r} writes per-token advantages; set rllm.algorithm.use_precomputed_advantage=true (otherwise the estimator would overwrite them).")
+        raise ConfigError(
+            f"task.name={task.name!r} writes per-token advantages; set rllm.algorithm.use_precomputed_advantage=true (otherwise the estimator would overwrite them)."
+        )
     if config.rllm.trainer.default_local_dir is None:
         with open_dict(config):
-            config.rllm.trainer.default_local_dir = HydraConfig.get().runtime.output_dir if HydraConfig.initialized() else f"outputs/{config.rllm.trainer.project_name}/{config.rllm.trainer.experiment_name}"
+            config.rllm.trainer.default_local_dir = (
+                HydraConfig.get().runtime.output_dir
+                if HydraConfig.initialized()
+                else f"outputs/{config.rllm.trainer.project_name}/{config.rllm.trainer.experiment_name}"
+            )
     run_dir = Path(config.rllm.trainer.default_local_dir)
-    workflow_cls, workflow_args = (task.workflow, task.workflow_args) if task.workflow is not None else (SingleTurnWorkflow, {"reward_fn": task.reward_fn})
-    trainer = UnifiedTrainer(backend_cls, config, workflow_cls, train_dataset=task.train, val_dataset=task.val or None, workflow_args=workflow_args, backend_args={"alphabet": task.alphabet})
+    workflow_cls, workflow_args = (
+        (task.workflow, task.workflow_args)
+        if task.workflow is not None
+        else (SingleTurnWorkflow, {"reward_fn": task.reward_fn})
+    )
+    trainer = UnifiedTrainer(
+        backend_cls,
+        config,
+        workflow_cls,
+        train_dataset=task.train,
+        val_dataset=task.val or None,
+        workflow_args=workflow_args,
+        backend_args={"alphabet": task.alphabet},
+    )
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(config, resolve=True))
     start = time.perf_counter()
@@ -87,7 +105,9 @@ def summarize(trainer: UnifiedTrainer, seconds: float, run_dir: Path) -> None:
     if history:
         first, last = history[0], history[-1]
         for key in sorted(k for k in last[1] if k.endswith("/pass@1")):
-            print(f"{key}: {first[1].get(key, float('nan')):.3f} (step {first[0]}) -> {last[1][key]:.3f} (step {last[0]})")
+            print(
+                f"{key}: {first[1].get(key, float('nan')):.3f} (step {first[0]}) -> {last[1][key]:.3f} (step {last[0]})"
+            )
     print(f"wall time {seconds:.1f} s; run directory {run_dir}")
 
 

@@ -26,7 +26,15 @@ from torch import Tensor
 
 from rllm_torch.errors import InvalidRewardTypeError, InvalidTrajectoryError
 
-__all__ = ["TerminationReason", "Step", "Trajectory", "TrajectoryGroup", "Episode", "DEFAULT_GROUP_ROLE", "parse_termination_reason"]
+__all__ = [
+    "TerminationReason",
+    "Step",
+    "Trajectory",
+    "TrajectoryGroup",
+    "Episode",
+    "DEFAULT_GROUP_ROLE",
+    "parse_termination_reason",
+]
 
 DEFAULT_GROUP_ROLE = "default"
 """Role of a :class:`TrajectoryGroup` whose trajectories do not share one name."""
@@ -88,11 +96,15 @@ class Step:
             return torch.ones(num_tokens, dtype=torch.float32)
         mask_T = torch.as_tensor(self.response_mask, dtype=torch.float32).reshape(-1)
         if mask_T.shape[0] != num_tokens:
-            raise InvalidTrajectoryError(f"response_mask has {mask_T.shape[0]} entries but the step has {num_tokens} response tokens; give one per token.")
+            raise InvalidTrajectoryError(
+                f"response_mask has {mask_T.shape[0]} entries but the step has {num_tokens} response tokens; give one per token."
+            )
         bad_T = (mask_T != 0) & (mask_T != 1)
         if bad_T.any():
             position = int(bad_T.nonzero()[0, 0])
-            raise InvalidTrajectoryError(f"response_mask holds {mask_T[position].item():g} at token {position}; it must hold only 0 (not trained) and 1 (trained), since the mask multiplies the advantage.")
+            raise InvalidTrajectoryError(
+                f"response_mask holds {mask_T[position].item():g} at token {position}; it must hold only 0 (not trained) and 1 (trained), since the mask multiplies the advantage."
+            )
         return mask_T
 
     def token_advantages(self) -> Tensor:
@@ -116,9 +128,13 @@ class Step:
         if isinstance(adv, (list, tuple, Tensor)):
             adv_T = torch.as_tensor(adv, dtype=torch.float32).reshape(-1)
             if adv_T.shape[0] != len(self.response_ids):
-                raise InvalidTrajectoryError(f"advantage has {adv_T.shape[0]} entries but the step has {len(self.response_ids)} response tokens.")
+                raise InvalidTrajectoryError(
+                    f"advantage has {adv_T.shape[0]} entries but the step has {len(self.response_ids)} response tokens."
+                )
             return adv_T
-        raise InvalidRewardTypeError(f"step.advantage must be None, a number or a per-token list, got {type(adv).__name__}.")
+        raise InvalidRewardTypeError(
+            f"step.advantage must be None, a number or a per-token list, got {type(adv).__name__}."
+        )
 
 
 @dataclass(slots=True, eq=False)
@@ -167,7 +183,9 @@ class TrajectoryGroup:
             names = {t.name for t in self.trajectories}
             self.group_role = names.pop() if len(names) == 1 and "" not in names else DEFAULT_GROUP_ROLE
         if not isinstance(self.group_role, str) or not self.group_role:
-            raise InvalidTrajectoryError(f"group_role of group {self.group_id!r} must be a non-empty str, got {self.group_role!r}.")
+            raise InvalidTrajectoryError(
+                f"group_role of group {self.group_id!r} must be a non-empty str, got {self.group_role!r}."
+            )
 
 
 @dataclass(slots=True, eq=False)

@@ -63,7 +63,10 @@ def test_a_full_disk_while_saving_raises_a_clear_error_and_keeps_the_previous_ch
         (directory / "a.bin").write_bytes(b"half")
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    with pytest.raises(CheckpointError, match=r"step_000004 failed: No space left on device \(errno 28\); the previous checkpoint .*step_000002 is intact"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"step_000004 failed: No space left on device \(errno 28\); the previous checkpoint .*step_000002 is intact",
+    ):
         store.save(4, disk_full, {})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step_000002"]
     assert store.latest().step == 2
@@ -74,7 +77,9 @@ def test_a_write_that_fails_otherwise_also_leaves_no_temporary_directory(tmp_pat
         (directory / "a.bin").write_bytes(b"half")
         raise TypeError("cannot pickle 'generator' object")
 
-    with pytest.raises(CheckpointError, match="step_000002 failed: TypeError: cannot pickle.*no earlier checkpoint exists"):
+    with pytest.raises(
+        CheckpointError, match="step_000002 failed: TypeError: cannot pickle.*no earlier checkpoint exists"
+    ):
         CheckpointStore(tmp_path).save(2, unpicklable, {})
     assert list(tmp_path.iterdir()) == []
 
@@ -113,7 +118,14 @@ class DiskFullAfterStep2Backend(StatefulBackend):
 
 
 def trainer_for(tmp_path, *overrides, backend=StatefulBackend):
-    config = make_config(tmp_path, "data.train_batch_size=2", "rllm.rollout.n=2", "rllm.rollout.n_val=1", "rllm.trainer.save_freq=2", *overrides)
+    config = make_config(
+        tmp_path,
+        "data.train_batch_size=2",
+        "rllm.rollout.n=2",
+        "rllm.rollout.n_val=1",
+        "rllm.trainer.save_freq=2",
+        *overrides,
+    )
     return UnifiedTrainer(backend, config, TwoRoleWorkflow, TRAIN, VAL)
 
 
@@ -122,8 +134,16 @@ def test_a_resumed_run_continues_from_the_newest_checkpoint_with_its_state(tmp_p
     resumed = trainer_for(tmp_path, "rllm.trainer.total_batches=6")
     resumed.fit()
     assert resumed.backend.updates == 6
-    assert [c for c in resumed.backend.calls if c.startswith("on_batch_start")] == ["on_batch_start@4", "on_batch_start@5", "on_batch_start@6"]
-    assert [step for step, _ in resumed.val_history] == [0, 3, 6]  # the first run's history is kept, no validation before resuming
+    assert [c for c in resumed.backend.calls if c.startswith("on_batch_start")] == [
+        "on_batch_start@4",
+        "on_batch_start@5",
+        "on_batch_start@6",
+    ]
+    assert [step for step, _ in resumed.val_history] == [
+        0,
+        3,
+        6,
+    ]  # the first run's history is kept, no validation before resuming
     steps = [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert steps == [0, 1, 2, 3, 3, 4, 5, 6, 6]  # training rows 1-6, validations at 0, 3, 6: nothing twice
 
@@ -139,7 +159,9 @@ def test_a_full_disk_stops_the_run_with_a_clear_message_and_the_previous_checkpo
 
 def test_a_config_changed_since_the_checkpoint_fails_naming_the_setting_and_the_checkpoint_stays_usable(tmp_path):
     trainer_for(tmp_path, "rllm.trainer.total_batches=2").fit()
-    with pytest.raises(CheckpointMismatchError, match=r"step_000002.*rllm.rollout.n: 2 in the checkpoint, 4 now.*experiment_name"):
+    with pytest.raises(
+        CheckpointMismatchError, match=r"step_000002.*rllm.rollout.n: 2 in the checkpoint, 4 now.*experiment_name"
+    ):
         trainer_for(tmp_path, "rllm.trainer.total_batches=4", "rllm.rollout.n=4")  # before anything is written
     same = trainer_for(tmp_path, "rllm.trainer.total_batches=4")
     same.fit()
@@ -170,7 +192,11 @@ def test_an_unknown_resume_mode_that_is_not_a_directory_fails_before_training(tm
 
 def test_the_rejection_sampling_accumulation_survives_a_restart(tmp_path):
     # 2 tasks per step, every task partially solved; a release needs 3: steps 1, 3 accumulate, 2, 4 release
-    settings = ("rllm.rejection_sample.enable=true", "rllm.rejection_sample.min_partial_solve_tasks=3", "rllm.trainer.save_freq=1")
+    settings = (
+        "rllm.rejection_sample.enable=true",
+        "rllm.rejection_sample.min_partial_solve_tasks=3",
+        "rllm.trainer.save_freq=1",
+    )
     whole = trainer_for(tmp_path / "whole", "rllm.trainer.total_batches=4", *settings)
     whole.fit()
     trainer_for(tmp_path / "split", "rllm.trainer.total_batches=1", *settings).fit()  # stops holding step 1's groups

@@ -60,11 +60,22 @@ def test_two_roles_with_different_estimators_each_get_their_own_estimator_and_me
 
 
 def test_a_mixed_batch_keeps_precomputed_token_advantages_for_one_role_and_computes_rl_for_the_other():
-    student = TrajectoryGroup([Trajectory(name="student", reward=None, steps=[
-        Step(response_ids=[1, 2], advantage=[0.1, -0.2]),                 # kept as is
-        Step(response_ids=[3, 4, 5], response_mask=[1, 0, 1], advantage=0.5),  # scalar x own mask
-        Step(response_ids=[6], advantage=None),                           # missing -> zeros, warned
-    ])], group_id="t:student", group_role="student", task_id="t")
+    student = TrajectoryGroup(
+        [
+            Trajectory(
+                name="student",
+                reward=None,
+                steps=[
+                    Step(response_ids=[1, 2], advantage=[0.1, -0.2]),  # kept as is
+                    Step(response_ids=[3, 4, 5], response_mask=[1, 0, 1], advantage=0.5),  # scalar x own mask
+                    Step(response_ids=[6], advantage=None),  # missing -> zeros, warned
+                ],
+            )
+        ],
+        group_id="t:student",
+        group_role="student",
+        task_id="t",
+    )
     solver = _group("solver", [2.0, 0.0])
     config = AlgorithmConfig(use_precomputed_advantage=True)
     with pytest.warns(UserWarning, match="1 step\\(s\\).*task 't', trajectory 'student'.*step 2"):
@@ -99,7 +110,9 @@ def test_singleton_groups_follow_each_estimator_rule_and_are_left_out_of_the_dif
 
 
 def test_only_singletons_give_zero_difficulty_fractions_and_no_percentiles():
-    metrics = collect_reward_and_advantage_from_trajectory_groups([_group("s", [1.0], "a"), _group("s", [0.0], "b")], AlgorithmConfig())
+    metrics = collect_reward_and_advantage_from_trajectory_groups(
+        [_group("s", [1.0], "a"), _group("s", [0.0], "b")], AlgorithmConfig()
+    )
     assert metrics["difficulty/s/num_groups"] == 0.0 and metrics["difficulty/s/fraction_all_solved"] == 0.0
     assert not any("group_mean_p" in k for k in metrics)
 
@@ -134,9 +147,19 @@ def test_a_multi_step_trajectory_gets_its_advantage_at_each_step_own_response_to
 
 
 def test_a_group_that_compact_filtering_empties_contributes_nothing():
-    episodes = [Episode(task_id=task, rollout_idx=i, termination_reason=reason, trajectories=[Trajectory(name="s", reward=r, steps=[Step(response_ids=[1])])])
-                for task, reason, rewards in [("a", None, [1.0, 0.0]), ("b", "timeout", [5.0, 5.0])] for i, r in enumerate(rewards)]
-    groups, _ = transform_episodes_to_trajectory_groups(episodes, None, CompactFilteringConfig(enable=True, mask_timeout=True))
+    episodes = [
+        Episode(
+            task_id=task,
+            rollout_idx=i,
+            termination_reason=reason,
+            trajectories=[Trajectory(name="s", reward=r, steps=[Step(response_ids=[1])])],
+        )
+        for task, reason, rewards in [("a", None, [1.0, 0.0]), ("b", "timeout", [5.0, 5.0])]
+        for i, r in enumerate(rewards)
+    ]
+    groups, _ = transform_episodes_to_trajectory_groups(
+        episodes, None, CompactFilteringConfig(enable=True, mask_timeout=True)
+    )
     metrics = collect_reward_and_advantage_from_trajectory_groups(groups, AlgorithmConfig())
     # only task a: rewards [1, 0] -> mean .5, max 1; task b's steps are untouched
     assert metrics["reward/s/mean"] == 0.5 and metrics["reward/s/max"] == 1.0
@@ -145,7 +168,9 @@ def test_a_group_that_compact_filtering_empties_contributes_nothing():
 
 def test_validation_mode_reports_rewards_only_and_leaves_steps_untouched():
     group = _group("s", [1.0, 0.0])
-    metrics = collect_reward_and_advantage_from_trajectory_groups([group], AlgorithmConfig(estimator_map={"s": "not_registered"}), collect_advantage=False)
+    metrics = collect_reward_and_advantage_from_trajectory_groups(
+        [group], AlgorithmConfig(estimator_map={"s": "not_registered"}), collect_advantage=False
+    )
     assert sorted(metrics) == ["reward/s/max", "reward/s/mean", "reward/s/min", "reward/s/std"]
     assert _advantages(group) == [None, None]
 
@@ -162,8 +187,16 @@ def test_rl_advantages_match_the_per_group_numpy_reference_on_ragged_random_grou
 @pytest.mark.parametrize(
     ("mutate", "error", "pattern"),
     [
-        (lambda g: setattr(g.trajectories[1], "reward", None), ValueError, "task 'task-3', trajectory 'solver'.*reward is None"),
-        (lambda g: setattr(g.trajectories[0], "reward", "1.0"), TypeError, "task 'task-3', trajectory 'solver'.*not a real number"),
+        (
+            lambda g: setattr(g.trajectories[1], "reward", None),
+            ValueError,
+            "task 'task-3', trajectory 'solver'.*reward is None",
+        ),
+        (
+            lambda g: setattr(g.trajectories[0], "reward", "1.0"),
+            TypeError,
+            "task 'task-3', trajectory 'solver'.*not a real number",
+        ),
     ],
 )
 def test_a_bad_rl_reward_is_refused_naming_task_and_trajectory_and_no_step_changes(mutate, error, pattern):
@@ -188,7 +221,9 @@ def test_precomputed_advantages_of_the_wrong_length_or_type_are_refused_naming_t
 
 def test_an_unregistered_estimator_in_estimator_map_is_refused_naming_the_role():
     with pytest.raises(ValueError, match="role 'judge'.*estimator_map\\['judge'\\].*'no_such_estimator'.*registered"):
-        collect_reward_and_advantage_from_trajectory_groups([_group("solver", [1.0, 0.0])], AlgorithmConfig(estimator_map={"judge": "no_such_estimator"}))
+        collect_reward_and_advantage_from_trajectory_groups(
+            [_group("solver", [1.0, 0.0])], AlgorithmConfig(estimator_map={"judge": "no_such_estimator"})
+        )
 
 
 def test_rl_mode_overwrites_advantages_left_by_an_earlier_call():

@@ -32,7 +32,10 @@ def test_the_default_config_and_every_shipped_task_pass_the_checks():
         ("rllm.rollout.temperature=-1", r"rllm.rollout.temperature=-1.0 is out of range; it must be >= 0"),
         ("rllm.rollout.max_new_tokens=0", r"rllm.rollout.max_new_tokens=0 is out of range; it must be >= 1"),
         ("rllm.rollout.n_val=0", r"rllm.rollout.n_val=0 is out of range; it must be >= 1"),
-        ("data.train_batch_size=0", r"data.train_batch_size=0 is out of range; it must be >= 1 \(e.g. data.train_batch_size=64\)"),
+        (
+            "data.train_batch_size=0",
+            r"data.train_batch_size=0 is out of range; it must be >= 1 \(e.g. data.train_batch_size=64\)",
+        ),
         ("backend.lr=-1", r"backend.lr=-1.0 is out of range; it must be > 0 \(e.g. backend.lr=0.001\)"),
         ("backend.lr=0", r"backend.lr=0.0 is out of range; it must be > 0"),
         ("backend.grad_clip=0", r"backend.grad_clip=0.0 is out of range; it must be > 0"),
@@ -46,11 +49,23 @@ def test_a_numeric_setting_out_of_range_is_refused_naming_its_key_and_range(over
 
 
 def test_greedy_decoding_and_top_p_of_one_are_allowed():
-    check_run_config(compose_train("rllm.rollout.temperature=0", "rllm.rollout.top_p=1", "backend.mini_batch_size=null"))
+    check_run_config(
+        compose_train("rllm.rollout.temperature=0", "rllm.rollout.top_p=1", "backend.mini_batch_size=null")
+    )
 
 
-@pytest.mark.parametrize("override", ["task.train_path=/nonexistent.jsonl", "task.reward_fn=nonexistent:score", "task.val_path=v.jsonl", "task.prompt_key=question"])
+@pytest.mark.parametrize(
+    "override",
+    [
+        "task.train_path=/nonexistent.jsonl",
+        "task.reward_fn=nonexistent:score",
+        "task.val_path=v.jsonl",
+        "task.prompt_key=question",
+    ],
+)
 def test_a_file_task_key_given_to_the_arithmetic_task_is_refused_naming_key_and_task(override):
     key = override.split("=")[0]
-    with pytest.raises(ConfigError, match=rf"{key}=.* is not used by task.name='arithmetic' \(only task=file reads it\); add task=file"):
+    with pytest.raises(
+        ConfigError, match=rf"{key}=.* is not used by task.name='arithmetic' \(only task=file reads it\); add task=file"
+    ):
         check_run_config(compose_train(override))

@@ -11,13 +11,16 @@ from rllm_torch.tasks.file_task import load_reward_fn, load_rows
 def test_a_line_that_is_not_json_is_refused_naming_the_file_and_its_line_number(tmp_path):
     path = tmp_path / "train.jsonl"
     path.write_text('{"prompt": "1+1=", "answer": "2"}\n\nnot json\n')
-    with pytest.raises(DatasetNotFoundError, match=r"train.jsonl', line 3: not valid JSON \(Expecting value at column 1\); each line must be one JSON object"):
+    with pytest.raises(
+        DatasetNotFoundError,
+        match=r"train.jsonl', line 3: not valid JSON \(Expecting value at column 1\); each line must be one JSON object",
+    ):
         load_rows(str(path))
 
 
 def test_a_line_that_is_json_but_not_an_object_is_refused_naming_its_line(tmp_path):
     path = tmp_path / "train.jsonl"
-    path.write_text('[1, 2]\n')
+    path.write_text("[1, 2]\n")
     with pytest.raises(DatasetNotFoundError, match=r"train.jsonl', line 1: expected a JSON object, got list"):
         load_rows(str(path))
 
@@ -26,7 +29,10 @@ def test_a_line_that_is_json_but_not_an_object_is_refused_naming_its_line(tmp_pa
 def test_an_empty_jsonl_file_is_refused_as_having_no_rows(tmp_path, content):
     path = tmp_path / "empty.jsonl"
     path.write_text(content)
-    with pytest.raises(DatasetNotFoundError, match=r"dataset file '.*empty.jsonl' has no rows; give at least one row with keys 'prompt' and 'answer'"):
+    with pytest.raises(
+        DatasetNotFoundError,
+        match=r"dataset file '.*empty.jsonl' has no rows; give at least one row with keys 'prompt' and 'answer'",
+    ):
         load_rows(str(path))
 
 
@@ -41,7 +47,9 @@ def test_an_empty_parquet_file_is_refused_as_having_no_rows(tmp_path):
 
 @pytest.mark.parametrize("spec", ["mypk.rw", "mypk.rw:", ":score"])
 def test_a_reward_fn_without_the_module_colon_function_form_is_refused_with_an_example(spec):
-    with pytest.raises(ConfigError, match=r"use 'exact_match' or the 'module:function' form, e.g. task.reward_fn=my_rewards:score"):
+    with pytest.raises(
+        ConfigError, match=r"use 'exact_match' or the 'module:function' form, e.g. task.reward_fn=my_rewards:score"
+    ):
         load_reward_fn(spec)
 
 

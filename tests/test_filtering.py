@@ -17,7 +17,12 @@ from rllm_torch import (
 def _batch(task_rewards):
     """Episodes and groups for {task_id: [reward of each rollout]}; a rollout is correct when reward > 0."""
     episodes = [
-        Episode(task_id=task, rollout_idx=i, is_correct=r > 0, trajectories=[Trajectory(name="s", reward=r, steps=[Step(response_ids=[1])])])
+        Episode(
+            task_id=task,
+            rollout_idx=i,
+            is_correct=r > 0,
+            trajectories=[Trajectory(name="s", reward=r, steps=[Step(response_ids=[1])])],
+        )
         for task, rewards in task_rewards.items()
         for i, r in enumerate(rewards)
     ]
@@ -29,13 +34,21 @@ def test_mode_none_drops_nothing_even_singletons_and_uniform_groups_and_reports_
     # task a partially solved, b all solved, c none solved, d a singleton
     episodes, groups = _batch({"a": [1.0, 0.0], "b": [1.0, 1.0], "c": [0.0, 0.0], "d": [1.0]})
     config = RejectionSamplingConfig(mode="none", min_trajs_per_group=2, filter_uniform_groups=True)
-    kept, kept_episodes, metrics = apply_rejection_sampling_and_filtering(episodes, groups, config, RejectionSamplingState())
+    kept, kept_episodes, metrics = apply_rejection_sampling_and_filtering(
+        episodes, groups, config, RejectionSamplingState()
+    )
     assert kept == groups and kept_episodes == episodes
     # 4 tasks: partial 1/4 (a), all 2/4 (b, d), none 1/4 (c)
     assert metrics == {
-        "batch/num_tasks": 4.0, "batch/solve_none": 0.25, "batch/solve_all": 0.5, "batch/solve_partial": 0.25,
-        "batch/groups_before_filter": 4.0, "batch/groups_after_filter": 4.0,
-        "batch/groups_dropped_insufficient_trajs": 0.0, "batch/fraction_groups_dropped_uniform": 0.0}
+        "batch/num_tasks": 4.0,
+        "batch/solve_none": 0.25,
+        "batch/solve_all": 0.5,
+        "batch/solve_partial": 0.25,
+        "batch/groups_before_filter": 4.0,
+        "batch/groups_after_filter": 4.0,
+        "batch/groups_dropped_insufficient_trajs": 0.0,
+        "batch/fraction_groups_dropped_uniform": 0.0,
+    }
 
 
 def test_episode_mode_accumulates_across_batches_until_enough_tasks_are_partially_solved():
@@ -60,7 +73,13 @@ def test_episode_mode_accumulates_across_batches_until_enough_tasks_are_partiall
 
 
 def test_the_uniform_filter_drops_groups_of_equal_raw_rewards_within_the_tolerance_and_reports_a_fraction():
-    config = RejectionSamplingConfig(mode="episode", min_trajs_per_group=1, min_partial_solve_tasks=0, filter_uniform_groups=True, uniform_reward_tolerance=1e-3)
+    config = RejectionSamplingConfig(
+        mode="episode",
+        min_trajs_per_group=1,
+        min_partial_solve_tasks=0,
+        filter_uniform_groups=True,
+        uniform_reward_tolerance=1e-3,
+    )
     # a: spread 1 (kept); b: spread 5e-4 <= 1e-3 (dropped); c: all 0 (dropped); d: singleton (kept, not a uniform *group*)
     episodes, groups = _batch({"a": [1.0, 0.0], "b": [0.3, 0.3005], "c": [0.0, 0.0, 0.0], "d": [2.0]})
     kept, _, metrics = apply_rejection_sampling_and_filtering(episodes, groups, config, RejectionSamplingState())

@@ -9,9 +9,15 @@ import sys
 import pytest
 from hydra import compose, initialize_config_module
 from hydra.errors import ConfigCompositionException
-from omegaconf import open_dict
 
-from rllm_torch.errors import CheckpointMismatchError, ConfigError, DatasetNotFoundError, ModelNotFoundError, UnknownBackendError, UnknownEstimatorError
+from rllm_torch.errors import (
+    CheckpointMismatchError,
+    ConfigError,
+    DatasetNotFoundError,
+    ModelNotFoundError,
+    UnknownBackendError,
+    UnknownEstimatorError,
+)
 from rllm_torch.run_config import register_configs
 from rllm_torch.train import run
 
@@ -36,7 +42,12 @@ def test_the_run_directory_depends_only_on_project_and_experiment_so_the_same_co
         config = compose(config_name="train", return_hydra_config=True, overrides=["rllm.trainer.experiment_name=long"])
     assert config.hydra.run.dir == "outputs/rllm_torch/long"
     trainer = config.rllm.trainer
-    assert (trainer.resume_mode, trainer.save_freq, trainer.max_checkpoints_to_keep, trainer.log_table_every) == ("auto", 32, 3, 32)
+    assert (trainer.resume_mode, trainer.save_freq, trainer.max_checkpoints_to_keep, trainer.log_table_every) == (
+        "auto",
+        32,
+        3,
+        32,
+    )
 
 
 def test_hydra_logs_to_the_console_only_so_no_empty_log_file_lands_in_the_run_directory():
@@ -62,7 +73,6 @@ def test_an_override_of_the_wrong_type_fails_at_composition():
         compose_train("rllm.rollout.n=four")
 
 
-
 @pytest.mark.parametrize(
     ("override", "error", "match"),
     [
@@ -84,7 +94,16 @@ def test_bad_settings_fail_before_training_starts(tmp_path, override, error, mat
 
 
 def test_restarting_with_an_incompatible_change_fails_before_touching_the_run_directory(tmp_path):
-    tiny = ["task.train_size=16", "task.val_size=4", "data.train_batch_size=8", "rllm.rollout.n=2", "model.hidden_size=32", "rllm.trainer.total_batches=1", "rllm.trainer.logger=[jsonl]", f"rllm.trainer.default_local_dir={tmp_path}"]
+    tiny = [
+        "task.train_size=16",
+        "task.val_size=4",
+        "data.train_batch_size=8",
+        "rllm.rollout.n=2",
+        "model.hidden_size=32",
+        "rllm.trainer.total_batches=1",
+        "rllm.trainer.logger=[jsonl]",
+        f"rllm.trainer.default_local_dir={tmp_path}",
+    ]
     run(compose_train(*tiny))
     before = {name: (tmp_path / name).read_bytes() for name in ("config.yaml", "metrics.jsonl")}
     with pytest.raises(CheckpointMismatchError, match="model.hidden_size: 32 in the checkpoint, 64 now"):
@@ -93,7 +112,9 @@ def test_restarting_with_an_incompatible_change_fails_before_touching_the_run_di
 
 
 def test_a_missing_dataset_file_fails_before_training_starts(tmp_path):
-    config = compose_train("task=file", f"task.train_path={tmp_path / 'missing.jsonl'}", f"rllm.trainer.default_local_dir={tmp_path}")
+    config = compose_train(
+        "task=file", f"task.train_path={tmp_path / 'missing.jsonl'}", f"rllm.trainer.default_local_dir={tmp_path}"
+    )
     with pytest.raises(DatasetNotFoundError, match="missing.jsonl"):
         run(config)
 
@@ -102,31 +123,70 @@ def test_a_user_jsonl_dataset_and_reward_function_train(tmp_path):
     rows = [{"question": f"{i}?", "solution": str(i)} for i in range(4)]
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     config = compose_train(
-        "task=file", f"task.train_path={tmp_path / 'train.jsonl'}", f"task.val_path={tmp_path / 'train.jsonl'}", "task.prompt_key=question", "task.answer_key=solution",
-        "task.reward_fn=rllm_torch.tasks.base:exact_match_reward", "model.hidden_size=32", "data.train_batch_size=4", "rllm.rollout.n=2",
-        "rllm.trainer.total_batches=1", f"rllm.trainer.default_local_dir={tmp_path / 'run'}", "rllm.trainer.logger=[jsonl]",
+        "task=file",
+        f"task.train_path={tmp_path / 'train.jsonl'}",
+        f"task.val_path={tmp_path / 'train.jsonl'}",
+        "task.prompt_key=question",
+        "task.answer_key=solution",
+        "task.reward_fn=rllm_torch.tasks.base:exact_match_reward",
+        "model.hidden_size=32",
+        "data.train_batch_size=4",
+        "rllm.rollout.n=2",
+        "rllm.trainer.total_batches=1",
+        f"rllm.trainer.default_local_dir={tmp_path / 'run'}",
+        "rllm.trainer.logger=[jsonl]",
     )
     trainer = run(config)
     assert "val/train/pass@1" in trainer.val_history[-1][1]
 
 
 def test_python_m_rllm_torch_train_runs_a_short_training_in_a_subprocess(tmp_path):
-    overrides = ["rllm.trainer.total_batches=2", "task.train_size=32", "task.val_size=8", "data.train_batch_size=16", "rllm.rollout.n=4", f"hydra.run.dir={tmp_path}"]
-    done = subprocess.run([sys.executable, "-m", "rllm_torch.train", *overrides], capture_output=True, text=True, timeout=120)
+    overrides = [
+        "rllm.trainer.total_batches=2",
+        "task.train_size=32",
+        "task.val_size=8",
+        "data.train_batch_size=16",
+        "rllm.rollout.n=4",
+        f"hydra.run.dir={tmp_path}",
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "rllm_torch.train", *overrides], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "val/arithmetic/pass@1" in done.stdout
-    assert (tmp_path / "config.yaml").exists() and (tmp_path / "metrics.jsonl").exists() and (tmp_path / "checkpoints" / "final").is_dir()
+    assert (
+        (tmp_path / "config.yaml").exists()
+        and (tmp_path / "metrics.jsonl").exists()
+        and (tmp_path / "checkpoints" / "final").is_dir()
+    )
     assert not list(tmp_path.glob("*.log")), "Hydra's job log file would be empty: the console output is the log"
 
 
 def test_python_m_rllm_torch_train_with_a_typo_exits_with_an_error_naming_the_key(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "rllm_torch.train", "rllm.trainer.totl_epochs=1", f"hydra.run.dir={tmp_path}"], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "rllm_torch.train", "rllm.trainer.totl_epochs=1", f"hydra.run.dir={tmp_path}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode != 0 and "totl_epochs" in done.stderr
 
 
 def test_the_new_task_options_and_loss_keys_compose_from_the_command_line():
-    chain = compose_train("task=chain", "rllm.algorithm.loss_fn=cispo", "rllm.algorithm.loss_agg_mode=seq-mean-token-sum-norm", "rllm.algorithm.loss_agg_horizon=4")
-    assert (chain.task.name, chain.task.turns, chain.task.max_sum, chain.rllm.algorithm.loss_agg_horizon) == ("chain", 2, 5, 4)
-    distill = compose_train("task=distill", "task.mix_rl=true", "rllm.algorithm.use_precomputed_advantage=true", "backend.dro_beta=0.1")
+    chain = compose_train(
+        "task=chain",
+        "rllm.algorithm.loss_fn=cispo",
+        "rllm.algorithm.loss_agg_mode=seq-mean-token-sum-norm",
+        "rllm.algorithm.loss_agg_horizon=4",
+    )
+    assert (chain.task.name, chain.task.turns, chain.task.max_sum, chain.rllm.algorithm.loss_agg_horizon) == (
+        "chain",
+        2,
+        5,
+        4,
+    )
+    distill = compose_train(
+        "task=distill", "task.mix_rl=true", "rllm.algorithm.use_precomputed_advantage=true", "backend.dro_beta=0.1"
+    )
     assert distill.task.mix_rl and distill.backend.dro_beta == 0.1
     assert compose_train("task=reasoning_gym").task.dataset == "leg_counting"

@@ -8,7 +8,17 @@ from math import log
 import pytest
 import torch
 
-from rllm_torch.backends.torch_backend.losses import AGG_MODES, LOSS_FNS, aggregate_loss, cispo_loss, cross_entropy_loss, dro_loss, importance_sampling_loss, policy_loss, ppo_clip_loss
+from rllm_torch.backends.torch_backend.losses import (
+    AGG_MODES,
+    LOSS_FNS,
+    aggregate_loss,
+    cispo_loss,
+    cross_entropy_loss,
+    dro_loss,
+    importance_sampling_loss,
+    policy_loss,
+    ppo_clip_loss,
+)
 
 # Two sequences of two tokens; the last token of row 1 is padding (mask 0).
 LOGP = torch.tensor([[-1.0, -2.0], [-0.5, -4.0]])
@@ -102,18 +112,37 @@ def test_on_policy_every_loss_has_the_reinforce_gradient(name):
 
 @pytest.mark.parametrize(
     ("loss_fn", "mode"),
-    [("ppo", "seq-mean-token-sum-norm"), ("importance_sampling", "token-mean"), ("cispo", "seq-mean-token-mean"), ("dro", "seq-mean-token-sum"), ("cross_entropy", "token-mean")],
+    [
+        ("ppo", "seq-mean-token-sum-norm"),
+        ("importance_sampling", "token-mean"),
+        ("cispo", "seq-mean-token-mean"),
+        ("dro", "seq-mean-token-sum"),
+        ("cross_entropy", "token-mean"),
+    ],
 )
 def test_each_loss_fn_and_aggregation_mode_runs_a_real_training_step_of_the_backend(tmp_path, loss_fn, mode):
     import json
 
-    from rllm_torch.train import run
     from trainer_fakes import make_config
 
+    from rllm_torch.train import run
+
     config = make_config(
-        tmp_path, "model.num_layers=1", "model.hidden_size=32", "model.num_heads=2", "task.train_size=8", "task.val_size=0", "data.train_batch_size=8",
-        "rllm.rollout.n=4", "rllm.trainer.total_batches=1", f"rllm.algorithm.loss_fn={loss_fn}", f"rllm.algorithm.loss_agg_mode={mode}", "rllm.algorithm.adv_estimator=reinforce",
+        tmp_path,
+        "model.num_layers=1",
+        "model.hidden_size=32",
+        "model.num_heads=2",
+        "task.train_size=8",
+        "task.val_size=0",
+        "data.train_batch_size=8",
+        "rllm.rollout.n=4",
+        "rllm.trainer.total_batches=1",
+        f"rllm.algorithm.loss_fn={loss_fn}",
+        f"rllm.algorithm.loss_agg_mode={mode}",
+        "rllm.algorithm.adv_estimator=reinforce",
     )
     run(config)
-    (row,) = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines() if "actor/loss" in line]
+    (row,) = [
+        json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines() if "actor/loss" in line
+    ]
     assert row["actor/grad_norm"] >= 0 and row["actor/loss"] == row["actor/loss"]  # finite, not NaN

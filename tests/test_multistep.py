@@ -7,6 +7,7 @@ import asyncio
 import json
 
 import torch
+from trainer_fakes import make_config
 
 from rllm_torch import AlgorithmConfig, ModelOutput, RolloutEngine
 from rllm_torch.backends.torch_backend import build_char_tokenizer
@@ -14,8 +15,6 @@ from rllm_torch.tasks.chain import chain_problems
 from rllm_torch.trainer import build_token_batch, compute_token_advantages
 from rllm_torch.types import Step, Trajectory, TrajectoryGroup
 from rllm_torch.workflows.chain import ArithmeticChainWorkflow
-
-from trainer_fakes import make_config
 
 TOK = build_char_tokenizer("0123456789+=!?")
 
@@ -30,7 +29,13 @@ class ScriptedEngine(RolloutEngine):
         self.prompts.append(prompt)
         text = self.answers.get(prompt, self.answers.get("*", "0"))
         ids = TOK(text, add_special_tokens=False)["input_ids"] + [TOK.eos_token_id]
-        return ModelOutput(text=text, prompt_ids=TOK(prompt, add_special_tokens=False)["input_ids"], response_ids=ids, logprobs=[-0.5] * len(ids), finish_reason="stop")
+        return ModelOutput(
+            text=text,
+            prompt_ids=TOK(prompt, add_special_tokens=False)["input_ids"],
+            response_ids=ids,
+            logprobs=[-0.5] * len(ids),
+            finish_reason="stop",
+        )
 
 
 def _run(engine, terms):
@@ -61,7 +66,10 @@ def test_an_answer_that_is_not_a_number_ends_the_episode_after_that_turn():
 
 def test_chain_problems_have_the_requested_turns_and_one_digit_answers():
     rows = chain_problems(50, turns=3, max_sum=9, seed=1)
-    assert all(len(r["terms"]) == 4 and sum(r["terms"]) <= 9 and r["answer"] == str(r["terms"][0] + r["terms"][1]) for r in rows)
+    assert all(
+        len(r["terms"]) == 4 and sum(r["terms"]) <= 9 and r["answer"] == str(r["terms"][0] + r["terms"][1])
+        for r in rows
+    )
     assert rows == chain_problems(50, turns=3, max_sum=9, seed=1)
 
 
@@ -83,12 +91,23 @@ def test_real_training_steps_on_the_chain_task_train_on_every_turn(tmp_path):
     from rllm_torch.train import run
 
     config = make_config(
-        tmp_path, "task.name=chain", "model.num_layers=1", "model.hidden_size=32", "model.num_heads=2", "task.train_size=16", "task.val_size=4",
-        "data.train_batch_size=8", "rllm.rollout.n=4", "rllm.rollout.n_val=2", "rllm.trainer.total_batches=2",
+        tmp_path,
+        "task.name=chain",
+        "model.num_layers=1",
+        "model.hidden_size=32",
+        "model.num_heads=2",
+        "task.train_size=16",
+        "task.val_size=4",
+        "data.train_batch_size=8",
+        "rllm.rollout.n=4",
+        "rllm.rollout.n_val=2",
+        "rllm.trainer.total_batches=2",
     )
     trainer = run(config)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     train_rows = [r for r in rows if "actor/loss" in r]
-    assert len(train_rows) == 2 and all(r["batch/turns"] >= 1.0 and r["actor/rollout_logprob_abs_diff"] < 1e-4 for r in train_rows)
+    assert len(train_rows) == 2 and all(
+        r["batch/turns"] >= 1.0 and r["actor/rollout_logprob_abs_diff"] < 1e-4 for r in train_rows
+    )
     assert "val/chain/pass@1" in trainer.val_history[-1][1]
     assert torch.isfinite(torch.tensor([r["actor/loss"] for r in train_rows])).all()

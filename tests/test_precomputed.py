@@ -7,6 +7,7 @@ import json
 
 import pytest
 import torch
+from trainer_fakes import make_config
 
 from rllm_torch import AlgorithmConfig, GroupedRewards, UnifiedTrainer, compute_advantages
 from rllm_torch.backends.torch_backend import TorchBackend
@@ -15,14 +16,29 @@ from rllm_torch.tasks.base import build_task
 from rllm_torch.trainer import build_token_batch, compute_token_advantages
 from rllm_torch.types import Step, Trajectory, TrajectoryGroup
 
-from trainer_fakes import make_config
-
-SMALL = ("model.num_layers=1", "model.hidden_size=32", "model.num_heads=2", "task.train_size=64", "data.train_batch_size=16", "rllm.rollout.n=4", "rllm.trainer.val_before_train=false")
+SMALL = (
+    "model.num_layers=1",
+    "model.hidden_size=32",
+    "model.num_heads=2",
+    "task.train_size=64",
+    "data.train_batch_size=16",
+    "rllm.rollout.n=4",
+    "rllm.trainer.val_before_train=false",
+)
 
 
 def _mixed_groups():
-    distill = TrajectoryGroup([Trajectory("distill", [Step(prompt_ids=[1], response_ids=[5, 6], advantage=[0.5, -2.0])], 0.0)], group_id="t0:distill")
-    solver = TrajectoryGroup([Trajectory("solver", [Step(prompt_ids=[1], response_ids=[7])], 1.0), Trajectory("solver", [Step(prompt_ids=[1], response_ids=[8])], 0.0)], group_id="t0:solver")
+    distill = TrajectoryGroup(
+        [Trajectory("distill", [Step(prompt_ids=[1], response_ids=[5, 6], advantage=[0.5, -2.0])], 0.0)],
+        group_id="t0:distill",
+    )
+    solver = TrajectoryGroup(
+        [
+            Trajectory("solver", [Step(prompt_ids=[1], response_ids=[7])], 1.0),
+            Trajectory("solver", [Step(prompt_ids=[1], response_ids=[8])], 0.0),
+        ],
+        group_id="t0:solver",
+    )
     return [distill, solver]
 
 
@@ -54,9 +70,19 @@ class RecordingTorchBackend(TorchBackend):
 
 
 def _train(tmp_path, *overrides):
-    config = make_config(tmp_path, "task.name=distill", "rllm.algorithm.use_precomputed_advantage=true", *SMALL, *overrides)
+    config = make_config(
+        tmp_path, "task.name=distill", "rllm.algorithm.use_precomputed_advantage=true", *SMALL, *overrides
+    )
     task = build_task(config.task)
-    trainer = UnifiedTrainer(RecordingTorchBackend, config, task.workflow, train_dataset=task.train, val_dataset=None, workflow_args=task.workflow_args, backend_args={"alphabet": task.alphabet})
+    trainer = UnifiedTrainer(
+        RecordingTorchBackend,
+        config,
+        task.workflow,
+        train_dataset=task.train,
+        val_dataset=None,
+        workflow_args=task.workflow_args,
+        backend_args={"alphabet": task.alphabet},
+    )
     try:
         trainer.fit()
     finally:
@@ -64,21 +90,29 @@ def _train(tmp_path, *overrides):
     return trainer, [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_mixed_with_an_rl_role_the_distilled_advantages_reach_the_loss_unchanged_and_the_rl_ones_come_from_grpo(tmp_path):
+def test_mixed_with_an_rl_role_the_distilled_advantages_reach_the_loss_unchanged_and_the_rl_ones_come_from_grpo(
+    tmp_path,
+):
     trainer, _ = _train(tmp_path, "task.mix_rl=true", "rllm.trainer.total_batches=2")
     for groups, adv_RT, _ in trainer.backend.updates:
         assert {g.group_role for g in groups} == {"distill", "solver"}
         solver = [g for g in groups if g.group_role == "solver"]
         rewards = torch.tensor([t.reward for g in solver for t in g.trajectories])
         index = torch.tensor([i for i, g in enumerate(solver) for _ in g.trajectories])
-        expected_solver = iter(compute_advantages(GroupedRewards.from_flat(rewards, index, num_groups=len(solver)), "grpo")[0].tolist())
+        expected_solver = iter(
+            compute_advantages(GroupedRewards.from_flat(rewards, index, num_groups=len(solver)), "grpo")[0].tolist()
+        )
         row = 0
         for group in groups:
             for traj in group.trajectories:
                 step = traj.steps[0]
                 start, num = len(step.prompt_ids), len(step.response_ids)
                 got = adv_RT[row, start : start + num].cpu()
-                want = torch.tensor(step.advantage) if group.group_role == "distill" else torch.full((num,), next(expected_solver))
+                want = (
+                    torch.tensor(step.advantage)
+                    if group.group_role == "distill"
+                    else torch.full((num,), next(expected_solver))
+                )
                 torch.testing.assert_close(got, want, rtol=0, atol=0 if group.group_role == "distill" else 1e-6)
                 row += 1
 

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from trainer_fakes import make_config
 
 from rllm_torch.errors import ConfigError
 from rllm_torch.tasks.base import build_task
-
-from trainer_fakes import make_config
 
 reasoning_gym = pytest.importorskip("reasoning_gym")
 
@@ -34,8 +33,18 @@ def test_task_reasoning_gym_trains_a_step_with_the_datasets_scorer(tmp_path):
     from rllm_torch.train import run
 
     config = make_config(
-        tmp_path, "task.name=reasoning_gym", "task.dataset=basic_arithmetic", "task.train_size=4", "task.val_size=2", "model.num_layers=1",
-        "model.hidden_size=32", "model.num_heads=2", "model.max_positions=256", "data.train_batch_size=4", "rllm.rollout.n=2", "rllm.rollout.n_val=1",
+        tmp_path,
+        "task.name=reasoning_gym",
+        "task.dataset=basic_arithmetic",
+        "task.train_size=4",
+        "task.val_size=2",
+        "model.num_layers=1",
+        "model.hidden_size=32",
+        "model.num_heads=2",
+        "model.max_positions=256",
+        "data.train_batch_size=4",
+        "rllm.rollout.n=2",
+        "rllm.rollout.n_val=1",
         "rllm.trainer.total_batches=1",
     )
     assert build_task(config.task).name == "reasoning_gym/basic_arithmetic"

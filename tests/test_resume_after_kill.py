@@ -16,9 +16,19 @@ import torch
 # 5 epochs of 8 batches (40 steps), a checkpoint every 3 steps, validation every 5: the epoch
 # boundary, the shuffled order, validation's sampling and the optimizer all cross the restart.
 OVERRIDES = [
-    "task.train_size=64", "task.val_size=8", "data.train_batch_size=8", "rllm.rollout.n=4", "model.hidden_size=32",
-    "rllm.trainer.total_epochs=5", "rllm.trainer.save_freq=3", "rllm.trainer.test_freq=5", "rllm.trainer.max_checkpoints_to_keep=2",
-    "rllm.trainer.logger=[jsonl]", "backend.device=cpu", "backend.num_threads=1", "rllm.algorithm.lr_schedule=linear",
+    "task.train_size=64",
+    "task.val_size=8",
+    "data.train_batch_size=8",
+    "rllm.rollout.n=4",
+    "model.hidden_size=32",
+    "rllm.trainer.total_epochs=5",
+    "rllm.trainer.save_freq=3",
+    "rllm.trainer.test_freq=5",
+    "rllm.trainer.max_checkpoints_to_keep=2",
+    "rllm.trainer.logger=[jsonl]",
+    "backend.device=cpu",
+    "backend.num_threads=1",
+    "rllm.algorithm.lr_schedule=linear",
 ]
 
 
@@ -34,16 +44,24 @@ def metric_rows(run_dir: Path) -> list[dict]:
 
 def checkpoint_steps(run_dir: Path) -> list[int]:
     root = run_dir / "checkpoints"
-    return sorted(int(p.name[5:]) for p in root.glob("step_*") if (p / "manifest.json").exists()) if root.is_dir() else []
+    return (
+        sorted(int(p.name[5:]) for p in root.glob("step_*") if (p / "manifest.json").exists()) if root.is_dir() else []
+    )
 
 
 def test_a_run_killed_with_sigkill_resumes_and_logs_what_an_uninterrupted_run_logs(tmp_path):
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    uninterrupted = subprocess.Popen(train_command(whole), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    uninterrupted = subprocess.Popen(
+        train_command(whole), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
+    )
     victim = subprocess.Popen(train_command(killed), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     deadline = time.monotonic() + 120
-    while not any(step >= 6 for step in checkpoint_steps(killed)) and victim.poll() is None and time.monotonic() < deadline:
+    while (
+        not any(step >= 6 for step in checkpoint_steps(killed))
+        and victim.poll() is None
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.005)
     victim.send_signal(signal.SIGKILL)
     assert victim.wait() == -signal.SIGKILL, "the run finished before it could be killed"

@@ -8,16 +8,24 @@ import json
 import pytest
 import torch
 from omegaconf import OmegaConf
+from trainer_fakes import make_config
 
 from rllm_torch import AlgorithmConfig, GroupedRewards, compute_advantages
-from rllm_torch.backends.torch_backend import build_char_tokenizer, importance_sampling_loss, ppo_clip_loss, sample_completions, token_log_probs, token_mean
+from rllm_torch.backends.torch_backend import (
+    build_char_tokenizer,
+    importance_sampling_loss,
+    ppo_clip_loss,
+    sample_completions,
+    token_log_probs,
+    token_mean,
+)
 from rllm_torch.backends.torch_backend.policy import build_policy
 from rllm_torch.errors import ModelNotFoundError
 from rllm_torch.trainer import TokenBatch, compute_token_advantages
 
-from trainer_fakes import make_config
-
-TINY = OmegaConf.create({"path": None, "arch": "gpt2", "num_layers": 1, "hidden_size": 32, "num_heads": 2, "max_positions": 16})
+TINY = OmegaConf.create(
+    {"path": None, "arch": "gpt2", "num_layers": 1, "hidden_size": 32, "num_heads": 2, "max_positions": 16}
+)
 
 
 def test_the_character_tokenizer_round_trips_text_and_ends_with_eos():
@@ -33,11 +41,13 @@ def test_sampled_log_probs_match_the_trainers_recomputed_log_probs(arch):
     model = build_policy(OmegaConf.merge(TINY, {"arch": arch}), tok, seed=0).eval()
     prompts = [tok("3+4=")["input_ids"], tok("12+3=")["input_ids"]]  # different lengths: left padding
     gen = torch.Generator().manual_seed(0)
-    responses, logprobs, reasons = sample_completions(model, prompts, max_new_tokens=3, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, generator=gen)
-    for prompt, response, logp in zip(prompts, responses, logprobs):
+    responses, logprobs, reasons = sample_completions(
+        model, prompts, max_new_tokens=3, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, generator=gen
+    )
+    for prompt, response, logp in zip(prompts, responses, logprobs, strict=True):
         assert 1 <= len(response) <= 3 and len(logp) == len(response)
         ids = torch.tensor([prompt + response])
-        recomputed = token_log_probs(model, ids, torch.ones_like(ids))[0, len(prompt):]
+        recomputed = token_log_probs(model, ids, torch.ones_like(ids))[0, len(prompt) :]
         torch.testing.assert_close(recomputed, torch.tensor(logp), atol=1e-5, rtol=1e-5)
     assert set(reasons) <= {"stop", "length"}
 
@@ -58,14 +68,24 @@ def _batch(rewards, group_index, roles, num_tokens=3):
     n = len(rewards)
     mask = torch.ones(n, num_tokens)
     mask[:, 0] = 0  # the prompt token
-    return TokenBatch(torch.zeros(n, num_tokens, dtype=torch.long), torch.ones(n, num_tokens, dtype=torch.long), mask, torch.tensor(rewards), torch.tensor(group_index), roles, torch.zeros(n, num_tokens))
+    return TokenBatch(
+        torch.zeros(n, num_tokens, dtype=torch.long),
+        torch.ones(n, num_tokens, dtype=torch.long),
+        mask,
+        torch.tensor(rewards),
+        torch.tensor(group_index),
+        roles,
+        torch.zeros(n, num_tokens),
+    )
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "rloo", "reinforce", "reinforce_plus_plus_baseline", "prpo"])
 def test_token_advantages_are_the_estimators_advantages_times_the_response_mask(estimator):
     batch = _batch([1.0, 0.0, 0.5, 1.0, 0.0, 0.0], [0, 0, 1, 1, 1, 0], ["default", "default"])
     compute_token_advantages(batch, AlgorithmConfig(estimator=estimator))
-    expected_N, _ = compute_advantages(GroupedRewards.from_flat(batch.rewards, batch.group_index, num_groups=2), estimator)
+    expected_N, _ = compute_advantages(
+        GroupedRewards.from_flat(batch.rewards, batch.group_index, num_groups=2), estimator
+    )
     torch.testing.assert_close(batch.advantages, expected_N[:, None] * batch.response_mask)
 
 
@@ -87,8 +107,17 @@ def test_a_few_real_training_steps_update_the_tiny_model_and_save_a_loadable_che
     from rllm_torch.train import run
 
     config = make_config(
-        tmp_path, "model.num_layers=1", "model.hidden_size=32", "model.num_heads=2", "task.train_size=16", "task.val_size=4",
-        "data.train_batch_size=8", "rllm.rollout.n=4", "rllm.rollout.n_val=2", "rllm.trainer.total_batches=2", "rllm.algorithm.adv_estimator=rloo",
+        tmp_path,
+        "model.num_layers=1",
+        "model.hidden_size=32",
+        "model.num_heads=2",
+        "task.train_size=16",
+        "task.val_size=4",
+        "data.train_batch_size=8",
+        "rllm.rollout.n=4",
+        "rllm.rollout.n_val=2",
+        "rllm.trainer.total_batches=2",
+        "rllm.algorithm.adv_estimator=rloo",
     )
     trainer = run(config)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
@@ -98,5 +127,5 @@ def test_a_few_real_training_steps_update_the_tiny_model_and_save_a_loadable_che
     assert [step for step, _ in trainer.val_history] == [0, 2]
     assert (tmp_path / "config.yaml").exists() and (tmp_path / "checkpoints" / "final" / "config.json").exists()
     reloaded = build_policy(OmegaConf.merge(TINY, {"path": str(tmp_path / "checkpoints" / "final")}), trainer.tokenizer)
-    for a, b in zip(reloaded.parameters(), trainer.backend.model.parameters()):
+    for a, b in zip(reloaded.parameters(), trainer.backend.model.parameters(), strict=True):
         torch.testing.assert_close(a, b.cpu())

@@ -17,7 +17,13 @@ from rllm_torch.trainer.tracking import Tracking
 
 
 def train_row(step, reward):
-    return {"reward/solver/mean": reward, "advantage/solver/mean": 0.0, "advantage/solver/std": 1.0, "actor/loss": 0.5 - step / 10, "time/step": 0.1}
+    return {
+        "reward/solver/mean": reward,
+        "advantage/solver/mean": 0.0,
+        "advantage/solver/std": 1.0,
+        "actor/loss": 0.5 - step / 10,
+        "time/step": 0.1,
+    }
 
 
 def write_run(run_dir, steps=6):
@@ -38,7 +44,13 @@ def test_opening_metrics_jsonl_at_a_resume_step_drops_later_rows_and_a_half_writ
     logger.open(resume_step=3)
     logger.log({"x": 1.0}, step=4)
     logger.finish()
-    assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3, 3, 4]
+    assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [
+        1,
+        2,
+        3,
+        3,
+        4,
+    ]
 
 
 def test_a_fresh_run_starts_metrics_jsonl_empty(tmp_path):

@@ -16,7 +16,13 @@ from rllm_torch import (
 
 
 def _episode(task_id, rollout_idx, *trajs, reason=None, correct=False):
-    return Episode(task_id=task_id, rollout_idx=rollout_idx, trajectories=list(trajs), termination_reason=reason, is_correct=correct)
+    return Episode(
+        task_id=task_id,
+        rollout_idx=rollout_idx,
+        trajectories=list(trajs),
+        termination_reason=reason,
+        is_correct=correct,
+    )
 
 
 def _traj(name, reward=None, step_rewards=(0.0,)):
@@ -41,11 +47,20 @@ def test_grouping_is_by_task_id_and_name_with_unnamed_trajectories_named_by_posi
     episodes = [_episode(task, i, _traj("solver", 1.0), _traj("", 0.0)) for task in ("a", "b") for i in range(2)]
     groups, metrics = transform_episodes_to_trajectory_groups(episodes)
     assert [(g.task_id, g.group_role, len(g.trajectories)) for g in groups] == [
-        ("a", "solver", 2), ("a", "default_traj_name_1", 2), ("b", "solver", 2), ("b", "default_traj_name_1", 2)]
+        ("a", "solver", 2),
+        ("a", "default_traj_name_1", 2),
+        ("b", "solver", 2),
+        ("b", "default_traj_name_1", 2),
+    ]
     assert episodes[0].trajectories[1].name == "default_traj_name_1"
     assert metrics == {
-        "groups/num_trajs_before_filter": 8.0, "groups/num_trajs_after_filter": 8.0, "groups/num_groups": 4.0,
-        "groups/avg_group_size": 2.0, "groups/max_group_size": 2.0, "groups/min_group_size": 2.0}
+        "groups/num_trajs_before_filter": 8.0,
+        "groups/num_trajs_after_filter": 8.0,
+        "groups/num_groups": 4.0,
+        "groups/avg_group_size": 2.0,
+        "groups/max_group_size": 2.0,
+        "groups/min_group_size": 2.0,
+    }
 
 
 def test_a_group_that_compact_filtering_empties_is_not_emitted_and_the_metrics_count_what_was_left_out():
@@ -62,8 +77,13 @@ def test_a_group_that_compact_filtering_empties_is_not_emitted_and_the_metrics_c
     assert [(g.task_id, len(g.trajectories)) for g in groups] == [("a", 1)]
     # before: 5 trajectories; after: 1; one group of size 1
     assert metrics == {
-        "groups/num_trajs_before_filter": 5.0, "groups/num_trajs_after_filter": 1.0, "groups/num_groups": 1.0,
-        "groups/avg_group_size": 1.0, "groups/max_group_size": 1.0, "groups/min_group_size": 1.0}
+        "groups/num_trajs_before_filter": 5.0,
+        "groups/num_trajs_after_filter": 1.0,
+        "groups/num_groups": 1.0,
+        "groups/avg_group_size": 1.0,
+        "groups/max_group_size": 1.0,
+        "groups/min_group_size": 1.0,
+    }
 
 
 def test_compact_filtering_is_off_unless_enabled_and_a_missing_reason_counts_as_unknown():
@@ -75,9 +95,15 @@ def test_compact_filtering_is_off_unless_enabled_and_a_missing_reason_counts_as_
 
 def test_everything_filtered_gives_no_groups_and_zero_size_metrics():
     episodes = [_episode("a", 0, _traj("s", 1.0), reason="error")]
-    groups, metrics = transform_episodes_to_trajectory_groups(episodes, None, CompactFilteringConfig(enable=True, mask_error=True))
+    groups, metrics = transform_episodes_to_trajectory_groups(
+        episodes, None, CompactFilteringConfig(enable=True, mask_error=True)
+    )
     assert groups == []
-    assert metrics["groups/num_trajs_before_filter"] == 1.0 and metrics["groups/avg_group_size"] == 0.0 and metrics["groups/max_group_size"] == 0.0
+    assert (
+        metrics["groups/num_trajs_before_filter"] == 1.0
+        and metrics["groups/avg_group_size"] == 0.0
+        and metrics["groups/max_group_size"] == 0.0
+    )
 
 
 def test_in_broadcast_mode_a_trajectory_without_a_reward_takes_its_last_step_reward():

@@ -23,7 +23,9 @@ def test_termination_reason_given_as_a_string_becomes_the_enum_member():
 
 
 def test_group_role_is_an_explicit_field_defaulting_to_the_shared_trajectory_name():
-    assert TrajectoryGroup([Trajectory(name="solver"), Trajectory(name="solver")], group_id="x:y:z").group_role == "solver"
+    assert (
+        TrajectoryGroup([Trajectory(name="solver"), Trajectory(name="solver")], group_id="x:y:z").group_role == "solver"
+    )
     assert TrajectoryGroup([Trajectory(name="a"), Trajectory(name="b")]).group_role == "default"
     assert TrajectoryGroup([Trajectory(name="a")], group_role="judge").group_role == "judge"
 
@@ -50,16 +52,27 @@ def test_trajectories_get_distinct_uids():
     assert Trajectory().uid != Trajectory().uid
 
 
-@pytest.mark.parametrize(("mask", "shown"), [([1, 2, 0], "2 at token 1"), (torch.tensor([1.0, 0.5]), "0.5 at token 1"), ([-1, 1], "-1 at token 0")])
+@pytest.mark.parametrize(
+    ("mask", "shown"),
+    [([1, 2, 0], "2 at token 1"), (torch.tensor([1.0, 0.5]), "0.5 at token 1"), ([-1, 1], "-1 at token 0")],
+)
 def test_a_response_mask_with_a_value_other_than_zero_or_one_is_refused_instead_of_scaling_the_advantage(mask, shown):
     step = Step(response_ids=[5, 6, 7][: len(mask)], response_mask=mask, advantage=1.0)
-    with pytest.raises(InvalidTrajectoryError, match=f"response_mask holds {shown}; it must hold only 0 \\(not trained\\) and 1 \\(trained\\)"):
+    with pytest.raises(
+        InvalidTrajectoryError,
+        match=f"response_mask holds {shown}; it must hold only 0 \\(not trained\\) and 1 \\(trained\\)",
+    ):
         step.token_advantages()
 
 
 def test_a_bad_response_mask_in_a_token_batch_is_reported_with_its_task_group_trajectory_and_step():
     good = Step(prompt_ids=[1], response_ids=[5, 6, 7], logprobs=[0.0] * 3)
     bad = Step(prompt_ids=[1], response_ids=[5, 6, 7], logprobs=[0.0] * 3, response_mask=[1, 2, 0])
-    group = TrajectoryGroup([Trajectory(name="solver", reward=1.0, steps=[good, bad])], group_id="t:solver", task_id="t")
-    with pytest.raises(InvalidTrajectoryError, match=r"task 't', group 't:solver', trajectory 'solver', step 1: response_mask holds 2 at token 1"):
+    group = TrajectoryGroup(
+        [Trajectory(name="solver", reward=1.0, steps=[good, bad])], group_id="t:solver", task_id="t"
+    )
+    with pytest.raises(
+        InvalidTrajectoryError,
+        match=r"task 't', group 't:solver', trajectory 'solver', step 1: response_mask holds 2 at token 1",
+    ):
         build_token_batch([group], pad_token_id=0)

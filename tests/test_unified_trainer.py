@@ -6,11 +6,10 @@ import json
 
 import pytest
 import torch
+from trainer_fakes import RecordingBackend, TwoRoleWorkflow, make_config
 
 from rllm_torch import GroupedRewards, UnifiedTrainer, compute_advantages
 from rllm_torch.errors import ConfigError, UnknownEstimatorError, WorkflowError
-
-from trainer_fakes import RecordingBackend, TwoRoleWorkflow, make_config
 
 TRAIN = [{"prompt": f"p{i}"} for i in range(8)]
 VAL = [{"prompt": "v0", "data_source": "a"}, {"prompt": "v1", "data_source": "b"}]
@@ -18,7 +17,9 @@ VAL = [{"prompt": "v0", "data_source": "a"}, {"prompt": "v1", "data_source": "b"
 
 def trainer_for(tmp_path, *overrides, estimator_map=None, val=VAL):
     config = make_config(tmp_path, "data.train_batch_size=2", "rllm.rollout.n=4", "rllm.rollout.n_val=2", *overrides)
-    return UnifiedTrainer(RecordingBackend, config, TwoRoleWorkflow, TRAIN, val, traj_group_adv_estimator_map=estimator_map)
+    return UnifiedTrainer(
+        RecordingBackend, config, TwoRoleWorkflow, TRAIN, val, traj_group_adv_estimator_map=estimator_map
+    )
 
 
 def steps_validated(trainer):
@@ -31,10 +32,20 @@ def test_one_training_step_calls_the_stages_in_the_reference_order(tmp_path):
     calls = trainer.backend.calls
     assert calls[:2] == ["validate_config", "init_rollout_engine"]
     assert calls[2:] == [
-        "on_train_start@0", "on_epoch_start@0", "on_batch_start@1",
-        "generate_episodes", "transform_to_backend_batch", "process_backend_batch", "compute_advantages", "update_policy",
-        "on_batch_end@1", "on_epoch_end@1",
-        "on_validation_start@1", "generate_episodes:val", "on_validation_end@1", "on_train_end@1",
+        "on_train_start@0",
+        "on_epoch_start@0",
+        "on_batch_start@1",
+        "generate_episodes",
+        "transform_to_backend_batch",
+        "process_backend_batch",
+        "compute_advantages",
+        "update_policy",
+        "on_batch_end@1",
+        "on_epoch_end@1",
+        "on_validation_start@1",
+        "generate_episodes:val",
+        "on_validation_end@1",
+        "on_train_end@1",
     ]
 
 
@@ -69,11 +80,16 @@ def test_validation_reports_pass_at_1_and_pass_at_n_per_data_source(tmp_path):
 
 
 def test_a_per_role_estimator_map_picks_each_roles_estimator_in_the_backend_batch(tmp_path):
-    trainer = trainer_for(tmp_path, "rllm.trainer.total_batches=1", "rllm.trainer.val_before_train=false", estimator_map={"judge": "reinforce"})
+    trainer = trainer_for(
+        tmp_path,
+        "rllm.trainer.total_batches=1",
+        "rllm.trainer.val_before_train=false",
+        estimator_map={"judge": "reinforce"},
+    )
     trainer.fit()
     batch = trainer.backend.batches[0]
     roles_N = [batch.group_roles[g] for g in batch.group_index.tolist()]
-    adv_N = (batch.advantages.sum(1) / batch.response_mask.sum(1))
+    adv_N = batch.advantages.sum(1) / batch.response_mask.sum(1)
     solver = torch.tensor([r == "solver" for r in roles_N])
     judge_rewards = batch.rewards[~solver]
     torch.testing.assert_close(adv_N[~solver], judge_rewards)  # reinforce: advantage = reward
@@ -97,7 +113,14 @@ def test_rejection_sampling_multiplier_without_enable_is_a_config_error(tmp_path
 
 def test_a_flaky_workflow_is_retried_and_training_goes_on(tmp_path):
     TwoRoleWorkflow.attempts.clear()
-    config = make_config(tmp_path, "data.train_batch_size=2", "rllm.rollout.n=2", "rllm.trainer.total_batches=1", "rllm.trainer.val_before_train=false", "rllm.workflow.retry_limit=3")
+    config = make_config(
+        tmp_path,
+        "data.train_batch_size=2",
+        "rllm.rollout.n=2",
+        "rllm.trainer.total_batches=1",
+        "rllm.trainer.val_before_train=false",
+        "rllm.workflow.retry_limit=3",
+    )
     trainer = UnifiedTrainer(RecordingBackend, config, TwoRoleWorkflow, [{"prompt": "x", "fail": 2}] * 2, None)
     trainer.fit()
     assert "update_policy" in trainer.backend.calls
@@ -106,7 +129,14 @@ def test_a_flaky_workflow_is_retried_and_training_goes_on(tmp_path):
 
 def test_a_workflow_that_keeps_failing_raises_a_workflow_error_when_configured(tmp_path):
     TwoRoleWorkflow.attempts.clear()
-    config = make_config(tmp_path, "data.train_batch_size=2", "rllm.rollout.n=2", "rllm.trainer.total_batches=1", "rllm.trainer.val_before_train=false", "rllm.workflow.retry_limit=2")
+    config = make_config(
+        tmp_path,
+        "data.train_batch_size=2",
+        "rllm.rollout.n=2",
+        "rllm.trainer.total_batches=1",
+        "rllm.trainer.val_before_train=false",
+        "rllm.workflow.retry_limit=2",
+    )
     trainer = UnifiedTrainer(RecordingBackend, config, TwoRoleWorkflow, [{"prompt": "x", "fail": 5}] * 2, None)
     with pytest.raises(WorkflowError, match="failed 2 time"):
         trainer.fit()
@@ -114,7 +144,15 @@ def test_a_workflow_that_keeps_failing_raises_a_workflow_error_when_configured(t
 
 def test_a_workflow_that_keeps_failing_is_counted_as_an_error_when_not_raising(tmp_path):
     TwoRoleWorkflow.attempts.clear()
-    config = make_config(tmp_path, "data.train_batch_size=2", "rllm.rollout.n=2", "rllm.trainer.total_batches=1", "rllm.trainer.val_before_train=false", "rllm.workflow.retry_limit=2", "rllm.workflow.raise_on_error=false")
+    config = make_config(
+        tmp_path,
+        "data.train_batch_size=2",
+        "rllm.rollout.n=2",
+        "rllm.trainer.total_batches=1",
+        "rllm.trainer.val_before_train=false",
+        "rllm.workflow.retry_limit=2",
+        "rllm.workflow.raise_on_error=false",
+    )
     rows = [{"prompt": "x", "fail": 5}, {"prompt": "y"}]
     trainer = UnifiedTrainer(RecordingBackend, config, TwoRoleWorkflow, rows, None)
     trainer.fit()

@@ -7,7 +7,14 @@ import json
 
 import pytest
 
-from rllm_torch import ModelOutput, RolloutEngine, SingleTurnWorkflow, TerminationReason, UnifiedWorkflowEngine, WorkflowError
+from rllm_torch import (
+    ModelOutput,
+    RolloutEngine,
+    SingleTurnWorkflow,
+    TerminationReason,
+    UnifiedWorkflowEngine,
+    WorkflowError,
+)
 from rllm_torch.trainer import pass_at_k
 from rllm_torch.workflows import EpisodeLogger
 
@@ -23,7 +30,9 @@ class EchoEngine(RolloutEngine):
         self.peak = max(self.peak, self.active)
         await asyncio.sleep(0)
         self.active -= 1
-        return ModelOutput(text=prompt[-1], prompt_ids=[1], response_ids=[2, 0], logprobs=[-0.5, -0.1], finish_reason="stop")
+        return ModelOutput(
+            text=prompt[-1], prompt_ids=[1], response_ids=[2, 0], logprobs=[-0.5, -0.1], finish_reason="stop"
+        )
 
 
 def exact(task, response):
@@ -64,7 +73,9 @@ def test_a_reward_function_that_raises_is_retried_then_raised():
 
 
 def test_a_reward_function_that_raises_is_recorded_as_an_error_episode_when_not_raising():
-    engine = UnifiedWorkflowEngine(SingleTurnWorkflow, {"reward_fn": lambda t, r: 1 / 0}, EchoEngine(), retry_limit=2, raise_on_error=False)
+    engine = UnifiedWorkflowEngine(
+        SingleTurnWorkflow, {"reward_fn": lambda t, r: 1 / 0}, EchoEngine(), retry_limit=2, raise_on_error=False
+    )
     (episode,) = run(engine, [{"prompt": "x1"}])
     assert episode.termination_reason is TerminationReason.ERROR and not episode.trajectories
     assert "ZeroDivisionError" in episode.info["error"] and episode.task_id == "t0"
@@ -77,7 +88,9 @@ def test_a_reward_that_is_not_a_number_fails_the_episode():
 
 
 def test_episodes_are_logged_as_json_lines(tmp_path):
-    engine = UnifiedWorkflowEngine(SingleTurnWorkflow, {"reward_fn": exact}, EchoEngine(), episode_logger=EpisodeLogger(str(tmp_path)))
+    engine = UnifiedWorkflowEngine(
+        SingleTurnWorkflow, {"reward_fn": exact}, EchoEngine(), episode_logger=EpisodeLogger(str(tmp_path))
+    )
     engine.set_training_step(3, mode="train")
     run(engine, [{"prompt": "x1", "answer": "1"}] * 2)
     rows = [json.loads(line) for line in (tmp_path / "episodes" / "train_step_3.jsonl").read_text().splitlines()]

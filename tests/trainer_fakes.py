@@ -38,13 +38,17 @@ class RecordingBackend(BackendProtocol):
 
     def get_dataloader(self, dataset, trainer_state):
         size = self.config.data.train_batch_size
-        return [[(f"t{i + j}", row) for j, row in enumerate(dataset[i : i + size])] for i in range(0, len(dataset), size)]
+        return [
+            [(f"t{i + j}", row) for j, row in enumerate(dataset[i : i + size])] for i in range(0, len(dataset), size)
+        ]
 
     async def generate_episodes(self, batch, agent_workflow_engine, is_validation=False):
         self.calls.append("generate_episodes:val" if is_validation else "generate_episodes")
         n = self.config.rllm.rollout.n_val if is_validation else self.config.rllm.rollout.n
         tasks = [(tid, task, k) for tid, task in batch for k in range(n)]
-        return await agent_workflow_engine.execute_tasks([t for _, t, _ in tasks], [i for i, _, _ in tasks], [k for _, _, k in tasks])
+        return await agent_workflow_engine.execute_tasks(
+            [t for _, t, _ in tasks], [i for i, _, _ in tasks], [k for _, _, k in tasks]
+        )
 
     def transform_to_backend_batch(self, trainer_state):
         self.calls.append("transform_to_backend_batch")
@@ -91,5 +95,18 @@ class TwoRoleWorkflow(Workflow):
             raise RuntimeError(f"flaky attempt {TwoRoleWorkflow.attempts[uid]}")
         k = int(uid.rsplit(":", 1)[1])
         reward = float(k % 2) if task.get("binary", True) else float(k)
-        trajs = [Trajectory(name=role, reward=reward if role == "solver" else 1.0 - reward, steps=[Step(prompt_ids=[5, 6], response_ids=[7, 8, 9], logprobs=[-0.1, -0.2, -0.3])]) for role in self.roles]
-        return Episode(trajectories=trajs, is_correct=reward >= 1.0, termination_reason=TerminationReason.ENV_DONE, metrics={"reward": reward}, info={"data_source": task.get("data_source", "fake")})
+        trajs = [
+            Trajectory(
+                name=role,
+                reward=reward if role == "solver" else 1.0 - reward,
+                steps=[Step(prompt_ids=[5, 6], response_ids=[7, 8, 9], logprobs=[-0.1, -0.2, -0.3])],
+            )
+            for role in self.roles
+        ]
+        return Episode(
+            trajectories=trajs,
+            is_correct=reward >= 1.0,
+            termination_reason=TerminationReason.ENV_DONE,
+            metrics={"reward": reward},
+            info={"data_source": task.get("data_source", "fake")},
+        )

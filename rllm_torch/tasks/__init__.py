@@ -8,4 +8,19 @@ from rllm_torch.tasks.distill import distill_task
 from rllm_torch.tasks.file_task import file_task, load_reward_fn, load_rows
 from rllm_torch.tasks.reasoning_gym import ReasoningGymScorer, reasoning_gym_rows, reasoning_gym_task
 
-__all__ = ["Task", "build_task", "exact_match_reward", "arithmetic_problems", "arithmetic_task", "file_task", "load_rows", "load_reward_fn", "chain_problems", "chain_task", "distill_task", "reasoning_gym_rows", "reasoning_gym_task", "ReasoningGymScorer"]
+__all__ = [
+    "Task",
+    "build_task",
+    "exact_match_reward",
+    "arithmetic_problems",
+    "arithmetic_task",
+    "file_task",
+    "load_rows",
+    "load_reward_fn",
+    "chain_problems",
+    "chain_task",
+    "distill_task",
+    "reasoning_gym_rows",
+    "reasoning_gym_task",
+    "ReasoningGymScorer",
+]

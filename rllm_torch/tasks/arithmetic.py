@@ -25,10 +25,15 @@ def arithmetic_problems(count: int, *, max_sum: int, seed: int, data_source: str
         {'prompt': '9+0=', 'answer': '9', 'data_source': 'arithmetic'}
     """
     if not 0 <= max_sum <= 9 or count < 0:
-        raise ConfigError(f"arithmetic task: max_sum must be in [0, 9] and size >= 0, got max_sum={max_sum}, size={count}.")
+        raise ConfigError(
+            f"arithmetic task: max_sum must be in [0, 9] and size >= 0, got max_sum={max_sum}, size={count}."
+        )
     pairs = [(a, b) for a in range(10) for b in range(10) if a + b <= max_sum]
     rng = random.Random(seed)
-    return [{"prompt": f"{a}+{b}=", "answer": str(a + b), "data_source": data_source} for a, b in (rng.choice(pairs) for _ in range(count))]
+    return [
+        {"prompt": f"{a}+{b}=", "answer": str(a + b), "data_source": data_source}
+        for a, b in (rng.choice(pairs) for _ in range(count))
+    ]
 
 
 def arithmetic_task(task_config: Any) -> Task:

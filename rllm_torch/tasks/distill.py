@@ -18,5 +18,18 @@ def distill_task(task_config: Any) -> Task:
     :class:`AnswerTeacher` of confidence 0.9; ``task_config.mix_rl`` adds the RL ``solver`` role."""
     train = arithmetic_problems(task_config.train_size, max_sum=task_config.max_sum, seed=task_config.seed)
     val = arithmetic_problems(task_config.val_size, max_sum=task_config.max_sum, seed=task_config.seed + 1)
-    args = {"teacher": AnswerTeacher(0.9), "reward_fn": exact_match_reward, "mix_rl": bool(task_config.get("mix_rl", False))}
-    return Task(name="distill", train=train, val=val, reward_fn=exact_match_reward, alphabet="0123456789+=", workflow=DistillationWorkflow, workflow_args=args, precomputed_advantage=True)
+    args = {
+        "teacher": AnswerTeacher(0.9),
+        "reward_fn": exact_match_reward,
+        "mix_rl": bool(task_config.get("mix_rl", False)),
+    }
+    return Task(
+        name="distill",
+        train=train,
+        val=val,
+        reward_fn=exact_match_reward,
+        alphabet="0123456789+=",
+        workflow=DistillationWorkflow,
+        workflow_args=args,
+        precomputed_advantage=True,
+    )

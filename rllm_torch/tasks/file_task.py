@@ -15,7 +15,9 @@ from rllm_torch.workflows.single_turn import RewardFn
 __all__ = ["load_rows", "load_reward_fn", "file_task"]
 
 
-def load_rows(path: str, *, prompt_key: str = "prompt", answer_key: str = "answer", data_source: str = "file") -> list[dict]:
+def load_rows(
+    path: str, *, prompt_key: str = "prompt", answer_key: str = "answer", data_source: str = "file"
+) -> list[dict]:
     """Read ``path`` (``.jsonl`` / ``.json`` lines, or ``.parquet``) into task dicts with
     ``prompt``, ``answer`` (as str) and ``data_source`` (a row's own ``data_source`` wins); other
     columns are kept.
@@ -26,7 +28,9 @@ def load_rows(path: str, *, prompt_key: str = "prompt", answer_key: str = "answe
     """
     file = Path(path)
     if not file.is_file():
-        raise DatasetNotFoundError(f"dataset file {str(file)!r} does not exist; set task.train_path / task.val_path to a .jsonl or .parquet file.")
+        raise DatasetNotFoundError(
+            f"dataset file {str(file)!r} does not exist; set task.train_path / task.val_path to a .jsonl or .parquet file."
+        )
     if file.suffix in (".jsonl", ".json"):
         raw = _read_jsonl(file)
     elif file.suffix == ".parquet":
@@ -34,14 +38,27 @@ def load_rows(path: str, *, prompt_key: str = "prompt", answer_key: str = "answe
 
         raw = pq.read_table(file).to_pylist()
     else:
-        raise DatasetNotFoundError(f"dataset file {str(file)!r}: unknown suffix {file.suffix!r}; use .jsonl or .parquet.")
+        raise DatasetNotFoundError(
+            f"dataset file {str(file)!r}: unknown suffix {file.suffix!r}; use .jsonl or .parquet."
+        )
     if not raw:
-        raise DatasetNotFoundError(f"dataset file {str(file)!r} has no rows; give at least one row with keys {prompt_key!r} and {answer_key!r}.")
+        raise DatasetNotFoundError(
+            f"dataset file {str(file)!r} has no rows; give at least one row with keys {prompt_key!r} and {answer_key!r}."
+        )
     rows = []
     for i, row in enumerate(raw):
         if prompt_key not in row or answer_key not in row:
-            raise DatasetNotFoundError(f"{str(file)!r} row {i}: needs keys {prompt_key!r} and {answer_key!r}, has {sorted(row)}.")
-        rows.append({**row, "prompt": str(row[prompt_key]), "answer": str(row[answer_key]), "data_source": row.get("data_source", data_source)})
+            raise DatasetNotFoundError(
+                f"{str(file)!r} row {i}: needs keys {prompt_key!r} and {answer_key!r}, has {sorted(row)}."
+            )
+        rows.append(
+            {
+                **row,
+                "prompt": str(row[prompt_key]),
+                "answer": str(row[answer_key]),
+                "data_source": row.get("data_source", data_source),
+            }
+        )
     return rows
 
 
@@ -55,9 +72,13 @@ def _read_jsonl(file: Path) -> list[dict]:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise DatasetNotFoundError(f"dataset file {str(file)!r}, line {number}: not valid JSON ({exc.msg} at column {exc.colno}); each line must be one JSON object such as {{\"prompt\": \"3+4=\", \"answer\": \"7\"}}.") from exc
+                raise DatasetNotFoundError(
+                    f'dataset file {str(file)!r}, line {number}: not valid JSON ({exc.msg} at column {exc.colno}); each line must be one JSON object such as {{"prompt": "3+4=", "answer": "7"}}.'
+                ) from exc
             if not isinstance(row, dict):
-                raise DatasetNotFoundError(f"dataset file {str(file)!r}, line {number}: expected a JSON object, got {type(row).__name__}; each line must be one JSON object such as {{\"prompt\": \"3+4=\", \"answer\": \"7\"}}.")
+                raise DatasetNotFoundError(
+                    f'dataset file {str(file)!r}, line {number}: expected a JSON object, got {type(row).__name__}; each line must be one JSON object such as {{"prompt": "3+4=", "answer": "7"}}.'
+                )
             rows.append(row)
     return rows
 
@@ -73,11 +94,15 @@ def load_reward_fn(spec: str) -> RewardFn:
         return exact_match_reward
     module_name, colon, attr = spec.partition(":")
     if not colon or not module_name or not attr:
-        raise ConfigError(f"task.reward_fn={spec!r}: use 'exact_match' or the 'module:function' form, e.g. task.reward_fn=my_rewards:score for a function score in my_rewards.py (the module must be importable: run from its folder with PYTHONPATH=.).")
+        raise ConfigError(
+            f"task.reward_fn={spec!r}: use 'exact_match' or the 'module:function' form, e.g. task.reward_fn=my_rewards:score for a function score in my_rewards.py (the module must be importable: run from its folder with PYTHONPATH=.)."
+        )
     try:
         fn = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError, ValueError) as exc:
-        raise ConfigError(f"task.reward_fn={spec!r}: cannot import it ({exc}); use 'exact_match' or 'package.module:function', importable from where you run (e.g. PYTHONPATH=. from the folder that holds the module).") from exc
+        raise ConfigError(
+            f"task.reward_fn={spec!r}: cannot import it ({exc}); use 'exact_match' or 'package.module:function', importable from where you run (e.g. PYTHONPATH=. from the folder that holds the module)."
+        ) from exc
     if not callable(fn):
         raise ConfigError(f"task.reward_fn={spec!r} is not callable.")
     return fn
@@ -90,5 +115,15 @@ def file_task(task_config: Any) -> Task:
         raise DatasetNotFoundError("task.name=file needs task.train_path (a .jsonl or .parquet file).")
     keys = {"prompt_key": task_config.prompt_key, "answer_key": task_config.answer_key}
     train = load_rows(task_config.train_path, data_source=Path(task_config.train_path).stem, **keys)
-    val = load_rows(task_config.val_path, data_source=Path(task_config.val_path).stem, **keys) if task_config.val_path else []
-    return Task(name="file", train=train, val=val, reward_fn=load_reward_fn(task_config.reward_fn), alphabet=alphabet_of(train, val))
+    val = (
+        load_rows(task_config.val_path, data_source=Path(task_config.val_path).stem, **keys)
+        if task_config.val_path
+        else []
+    )
+    return Task(
+        name="file",
+        train=train,
+        val=val,
+        reward_fn=load_reward_fn(task_config.reward_fn),
+        alphabet=alphabet_of(train, val),
+    )

@@ -27,7 +27,9 @@ def _create(name: str, size: int, seed: int, config: dict) -> Any:
     try:
         return reasoning_gym.create_dataset(name, size=size, seed=seed, **config)
     except ValueError as exc:  # an unknown name, or a bad option of the dataset
-        raise ConfigError(f"task.dataset={name!r}: reasoning_gym refused it ({exc}); see reasoning_gym.factory.DATASETS for the names.") from exc
+        raise ConfigError(
+            f"task.dataset={name!r}: reasoning_gym refused it ({exc}); see reasoning_gym.factory.DATASETS for the names."
+        ) from exc
 
 
 def reasoning_gym_rows(name: str, *, size: int, seed: int, **config: Any) -> list[dict]:
@@ -38,7 +40,10 @@ def reasoning_gym_rows(name: str, *, size: int, seed: int, **config: Any) -> lis
         ConfigError: reasoning-gym is not installed, or refuses ``name`` or ``config``.
     """
     dataset = _create(name, size, seed, config)
-    return [{**entry, "prompt": entry["question"], "answer": str(entry["answer"]), "data_source": f"reasoning_gym/{name}"} for entry in dataset]
+    return [
+        {**entry, "prompt": entry["question"], "answer": str(entry["answer"]), "data_source": f"reasoning_gym/{name}"}
+        for entry in dataset
+    ]
 
 
 class ReasoningGymScorer:
@@ -61,4 +66,10 @@ def reasoning_gym_task(task_config: Any) -> Task:
     name = task_config.dataset
     train = reasoning_gym_rows(name, size=task_config.train_size, seed=task_config.seed)
     val = reasoning_gym_rows(name, size=task_config.val_size, seed=task_config.seed + 1)
-    return Task(name=f"reasoning_gym/{name}", train=train, val=val, reward_fn=ReasoningGymScorer(name), alphabet=alphabet_of(train, val))
+    return Task(
+        name=f"reasoning_gym/{name}",
+        train=train,
+        val=val,
+        reward_fn=ReasoningGymScorer(name),
+        alphabet=alphabet_of(train, val),
+    )

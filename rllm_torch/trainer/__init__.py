@@ -3,8 +3,15 @@
 from rllm_torch.trainer.backend import BackendProtocol, compute_token_advantages
 from rllm_torch.trainer.checkpoint import CheckpointInfo, CheckpointStore
 from rllm_torch.trainer.compact_filtering import CompactFilteringConfig
-from rllm_torch.trainer.rejection_sampling import RejectionSamplingConfig, RejectionSamplingState, apply_rejection_sampling_and_filtering
+from rllm_torch.trainer.rejection_sampling import (
+    RejectionSamplingConfig,
+    RejectionSamplingState,
+    apply_rejection_sampling_and_filtering,
+)
 from rllm_torch.trainer.run_checkpoint import RunCheckpointer
+from rllm_torch.trainer.state import TrainerState
+from rllm_torch.trainer.token_batch import TokenBatch, build_token_batch
+from rllm_torch.trainer.tracking import Tracking
 from rllm_torch.trainer.transform import (
     TransformConfig,
     build_trajectory_groups,
@@ -12,9 +19,6 @@ from rllm_torch.trainer.transform import (
     propagate_trajectory_rewards,
     transform_episodes_to_trajectory_groups,
 )
-from rllm_torch.trainer.state import TrainerState
-from rllm_torch.trainer.token_batch import TokenBatch, build_token_batch
-from rllm_torch.trainer.tracking import Tracking
 from rllm_torch.trainer.unified_trainer import UnifiedTrainer
 from rllm_torch.trainer.validation import pass_at_k, validation_pass_metrics
 

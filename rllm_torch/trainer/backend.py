@@ -30,13 +30,17 @@ def _keep_precomputed(batch: TokenBatch, pre_G: list[bool]) -> dict[str, float]:
     """Rows of precomputed groups take ``batch.precomputed_advantages`` as written; returns the
     ``advantage/{role}/*`` metrics of each precomputed role over its trained tokens."""
     device = batch.group_index.device
-    row_traj_R = batch.row_index if batch.row_index is not None else torch.arange(batch.input_ids.shape[0], device=device)
+    row_traj_R = (
+        batch.row_index if batch.row_index is not None else torch.arange(batch.input_ids.shape[0], device=device)
+    )
     row_group_R = batch.group_index[row_traj_R]
     row_pre_R = torch.tensor(pre_G, device=device)[row_group_R]
     batch.advantages = torch.where(row_pre_R[:, None], batch.precomputed_advantages, batch.advantages)
     metrics: dict[str, float] = {}
     for role in sorted({r for r, p in zip(batch.group_roles, pre_G, strict=True) if p}):
-        in_role_G = torch.tensor([p and r == role for r, p in zip(batch.group_roles, pre_G, strict=True)], device=device)
+        in_role_G = torch.tensor(
+            [p and r == role for r, p in zip(batch.group_roles, pre_G, strict=True)], device=device
+        )
         tokens = batch.precomputed_advantages[in_role_G[row_group_R][:, None] & (batch.response_mask > 0)]
         if tokens.numel():
             metrics |= summary_metrics(tokens, f"advantage/{role}", fraction_zero=True)
@@ -71,17 +75,25 @@ def compute_token_advantages(batch: TokenBatch, algorithm_config: AlgorithmConfi
         if len(roles) == 1 and not any(pre_G):
             rows_N, rewards_N, group_index_N, num_groups = None, batch.rewards, batch.group_index, batch.num_groups
         else:
-            role_groups = [g for g, (r, p) in enumerate(zip(batch.group_roles, pre_G, strict=True)) if r == role and not p]
+            role_groups = [
+                g for g, (r, p) in enumerate(zip(batch.group_roles, pre_G, strict=True)) if r == role and not p
+            ]
             remap_G = torch.full((batch.num_groups,), -1, dtype=torch.int64, device=batch.rewards.device)
             remap_G[role_groups] = torch.arange(len(role_groups), device=remap_G.device)
             rows_N = torch.nonzero(remap_G[batch.group_index] >= 0).squeeze(1)
-            rewards_N, group_index_N, num_groups = batch.rewards[rows_N], remap_G[batch.group_index[rows_N]], len(role_groups)
+            rewards_N, group_index_N, num_groups = (
+                batch.rewards[rows_N],
+                remap_G[batch.group_index[rows_N]],
+                len(role_groups),
+            )
         packed = GroupedRewards.from_flat(rewards_N, group_index_N, num_groups=num_groups, validate=False)
         role_adv_N, _ = compute_advantages(packed, estimator, **algorithm_config.estimator_kwargs)
         role_adv_N = role_adv_N.to(adv_N.dtype)
         adv_N = role_adv_N if rows_N is None else adv_N.index_copy(0, rows_N, role_adv_N)
         if rewards_N.numel():
-            metrics |= summary_metrics(rewards_N, f"reward/{role}") | summary_metrics(role_adv_N, f"advantage/{role}", fraction_zero=True)
+            metrics |= summary_metrics(rewards_N, f"reward/{role}") | summary_metrics(
+                role_adv_N, f"advantage/{role}", fraction_zero=True
+            )
     row_adv_R = adv_N if batch.row_index is None else adv_N[batch.row_index]
     batch.advantages = row_adv_R[:, None] * batch.response_mask
     if any(pre_G):

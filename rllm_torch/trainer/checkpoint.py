@@ -57,14 +57,18 @@ def read_manifest(path: Path) -> CheckpointInfo:
         manifest = json.loads((path / MANIFEST).read_text())
         step, files, metadata = int(manifest["step"]), dict(manifest["files"]), dict(manifest["metadata"])
     except FileNotFoundError as exc:
-        raise CheckpointError(f"{path}: no {MANIFEST} (an incomplete checkpoint: its writer stopped before finishing).") from exc
+        raise CheckpointError(
+            f"{path}: no {MANIFEST} (an incomplete checkpoint: its writer stopped before finishing)."
+        ) from exc
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise CheckpointError(f"{path}: unreadable {MANIFEST} ({exc}).") from exc
     for name, size in files.items():
         file = path / name
         if not file.is_file() or file.stat().st_size != size:
             found = file.stat().st_size if file.is_file() else "missing"
-            raise CheckpointError(f"{path}: file {name} should have {size} bytes, found {found} (a damaged checkpoint).")
+            raise CheckpointError(
+                f"{path}: file {name} should have {size} bytes, found {found} (a damaged checkpoint)."
+            )
     return CheckpointInfo(path, step, metadata)
 
 
@@ -132,9 +136,15 @@ class CheckpointStore:
         except Exception as exc:  # noqa: BLE001 - whatever stopped the write, the half directory goes
             shutil.rmtree(tmp, ignore_errors=True)
             previous = [i for i in self._quiet_complete() if i.step != step]
-            intact = f"the previous checkpoint {previous[-1].path} is intact and a restart resumes from it" if previous else "no earlier checkpoint exists"
+            intact = (
+                f"the previous checkpoint {previous[-1].path} is intact and a restart resumes from it"
+                if previous
+                else "no earlier checkpoint exists"
+            )
             if isinstance(exc, OSError):
-                raise CheckpointError(f"saving checkpoint {final} failed: {exc.strerror or exc} (errno {exc.errno}); {intact}. Free disk space (or fix the path) and start the same command again.") from exc
+                raise CheckpointError(
+                    f"saving checkpoint {final} failed: {exc.strerror or exc} (errno {exc.errno}); {intact}. Free disk space (or fix the path) and start the same command again."
+                ) from exc
             raise CheckpointError(f"saving checkpoint {final} failed: {type(exc).__name__}: {exc}; {intact}.") from exc
         self.prune()
         return final
@@ -163,7 +173,11 @@ class CheckpointStore:
 
     def remove_stale_temporaries(self) -> list[Path]:
         """Remove ``.tmp-*`` / ``.old-*`` directories left by killed writers; returns them."""
-        stale = [p for p in self.root.glob(".tmp-step_*")] + [p for p in self.root.glob(".old-step_*")] if self.root.is_dir() else []
+        stale = (
+            [p for p in self.root.glob(".tmp-step_*")] + [p for p in self.root.glob(".old-step_*")]
+            if self.root.is_dir()
+            else []
+        )
         for path in stale:
             shutil.rmtree(path, ignore_errors=True)
         return stale

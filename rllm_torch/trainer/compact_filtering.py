@@ -61,14 +61,18 @@ class CompactFilteringConfig:
                 raise ConfigError(f"CompactFilteringConfig.{name} must be a bool, got {getattr(self, name)!r}.")
         if isinstance(self.mask_reasons, (str, TerminationReason)):
             self.mask_reasons = (self.mask_reasons,)
-        self.mask_reasons = tuple(parse_termination_reason(r, "CompactFilteringConfig.mask_reasons") for r in self.mask_reasons)
+        self.mask_reasons = tuple(
+            parse_termination_reason(r, "CompactFilteringConfig.mask_reasons") for r in self.mask_reasons
+        )
 
     @property
     def masked_reasons(self) -> frozenset[TerminationReason]:
         """Every reason that is masked (empty when ``enable`` is False)."""
         if not self.enable:
             return frozenset()
-        return frozenset(reason for flag, reason in _FLAGS.items() if getattr(self, flag)) | frozenset(self.mask_reasons)
+        return frozenset(reason for flag, reason in _FLAGS.items() if getattr(self, flag)) | frozenset(
+            self.mask_reasons
+        )
 
     def should_mask(self, termination_reason: TerminationReason | str | None) -> bool:
         """True when an episode that ended for ``termination_reason`` is left out.
@@ -81,7 +85,11 @@ class CompactFilteringConfig:
         """
         if not self.enable:
             return False
-        reason = TerminationReason.UNKNOWN if termination_reason is None else parse_termination_reason(termination_reason, "should_mask")
+        reason = (
+            TerminationReason.UNKNOWN
+            if termination_reason is None
+            else parse_termination_reason(termination_reason, "should_mask")
+        )
         return reason in self.masked_reasons
 
     @classmethod

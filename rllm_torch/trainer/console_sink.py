@@ -15,11 +15,16 @@ from tqdm.auto import tqdm
 
 __all__ = ["ConsoleSink", "metrics_table"]
 
-_TABLE_KEYS = re.compile(r"^(reward/[^/]+/mean|advantage/[^/]+/(mean|std|fraction_zero)|actor/(loss|grad_norm|approx_kl|lr)|batch/response_length|time/step)$")
+_TABLE_KEYS = re.compile(
+    r"^(reward/[^/]+/mean|advantage/[^/]+/(mean|std|fraction_zero)|actor/(loss|grad_norm|approx_kl|lr)|batch/response_length|time/step)$"
+)
 
 
 def _reward_mean(row: dict[str, Any]) -> float | None:
-    return next((v for k, v in row.items() if k.startswith("reward/") and k.endswith("/mean") and isinstance(v, (int, float))), None)
+    return next(
+        (v for k, v in row.items() if k.startswith("reward/") and k.endswith("/mean") and isinstance(v, (int, float))),
+        None,
+    )
 
 
 def metrics_table(rows: list[dict[str, Any]], validation: dict[str, Any]) -> Table:
@@ -49,7 +54,9 @@ class ConsoleSink:
 
     def start(self, total_steps: int, initial_step: int) -> None:
         """Show the progress bar."""
-        self.bar = tqdm(total=total_steps, initial=initial_step, desc="train", unit="step", dynamic_ncols=True, file=sys.stderr)
+        self.bar = tqdm(
+            total=total_steps, initial=initial_step, desc="train", unit="step", dynamic_ncols=True, file=sys.stderr
+        )
 
     def _write(self, text: str) -> None:
         tqdm.write(text.rstrip("\n"), file=sys.stdout)
@@ -57,7 +64,9 @@ class ConsoleSink:
 
     def log(self, row: dict[str, Any], step: int) -> None:
         if any(k.startswith("val/") for k in row):
-            self.validation = {k: v for k, v in row.items() if "pass@" in k and isinstance(v, (int, float))} | {"step": step}
+            self.validation = {k: v for k, v in row.items() if "pass@" in k and isinstance(v, (int, float))} | {
+                "step": step
+            }
             shown = ", ".join(f"{k}={v:.3f}" for k, v in sorted(self.validation.items()) if k != "step")
             self._write(f"step {step} validation: {shown}")
         else:

@@ -48,10 +48,15 @@ def open_wandb_sink(run_dir: Path, project: str, name: str, config: dict | None)
     try:
         import wandb
     except ImportError:
-        warnings.warn("rllm.trainer.logger includes wandb, but wandb is not installed (pip install 'rllm_torch[wandb]'); "
-                      "no wandb run is written. Metrics still go to the other loggers.", stacklevel=3)
+        warnings.warn(
+            "rllm.trainer.logger includes wandb, but wandb is not installed (pip install 'rllm_torch[wandb]'); "
+            "no wandb run is written. Metrics still go to the other loggers.",
+            stacklevel=3,
+        )
         return None
     run_id = hashlib.sha1(str(Path(run_dir).resolve()).encode()).hexdigest()[:12]
     run_dir.mkdir(parents=True, exist_ok=True)
-    run = wandb.init(project=project, name=name, id=run_id, resume="allow", dir=str(run_dir), mode="offline", config=config or {})
+    run = wandb.init(
+        project=project, name=name, id=run_id, resume="allow", dir=str(run_dir), mode="offline", config=config or {}
+    )
     return WandbSink(run)

@@ -15,12 +15,30 @@ __all__ = ["FINGERPRINT_KEYS", "config_fingerprint", "check_fingerprint"]
 #: Not here, so a resumed run may change them: epochs and total_batches (to train longer), logging,
 #: validation and checkpoint frequency, the learning rate.
 FINGERPRINT_KEYS = (
-    "model.path", "model.arch", "model.num_layers", "model.hidden_size", "model.num_heads", "model.max_positions",
-    "task.name", "task.seed", "task.train_size", "task.max_sum", "task.train_path", "task.prompt_key", "task.answer_key",
-    "data.train_batch_size", "data.shuffle",
-    "rllm.algorithm.adv_estimator", "rllm.algorithm.norm_adv_by_std_in_grpo", "rllm.algorithm.estimator_map",
-    "rllm.algorithm.loss_fn", "rllm.rollout.n", "rllm.rejection_sample.enable",
-    "backend.name", "backend.seed", "seed",
+    "model.path",
+    "model.arch",
+    "model.num_layers",
+    "model.hidden_size",
+    "model.num_heads",
+    "model.max_positions",
+    "task.name",
+    "task.seed",
+    "task.train_size",
+    "task.max_sum",
+    "task.train_path",
+    "task.prompt_key",
+    "task.answer_key",
+    "data.train_batch_size",
+    "data.shuffle",
+    "rllm.algorithm.adv_estimator",
+    "rllm.algorithm.norm_adv_by_std_in_grpo",
+    "rllm.algorithm.estimator_map",
+    "rllm.algorithm.loss_fn",
+    "rllm.rollout.n",
+    "rllm.rejection_sample.enable",
+    "backend.name",
+    "backend.seed",
+    "seed",
 )
 
 
@@ -40,7 +58,9 @@ def check_fingerprint(saved: dict[str, Any], current: dict[str, Any], checkpoint
         CheckpointMismatchError: some key differs; the message lists each key with the
             checkpoint's value and the current one, and the ways out.
     """
-    changed = {k: (saved.get(k), current.get(k)) for k in sorted(set(saved) | set(current)) if saved.get(k) != current.get(k)}
+    changed = {
+        k: (saved.get(k), current.get(k)) for k in sorted(set(saved) | set(current)) if saved.get(k) != current.get(k)
+    }
     if changed:
         lines = "; ".join(f"{k}: {old!r} in the checkpoint, {new!r} now" for k, (old, new) in changed.items())
         raise CheckpointMismatchError(

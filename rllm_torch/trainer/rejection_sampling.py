@@ -82,7 +82,8 @@ class _Counts:
             f"{prefix}/groups_before_filter": float(self.groups_before_filter),
             f"{prefix}/groups_after_filter": float(self.groups_after_filter),
             f"{prefix}/groups_dropped_insufficient_trajs": float(self.groups_dropped_insufficient_trajs),
-            f"{prefix}/fraction_groups_dropped_uniform": self.groups_dropped_uniform / max(self.groups_before_filter, 1),
+            f"{prefix}/fraction_groups_dropped_uniform": self.groups_dropped_uniform
+            / max(self.groups_before_filter, 1),
         }
 
 
@@ -104,18 +105,26 @@ def _group_rewards(group: TrajectoryGroup) -> list[float]:
     rewards = []
     for position, traj in enumerate(group.trajectories):
         if traj.reward is None or isinstance(traj.reward, bool) or not isinstance(traj.reward, numbers.Real):
-            raise InvalidRewardsError(f"task {group.task_id!r}, trajectory {traj.name!r} (position {position} of group {group.group_id!r}): reward {traj.reward!r} is not a number; the uniform-group filter compares raw rewards.")
+            raise InvalidRewardsError(
+                f"task {group.task_id!r}, trajectory {traj.name!r} (position {position} of group {group.group_id!r}): reward {traj.reward!r} is not a number; the uniform-group filter compares raw rewards."
+            )
         rewards.append(float(traj.reward))
     return rewards
 
 
-def _filter_groups(groups: list[TrajectoryGroup], config: RejectionSamplingConfig, counts: _Counts) -> tuple[list[TrajectoryGroup], set[int]]:
+def _filter_groups(
+    groups: list[TrajectoryGroup], config: RejectionSamplingConfig, counts: _Counts
+) -> tuple[list[TrajectoryGroup], set[int]]:
     kept, dropped_ids = [], set()
     for group in groups:
         size = len(group.trajectories)
         if size < config.min_trajs_per_group:
             counts.groups_dropped_insufficient_trajs += 1
-        elif config.filter_uniform_groups and size >= 2 and max(r := _group_rewards(group)) - min(r) <= config.uniform_reward_tolerance:
+        elif (
+            config.filter_uniform_groups
+            and size >= 2
+            and max(r := _group_rewards(group)) - min(r) <= config.uniform_reward_tolerance
+        ):
             counts.groups_dropped_uniform += 1
         else:
             kept.append(group)
@@ -172,7 +181,9 @@ def apply_rejection_sampling_and_filtering(
         _count_solves(episodes, counts)
         return list(groups), list(episodes), counts.to_metrics()
     if state is None:
-        raise ConfigError("episode-mode rejection sampling needs a RejectionSamplingState kept from batch to batch; pass state=RejectionSamplingState() once and reuse it.")
+        raise ConfigError(
+            "episode-mode rejection sampling needs a RejectionSamplingState kept from batch to batch; pass state=RejectionSamplingState() once and reuse it."
+        )
     counts = state.counts
     counts.groups_before_filter += len(groups)
     kept, dropped_ids = _filter_groups(groups, config, counts)
@@ -180,7 +191,9 @@ def apply_rejection_sampling_and_filtering(
     kept_episodes = []
     for episode in episodes:
         trajectories = [t for t in episode.trajectories if id(t) not in dropped_ids]
-        kept_episodes.append(episode if len(trajectories) == len(episode.trajectories) else replace(episode, trajectories=trajectories))
+        kept_episodes.append(
+            episode if len(trajectories) == len(episode.trajectories) else replace(episode, trajectories=trajectories)
+        )
     _count_solves(kept_episodes, counts)
     state.accumulated_groups.extend(kept)
     state.accumulated_episodes.extend(kept_episodes)

@@ -34,7 +34,12 @@ RESUME_MODES = ("auto", "disable", "resume_path")
 
 def capture_rng_states() -> dict[str, Any]:
     """The global generators' states: python ``random``, numpy, torch CPU and every CUDA device."""
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+    }
 
 
 def restore_rng_states(states: dict[str, Any]) -> None:
@@ -77,16 +82,22 @@ class RunCheckpointer:
         if mode == "resume_path" or mode not in RESUME_MODES:
             self.mode, self.path = "resume_path", trainer.get("resume_from_path") if mode == "resume_path" else mode
             if not self.path or not Path(self.path).is_dir():
-                raise ConfigError(f"rllm.trainer.resume_mode={mode!r}: expected auto, disable, or a checkpoint directory (resume_path with rllm.trainer.resume_from_path={self.path!r}); no such directory.")
+                raise ConfigError(
+                    f"rllm.trainer.resume_mode={mode!r}: expected auto, disable, or a checkpoint directory (resume_path with rllm.trainer.resume_from_path={self.path!r}); no such directory."
+                )
         self.candidates = self._candidates()
         if self.candidates:
-            check_fingerprint(self.candidates[0].metadata.get("fingerprint", {}), self.fingerprint, str(self.candidates[0].path))
+            check_fingerprint(
+                self.candidates[0].metadata.get("fingerprint", {}), self.fingerprint, str(self.candidates[0].path)
+            )
 
     def _candidates(self) -> list[CheckpointInfo]:
         """Checkpoints to try, newest first."""
         if self.mode == "disable":
             if (latest := self.store.latest()) is not None:
-                raise CheckpointError(f"rllm.trainer.resume_mode=disable but {self.store.root} already holds checkpoints (newest {latest.path.name}); a fresh run there would mix two runs. Use another run directory (rllm.trainer.experiment_name=... or default_local_dir=...), delete that directory, or resume_mode=auto to continue it.")
+                raise CheckpointError(
+                    f"rllm.trainer.resume_mode=disable but {self.store.root} already holds checkpoints (newest {latest.path.name}); a fresh run there would mix two runs. Use another run directory (rllm.trainer.experiment_name=... or default_local_dir=...), delete that directory, or resume_mode=auto to continue it."
+                )
             return []
         return [read_manifest(Path(self.path))] if self.mode == "resume_path" else self.store.complete()[::-1]
 
@@ -101,9 +112,13 @@ class RunCheckpointer:
             CheckpointError: the write failed; earlier checkpoints are intact.
         """
         trainer_state = {
-            "global_step": state.global_step, "epoch": state.epoch, "batch_in_epoch": state.batch_in_epoch,
-            "last_validation_step": state.last_validation_step, "rs_state": state.rs_state,
-            "val_history": val_history, "rng": capture_rng_states(),
+            "global_step": state.global_step,
+            "epoch": state.epoch,
+            "batch_in_epoch": state.batch_in_epoch,
+            "last_validation_step": state.last_validation_step,
+            "rs_state": state.rs_state,
+            "val_history": val_history,
+            "rng": capture_rng_states(),
         }
         backend_state = self.backend.state_dict()
 
@@ -142,7 +157,11 @@ class RunCheckpointer:
 
     @staticmethod
     def _restore(saved: dict[str, Any], state: TrainerState, val_history: list) -> None:
-        state.global_step, state.epoch, state.batch_in_epoch = saved["global_step"], saved["epoch"], saved["batch_in_epoch"]
+        state.global_step, state.epoch, state.batch_in_epoch = (
+            saved["global_step"],
+            saved["epoch"],
+            saved["batch_in_epoch"],
+        )
         state.last_validation_step, state.rs_state = saved["last_validation_step"], saved["rs_state"]
         val_history[:] = saved["val_history"]
         restore_rng_states(saved["rng"])

@@ -39,7 +39,9 @@ def build_pipeline_configs(config: DictConfig, estimator_map: dict | None = None
     """
     rllm = config.get("rllm") if isinstance(config, DictConfig) else None
     if rllm is None:
-        raise ConfigError("the config has no `rllm` section; compose it from rllm_torch's configs (see `rllm-torch-train --help`).")
+        raise ConfigError(
+            "the config has no `rllm` section; compose it from rllm_torch's configs (see `rllm-torch-train --help`)."
+        )
     rs = rllm.rejection_sample
     if rs.get("multiplier", 1) != 1 and not rs.enable:
         raise ConfigError(f"rllm.rejection_sample.multiplier={rs.multiplier} needs rllm.rejection_sample.enable=true.")
@@ -53,7 +55,9 @@ def build_pipeline_configs(config: DictConfig, estimator_map: dict | None = None
         )
         algorithm = AlgorithmConfig.from_config(config)
         if estimator_map:
-            algorithm = AlgorithmConfig(**{**vars(algorithm), "estimator_map": {**algorithm.estimator_map, **estimator_map}})
+            algorithm = AlgorithmConfig(
+                **{**vars(algorithm), "estimator_map": {**algorithm.estimator_map, **estimator_map}}
+            )
     except (TypeError, ValueError) as exc:
         if isinstance(exc, ConfigError):
             raise
@@ -62,4 +66,3 @@ def build_pipeline_configs(config: DictConfig, estimator_map: dict | None = None
         get_rllm_adv_estimator(name)
     transform = TransformConfig(broadcast=algorithm.stepwise_advantage_mode == "broadcast")
     return PipelineConfigs(cf, transform, rs_config, algorithm)
-

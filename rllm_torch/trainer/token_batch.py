@@ -77,7 +77,9 @@ def _where(group: TrajectoryGroup, name: str, index: int) -> str:
     return f"task {group.task_id!r}, group {group.group_id!r}, trajectory {name!r}, step {index}"
 
 
-def build_token_batch(groups: list[TrajectoryGroup], *, pad_token_id: int, use_precomputed_advantage: bool = False) -> TokenBatch:
+def build_token_batch(
+    groups: list[TrajectoryGroup], *, pad_token_id: int, use_precomputed_advantage: bool = False
+) -> TokenBatch:
     """Pack trajectory groups into a :class:`TokenBatch` (on CPU), one row per step.
 
     Args:
@@ -98,13 +100,19 @@ def build_token_batch(groups: list[TrajectoryGroup], *, pad_token_id: int, use_p
         group_pre.append(pre)
         for traj in group.trajectories:
             if not traj.steps:
-                raise InvalidTrajectoryError(f"task {group.task_id!r}, group {group.group_id!r}: trajectory {traj.name!r} has no step; every trained trajectory needs at least one.")
+                raise InvalidTrajectoryError(
+                    f"task {group.task_id!r}, group {group.group_id!r}: trajectory {traj.name!r} has no step; every trained trajectory needs at least one."
+                )
             for index, step in enumerate(traj.steps):
                 num_prompt, num_resp = len(step.prompt_ids), len(step.response_ids)
                 if not num_resp:
-                    raise InvalidTrajectoryError(f"{_where(group, traj.name, index)}: no response token; every trained step needs at least one.")
+                    raise InvalidTrajectoryError(
+                        f"{_where(group, traj.name, index)}: no response token; every trained step needs at least one."
+                    )
                 if step.logprobs and len(step.logprobs) != num_resp:
-                    raise InvalidTrajectoryError(f"{_where(group, traj.name, index)}: {len(step.logprobs)} log-probs for {num_resp} response tokens.")
+                    raise InvalidTrajectoryError(
+                        f"{_where(group, traj.name, index)}: {len(step.logprobs)} log-probs for {num_resp} response tokens."
+                    )
                 rows.append(list(step.prompt_ids) + list(step.response_ids))
                 rows_logp.append((num_prompt, list(step.logprobs) or [0.0] * num_resp))
                 try:
@@ -114,7 +122,9 @@ def build_token_batch(groups: list[TrajectoryGroup], *, pad_token_id: int, use_p
                 rows_adv.append(step.token_advantages() if pre else None)
                 row_index.append(len(rewards))
             if traj.reward is None and not pre:
-                raise InvalidTrajectoryError(f"task {group.task_id!r}, group {group.group_id!r}: trajectory {traj.name!r} has reward None; an RL group needs a reward per trajectory.")
+                raise InvalidTrajectoryError(
+                    f"task {group.task_id!r}, group {group.group_id!r}: trajectory {traj.name!r} has reward None; an RL group needs a reward per trajectory."
+                )
             rewards.append(0.0 if traj.reward is None else float(traj.reward))  # precomputed groups: unused
             group_index.append(g)
     num_rows, width = len(rows), max((len(r) for r in rows), default=0)

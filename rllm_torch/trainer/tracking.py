@@ -31,7 +31,11 @@ class JsonlSink:
     def __init__(self, path: Path, resume_step: int | None = None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         if resume_step is not None and path.exists():
-            kept = [line for line in path.read_text().splitlines(keepends=True) if _row_step(line) is not None and _row_step(line) <= resume_step]
+            kept = [
+                line
+                for line in path.read_text().splitlines(keepends=True)
+                if _row_step(line) is not None and _row_step(line) <= resume_step
+            ]
             path.write_text("".join(kept))
         self._file = open(path, "a")  # noqa: SIM115 - closed in finish()
 
@@ -64,15 +68,32 @@ class Tracking:
         ConfigError: an unknown backend name, or a file backend without a run directory.
     """
 
-    def __init__(self, backends: str | list[str], run_dir: str | Path | None = None, *, project_name: str = "rllm_torch", experiment_name: str = "run", config: dict | None = None, table_every: int = 32, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        backends: str | list[str],
+        run_dir: str | Path | None = None,
+        *,
+        project_name: str = "rllm_torch",
+        experiment_name: str = "run",
+        config: dict | None = None,
+        table_every: int = 32,
+        **kwargs: Any,
+    ) -> None:
         self.backends = [backends] if isinstance(backends, str) else list(backends)
         unknown = [b for b in self.backends if b not in LOGGER_BACKENDS]
         if unknown:
             raise ConfigError(f"rllm.trainer.logger: unknown logger(s) {unknown}; choose from {list(LOGGER_BACKENDS)}.")
         if run_dir is None and set(self.backends) - {"console"}:
-            raise ConfigError(f"the {sorted(set(self.backends) - {'console'})} logger(s) need a run directory (rllm.trainer.default_local_dir).")
+            raise ConfigError(
+                f"the {sorted(set(self.backends) - {'console'})} logger(s) need a run directory (rllm.trainer.default_local_dir)."
+            )
         self.run_dir = Path(run_dir) if run_dir is not None else None
-        self.project_name, self.experiment_name, self.config, self.table_every = project_name, experiment_name, config, table_every
+        self.project_name, self.experiment_name, self.config, self.table_every = (
+            project_name,
+            experiment_name,
+            config,
+            table_every,
+        )
         self._sinks: list[Any] | None = None
         self.console = None
 
@@ -94,7 +115,11 @@ class Tracking:
         if "wandb" in self.backends:
             from rllm_torch.trainer.external_sinks import open_wandb_sink
 
-            sinks += [s for s in [open_wandb_sink(self.run_dir, self.project_name, self.experiment_name, self.config)] if s is not None]
+            sinks += [
+                s
+                for s in [open_wandb_sink(self.run_dir, self.project_name, self.experiment_name, self.config)]
+                if s is not None
+            ]
         self._sinks = sinks
 
     def start_progress(self, total_steps: int, initial_step: int) -> None:

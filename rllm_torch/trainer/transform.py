@@ -60,7 +60,9 @@ def _impute_trajectory_names(episodes: list[Episode], config: TransformConfig) -
             episode.trajectories = kept
 
 
-def build_trajectory_groups(episodes: list[Episode], compact_filtering_config: CompactFilteringConfig | None = None) -> list[TrajectoryGroup]:
+def build_trajectory_groups(
+    episodes: list[Episode], compact_filtering_config: CompactFilteringConfig | None = None
+) -> list[TrajectoryGroup]:
     """One group per (task id, trajectory name), in order of first appearance.
 
     Episodes that ``compact_filtering_config`` masks and trajectories with no step are left out.
@@ -76,16 +78,30 @@ def build_trajectory_groups(episodes: list[Episode], compact_filtering_config: C
         if compact_filtering_config is not None and compact_filtering_config.should_mask(episode.termination_reason):
             continue
         if episode.task_id is None:
-            raise InvalidTrajectoryError(f"episode {episode.id!r} has no task_id; set Episode.task_id (rollouts of one task share it) so its trajectories can be grouped.")
+            raise InvalidTrajectoryError(
+                f"episode {episode.id!r} has no task_id; set Episode.task_id (rollouts of one task share it) so its trajectories can be grouped."
+            )
         for trajectory in episode.trajectories:
             if not trajectory.steps:
                 continue
             key = (episode.task_id, trajectory.name)
             group = by_key.get(key)
             if group is None:
-                group = by_key[key] = TrajectoryGroup([], group_id=f"{episode.task_id}:{trajectory.name}", group_role=trajectory.name or "default", task_id=episode.task_id)
+                group = by_key[key] = TrajectoryGroup(
+                    [],
+                    group_id=f"{episode.task_id}:{trajectory.name}",
+                    group_role=trajectory.name or "default",
+                    task_id=episode.task_id,
+                )
             group.trajectories.append(trajectory)
-            group.metadata.append({"task_id": episode.task_id, "rollout_idx": episode.rollout_idx, "termination_reason": episode.termination_reason, "is_correct": episode.is_correct})
+            group.metadata.append(
+                {
+                    "task_id": episode.task_id,
+                    "rollout_idx": episode.rollout_idx,
+                    "termination_reason": episode.termination_reason,
+                    "is_correct": episode.is_correct,
+                }
+            )
     return list(by_key.values())
 
 
@@ -101,7 +117,9 @@ def propagate_trajectory_rewards(groups: list[TrajectoryGroup], config: Transfor
         if not config.broadcast:
             counts = {len(t.steps) for t in group.trajectories}
             if len(counts) > 1:
-                raise InvalidTrajectoryError(f"task {group.task_id!r}, group {group.group_id!r}: trajectories have {sorted(counts)} steps; per-step mode needs the same number in a group.")
+                raise InvalidTrajectoryError(
+                    f"task {group.task_id!r}, group {group.group_id!r}: trajectories have {sorted(counts)} steps; per-step mode needs the same number in a group."
+                )
             continue
         missing = [t for t in group.trajectories if t.reward is None]
         if not missing:
@@ -116,7 +134,11 @@ def propagate_trajectory_rewards(groups: list[TrajectoryGroup], config: Transfor
             trajectory.reward = trajectory.steps[-1].reward
 
 
-def default_traj_grouping_hook(episodes: list[Episode], transform_config: TransformConfig, compact_filtering_config: CompactFilteringConfig | None = None) -> list[TrajectoryGroup]:
+def default_traj_grouping_hook(
+    episodes: list[Episode],
+    transform_config: TransformConfig,
+    compact_filtering_config: CompactFilteringConfig | None = None,
+) -> list[TrajectoryGroup]:
     """The default grouping: :func:`build_trajectory_groups` then :func:`propagate_trajectory_rewards`."""
     groups = build_trajectory_groups(episodes, compact_filtering_config)
     propagate_trajectory_rewards(groups, transform_config)
@@ -172,5 +194,7 @@ def transform_episodes_to_trajectory_groups(
     hook = default_traj_grouping_hook if traj_grouping_hook is None else traj_grouping_hook
     groups = hook(episodes, transform_config, compact_filtering_config)
     if not isinstance(groups, list) or not all(isinstance(g, TrajectoryGroup) for g in groups):
-        raise TypeError(f"traj_grouping_hook {getattr(hook, '__name__', hook)!r} must return a list of TrajectoryGroup, got {type(groups).__name__}.")
+        raise TypeError(
+            f"traj_grouping_hook {getattr(hook, '__name__', hook)!r} must return a list of TrajectoryGroup, got {type(groups).__name__}."
+        )
     return groups, _transform_metrics(episodes, groups, metrics_prefix)

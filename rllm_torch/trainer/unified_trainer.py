@@ -63,7 +63,20 @@ class UnifiedTrainer:
             the config or cannot be read (here); a checkpoint could not be written (in :meth:`fit`).
     """
 
-    def __init__(self, backend_cls: type[BackendProtocol], config: DictConfig, workflow_class: type[Workflow], train_dataset: Any = None, val_dataset: Any = None, workflow_args: dict | None = None, backend_args: dict | None = None, *, traj_grouping_hook: Callable | None = None, traj_group_adv_estimator_map: dict | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        backend_cls: type[BackendProtocol],
+        config: DictConfig,
+        workflow_class: type[Workflow],
+        train_dataset: Any = None,
+        val_dataset: Any = None,
+        workflow_args: dict | None = None,
+        backend_args: dict | None = None,
+        *,
+        traj_grouping_hook: Callable | None = None,
+        traj_group_adv_estimator_map: dict | None = None,
+        **kwargs: Any,
+    ) -> None:
         self.workflow_class, self.workflow_args = workflow_class, workflow_args or {}
         self.train_dataset, self.val_dataset = train_dataset, val_dataset
         self.config, self.rllm_config = config, config.rllm
@@ -76,19 +89,44 @@ class UnifiedTrainer:
         self.backend.validate_config()
         self._setup_logging()
         self.checkpointer = RunCheckpointer(self.backend, config, self.run_dir)
-        rollout_engine = self.backend.init_rollout_engine(cf_config=self.cf_config, transform_config=self.transform_config, rs_config=self.rs_config, algorithm_config=self.algorithm_config)
+        rollout_engine = self.backend.init_rollout_engine(
+            cf_config=self.cf_config,
+            transform_config=self.transform_config,
+            rs_config=self.rs_config,
+            algorithm_config=self.algorithm_config,
+        )
         wf = self.rllm_config.workflow
-        self.agent_workflow_engine = UnifiedWorkflowEngine(self.workflow_class, self.workflow_args, rollout_engine, config, n_parallel_tasks=wf.n_parallel_tasks, retry_limit=wf.retry_limit, raise_on_error=wf.raise_on_error, episode_logger=self.episode_logger)
+        self.agent_workflow_engine = UnifiedWorkflowEngine(
+            self.workflow_class,
+            self.workflow_args,
+            rollout_engine,
+            config,
+            n_parallel_tasks=wf.n_parallel_tasks,
+            retry_limit=wf.retry_limit,
+            raise_on_error=wf.raise_on_error,
+            episode_logger=self.episode_logger,
+        )
         self.tokenizer = getattr(self.backend, "tokenizer", None)
         self.val_history: list[tuple[int, dict[str, float]]] = []
 
     def _setup_logging(self) -> None:
         trainer, logging = self.rllm_config.trainer, self.rllm_config.episode_logging
-        self.run_dir = Path(trainer.get("default_local_dir") or f"outputs/{trainer.project_name}/{trainer.experiment_name}")
-        self.episode_logger = EpisodeLogger(logging.get("episode_log_dir") or str(self.run_dir)) if logging.log_episodes else None
+        self.run_dir = Path(
+            trainer.get("default_local_dir") or f"outputs/{trainer.project_name}/{trainer.experiment_name}"
+        )
+        self.episode_logger = (
+            EpisodeLogger(logging.get("episode_log_dir") or str(self.run_dir)) if logging.log_episodes else None
+        )
         backends = trainer.logger if isinstance(trainer.logger, str) else OmegaConf.to_container(trainer.logger)
         plain = OmegaConf.to_container(self.config, resolve=True) if "wandb" in backends else None
-        self.logger = Tracking(backends, run_dir=self.run_dir, project_name=trainer.project_name, experiment_name=trainer.experiment_name, config=plain, table_every=trainer.get("log_table_every", 32))
+        self.logger = Tracking(
+            backends,
+            run_dir=self.run_dir,
+            project_name=trainer.project_name,
+            experiment_name=trainer.experiment_name,
+            config=plain,
+            table_every=trainer.get("log_table_every", 32),
+        )
 
     # ---- main loop -------------------------------------------------------------------------
     def fit(self) -> None:
@@ -126,7 +164,9 @@ class UnifiedTrainer:
             await self.backend.on_epoch_start(state)
             if hasattr(dataloader, "set_epoch"):
                 dataloader.set_epoch(epoch)
-            for batch in itertools.islice(dataloader, state.batch_in_epoch, None):  # a resumed epoch skips its done batches
+            for batch in itertools.islice(
+                dataloader, state.batch_in_epoch, None
+            ):  # a resumed epoch skips its done batches
                 if max_batches is not None and state.global_step >= max_batches:
                     break
                 state.reset_batch()
@@ -149,13 +189,19 @@ class UnifiedTrainer:
 
     async def _train_batch_async(self, batch: Any, state: TrainerState) -> None:
         self.agent_workflow_engine.set_training_step(state.global_step, mode="train", epoch=state.epoch)
-        state.episodes = await self.backend.generate_episodes(batch, agent_workflow_engine=self.agent_workflow_engine, is_validation=False)
+        state.episodes = await self.backend.generate_episodes(
+            batch, agent_workflow_engine=self.agent_workflow_engine, is_validation=False
+        )
         if not state.has_episodes:
             return
         state.metrics.update(workflow_metrics(state.episodes, prefix="batch"))
-        state.trajectory_groups, transform_metrics = transform_episodes_to_trajectory_groups(state.episodes, self.transform_config, self.cf_config, traj_grouping_hook=self.traj_grouping_hook)
+        state.trajectory_groups, transform_metrics = transform_episodes_to_trajectory_groups(
+            state.episodes, self.transform_config, self.cf_config, traj_grouping_hook=self.traj_grouping_hook
+        )
         state.metrics.update(transform_metrics)
-        state.trajectory_groups, state.episodes, rs_metrics = apply_rejection_sampling_and_filtering(state.episodes, state.trajectory_groups, self.rs_config, state.rs_state)
+        state.trajectory_groups, state.episodes, rs_metrics = apply_rejection_sampling_and_filtering(
+            state.episodes, state.trajectory_groups, self.rs_config, state.rs_state
+        )
         state.metrics.update(rs_metrics)
         if not state.has_trajectory_groups:
             return
@@ -175,9 +221,18 @@ class UnifiedTrainer:
         self.agent_workflow_engine.set_training_step(state.global_step, mode="val", epoch=state.epoch)
         episodes: list[Episode] = []
         for batch in self.backend.get_dataloader(self.val_dataset, state):
-            episodes += await self.backend.generate_episodes(batch, agent_workflow_engine=self.agent_workflow_engine, is_validation=True)
-        groups, _ = transform_episodes_to_trajectory_groups(episodes, self.transform_config, self.cf_config, traj_grouping_hook=self.traj_grouping_hook)
-        metrics = {f"val/{k}": v for k, v in collect_reward_and_advantage_from_trajectory_groups(groups, self.algorithm_config, collect_advantage=False).items()}
+            episodes += await self.backend.generate_episodes(
+                batch, agent_workflow_engine=self.agent_workflow_engine, is_validation=True
+            )
+        groups, _ = transform_episodes_to_trajectory_groups(
+            episodes, self.transform_config, self.cf_config, traj_grouping_hook=self.traj_grouping_hook
+        )
+        metrics = {
+            f"val/{k}": v
+            for k, v in collect_reward_and_advantage_from_trajectory_groups(
+                groups, self.algorithm_config, collect_advantage=False
+            ).items()
+        }
         metrics |= validation_pass_metrics(episodes, self.rllm_config.rollout.n_val)
         metrics |= workflow_metrics(episodes, prefix="val")
         metrics["time/testing"] = time.perf_counter() - start

@@ -53,5 +53,7 @@ def validation_pass_metrics(episodes: list[Episode], n_val: int, prefix: str = "
         counts = [(len(c), sum(c)) for c in tasks.values()]
         metrics[f"{prefix}/{source}/pass@1"] = sum(pass_at_k(n, c, 1) for n, c in counts) / len(counts)
         if n_val > 1:
-            metrics[f"{prefix}/{source}/pass@{n_val}"] = sum(pass_at_k(n, c, min(n_val, n)) for n, c in counts) / len(counts)
+            metrics[f"{prefix}/{source}/pass@{n_val}"] = sum(pass_at_k(n, c, min(n_val, n)) for n, c in counts) / len(
+                counts
+            )
     return metrics

@@ -7,4 +7,14 @@ from rllm_torch.workflows.engine import EpisodeLogger, UnifiedWorkflowEngine
 from rllm_torch.workflows.rollout import ModelOutput, RolloutEngine
 from rllm_torch.workflows.single_turn import SingleTurnWorkflow
 
-__all__ = ["Workflow", "SingleTurnWorkflow", "ArithmeticChainWorkflow", "DistillationWorkflow", "AnswerTeacher", "UnifiedWorkflowEngine", "EpisodeLogger", "ModelOutput", "RolloutEngine"]
+__all__ = [
+    "Workflow",
+    "SingleTurnWorkflow",
+    "ArithmeticChainWorkflow",
+    "DistillationWorkflow",
+    "AnswerTeacher",
+    "UnifiedWorkflowEngine",
+    "EpisodeLogger",
+    "ModelOutput",
+    "RolloutEngine",
+]

@@ -49,7 +49,16 @@ class ArithmeticChainWorkflow(Workflow):
             answer = output.text.strip()
             right = answer == str(previous + term)
             correct.append(right)
-            steps.append(Step(prompt_ids=output.prompt_ids, response_ids=output.response_ids, logprobs=output.logprobs, reward=float(right), model_response=output.text, observation=prompt))
+            steps.append(
+                Step(
+                    prompt_ids=output.prompt_ids,
+                    response_ids=output.response_ids,
+                    logprobs=output.logprobs,
+                    reward=float(right),
+                    model_response=output.text,
+                    observation=prompt,
+                )
+            )
             if output.finish_reason != "stop":
                 reason = TerminationReason.MAX_RESPONSE_LENGTH_EXCEEDED
             if not answer.isdigit():

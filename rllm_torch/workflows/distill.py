@@ -56,7 +56,10 @@ class AnswerTeacher:
     def __call__(self, task: dict, response_ids: list[int], tokenizer: Any) -> list[float]:
         target = tokenizer(str(task["answer"]), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
         other = math.log((1.0 - self.confidence) / (len(tokenizer) - 1))
-        return [math.log(self.confidence) if t < len(target) and token == target[t] else other for t, token in enumerate(response_ids)]
+        return [
+            math.log(self.confidence) if t < len(target) and token == target[t] else other
+            for t, token in enumerate(response_ids)
+        ]
 
 
 class DistillationWorkflow(Workflow):
@@ -70,15 +73,33 @@ class DistillationWorkflow(Workflow):
         role, rl_role: the trajectory names (group roles) of the two kinds.
     """
 
-    def __init__(self, rollout_engine: RolloutEngine, teacher: Any, reward_fn: RewardFn, mix_rl: bool = False, role: str = "distill", rl_role: str = "solver", **kwargs: Any) -> None:
+    def __init__(
+        self,
+        rollout_engine: RolloutEngine,
+        teacher: Any,
+        reward_fn: RewardFn,
+        mix_rl: bool = False,
+        role: str = "distill",
+        rl_role: str = "solver",
+        **kwargs: Any,
+    ) -> None:
         super().__init__(rollout_engine, **kwargs)
         self.teacher, self.reward_fn, self.mix_rl, self.role, self.rl_role = teacher, reward_fn, mix_rl, role, rl_role
 
     def _step(self, output: ModelOutput, reward: float) -> Step:
-        return Step(prompt_ids=output.prompt_ids, response_ids=output.response_ids, logprobs=output.logprobs, reward=reward, done=True, model_response=output.text)
+        return Step(
+            prompt_ids=output.prompt_ids,
+            response_ids=output.response_ids,
+            logprobs=output.logprobs,
+            reward=reward,
+            done=True,
+            model_response=output.text,
+        )
 
     async def run(self, task: dict, uid: str) -> Episode:
-        outputs = await asyncio.gather(*(self.rollout_engine.generate(task["prompt"]) for _ in range(2 if self.mix_rl else 1)))
+        outputs = await asyncio.gather(
+            *(self.rollout_engine.generate(task["prompt"]) for _ in range(2 if self.mix_rl else 1))
+        )
         rewards = [self.reward_fn(task, o.text) for o in outputs]
         if any(isinstance(r, bool) or not isinstance(r, numbers.Real) for r in rewards):
             raise TypeError(f"reward_fn returned {rewards!r} for task {uid!r}; return floats.")
@@ -87,6 +108,20 @@ class DistillationWorkflow(Workflow):
         distilled.advantage = [t - s for t, s in zip(teacher_logp, outputs[0].logprobs, strict=True)]
         trajectories = [Trajectory(name=self.role, steps=[distilled], reward=float(rewards[0]))]
         if self.mix_rl:
-            trajectories.append(Trajectory(name=self.rl_role, steps=[self._step(outputs[1], float(rewards[1]))], reward=float(rewards[1])))
-        reason = TerminationReason.ENV_DONE if outputs[0].finish_reason == "stop" else TerminationReason.MAX_RESPONSE_LENGTH_EXCEEDED
-        return Episode(trajectories=trajectories, is_correct=rewards[0] >= 1.0, termination_reason=reason, metrics={"reward": float(rewards[0])}, info={"data_source": task.get("data_source", "unknown")})
+            trajectories.append(
+                Trajectory(
+                    name=self.rl_role, steps=[self._step(outputs[1], float(rewards[1]))], reward=float(rewards[1])
+                )
+            )
+        reason = (
+            TerminationReason.ENV_DONE
+            if outputs[0].finish_reason == "stop"
+            else TerminationReason.MAX_RESPONSE_LENGTH_EXCEEDED
+        )
+        return Episode(
+            trajectories=trajectories,
+            is_correct=rewards[0] >= 1.0,
+            termination_reason=reason,
+            metrics={"reward": float(rewards[0])},
+            info={"data_source": task.get("data_source", "unknown")},
+        )

@@ -29,8 +29,21 @@ class EpisodeLogger:
         with path.open("a") as f:
             for e in episodes:
                 reason = e.termination_reason.value if e.termination_reason is not None else None
-                trajs = [{"name": t.name, "reward": t.reward, "responses": [s.model_response for s in t.steps]} for t in e.trajectories]
-                row = {"id": e.id, "task_id": e.task_id, "rollout_idx": e.rollout_idx, "task": e.task, "is_correct": e.is_correct, "termination_reason": reason, "metrics": e.metrics, "info": e.info, "trajectories": trajs}
+                trajs = [
+                    {"name": t.name, "reward": t.reward, "responses": [s.model_response for s in t.steps]}
+                    for t in e.trajectories
+                ]
+                row = {
+                    "id": e.id,
+                    "task_id": e.task_id,
+                    "rollout_idx": e.rollout_idx,
+                    "task": e.task,
+                    "is_correct": e.is_correct,
+                    "termination_reason": reason,
+                    "metrics": e.metrics,
+                    "info": e.info,
+                    "trajectories": trajs,
+                }
                 f.write(json.dumps(row, default=str) + "\n")
         return path
 
@@ -53,10 +66,28 @@ class UnifiedWorkflowEngine:
         ValueError: ``n_parallel_tasks`` or ``retry_limit`` below 1.
     """
 
-    def __init__(self, workflow_cls: type[Workflow], workflow_args: dict | None, rollout_engine: Any, config: Any = None, *, n_parallel_tasks: int = 64, retry_limit: int = 3, raise_on_error: bool = True, episode_logger: EpisodeLogger | None = None) -> None:
+    def __init__(
+        self,
+        workflow_cls: type[Workflow],
+        workflow_args: dict | None,
+        rollout_engine: Any,
+        config: Any = None,
+        *,
+        n_parallel_tasks: int = 64,
+        retry_limit: int = 3,
+        raise_on_error: bool = True,
+        episode_logger: EpisodeLogger | None = None,
+    ) -> None:
         if n_parallel_tasks < 1 or retry_limit < 1:
-            raise ValueError(f"n_parallel_tasks and retry_limit must be >= 1, got {n_parallel_tasks} and {retry_limit}.")
-        self.workflow_cls, self.workflow_args, self.rollout_engine, self.config = workflow_cls, dict(workflow_args or {}), rollout_engine, config
+            raise ValueError(
+                f"n_parallel_tasks and retry_limit must be >= 1, got {n_parallel_tasks} and {retry_limit}."
+            )
+        self.workflow_cls, self.workflow_args, self.rollout_engine, self.config = (
+            workflow_cls,
+            dict(workflow_args or {}),
+            rollout_engine,
+            config,
+        )
         self.n_parallel_tasks, self.retry_limit, self.raise_on_error = n_parallel_tasks, retry_limit, raise_on_error
         self.episode_logger = episode_logger
         self.step, self.mode, self.epoch = 0, "train", 0
@@ -89,14 +120,21 @@ class UnifiedWorkflowEngine:
                     last_error = exc
             else:
                 if self.raise_on_error:
-                    raise WorkflowError(f"episode {uid!r} failed {self.retry_limit} time(s); last error: {last_error!r}. Set rllm.workflow.raise_on_error=false to record it and go on.") from last_error
-                episode = Episode(termination_reason=TerminationReason.ERROR, info={"error": repr(last_error), "data_source": task.get("data_source", "unknown")})
+                    raise WorkflowError(
+                        f"episode {uid!r} failed {self.retry_limit} time(s); last error: {last_error!r}. Set rllm.workflow.raise_on_error=false to record it and go on."
+                    ) from last_error
+                episode = Episode(
+                    termination_reason=TerminationReason.ERROR,
+                    info={"error": repr(last_error), "data_source": task.get("data_source", "unknown")},
+                )
         finally:
             self._pool.put_nowait(workflow)
         episode.task_id, episode.rollout_idx, episode.id, episode.task = task_id, rollout_idx, uid, task
         return episode
 
-    async def execute_tasks(self, tasks: list[dict], task_ids: list[str], rollout_indices: list[int] | None = None) -> list[Episode]:
+    async def execute_tasks(
+        self, tasks: list[dict], task_ids: list[str], rollout_indices: list[int] | None = None
+    ) -> list[Episode]:
         """Run one episode per task (in order). Tasks with the same id are rollouts of one task.
 
         Raises:
@@ -104,7 +142,10 @@ class UnifiedWorkflowEngine:
         """
         await self.initialize_pool()
         rollout_indices = rollout_indices if rollout_indices is not None else [0] * len(tasks)
-        jobs = [asyncio.ensure_future(self._run_one(t, i, r)) for t, i, r in zip(tasks, task_ids, rollout_indices, strict=True)]
+        jobs = [
+            asyncio.ensure_future(self._run_one(t, i, r))
+            for t, i, r in zip(tasks, task_ids, rollout_indices, strict=True)
+        ]
         try:
             episodes = list(await asyncio.gather(*jobs))
         except BaseException:

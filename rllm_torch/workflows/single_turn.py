@@ -26,7 +26,14 @@ class SingleTurnWorkflow(Workflow):
         role: the trajectory name, which is the group role (picks the estimator).
     """
 
-    def __init__(self, rollout_engine: RolloutEngine, reward_fn: RewardFn, correct_threshold: float = 1.0, role: str = "solver", **kwargs: Any) -> None:
+    def __init__(
+        self,
+        rollout_engine: RolloutEngine,
+        reward_fn: RewardFn,
+        correct_threshold: float = 1.0,
+        role: str = "solver",
+        **kwargs: Any,
+    ) -> None:
         super().__init__(rollout_engine, **kwargs)
         self.reward_fn, self.correct_threshold, self.role = reward_fn, correct_threshold, role
 
@@ -34,10 +41,23 @@ class SingleTurnWorkflow(Workflow):
         output = await self.rollout_engine.generate(task["prompt"])
         reward = self.reward_fn(task, output.text)
         if isinstance(reward, bool) or not isinstance(reward, numbers.Real):
-            raise TypeError(f"reward_fn returned {reward!r} ({type(reward).__name__}) for task {uid!r}; return a float.")
+            raise TypeError(
+                f"reward_fn returned {reward!r} ({type(reward).__name__}) for task {uid!r}; return a float."
+            )
         reward = float(reward)
-        step = Step(prompt_ids=output.prompt_ids, response_ids=output.response_ids, logprobs=output.logprobs, reward=reward, done=True, model_response=output.text)
-        reason = TerminationReason.ENV_DONE if output.finish_reason == "stop" else TerminationReason.MAX_RESPONSE_LENGTH_EXCEEDED
+        step = Step(
+            prompt_ids=output.prompt_ids,
+            response_ids=output.response_ids,
+            logprobs=output.logprobs,
+            reward=reward,
+            done=True,
+            model_response=output.text,
+        )
+        reason = (
+            TerminationReason.ENV_DONE
+            if output.finish_reason == "stop"
+            else TerminationReason.MAX_RESPONSE_LENGTH_EXCEEDED
+        )
         return Episode(
             trajectories=[Trajectory(name=self.role, steps=[step], reward=reward)],
             is_correct=reward >= self.correct_threshold,

@@ -16,7 +16,9 @@ class TaskDataLoader:
     A task's id is ``f"{prefix}-{position in the dataset}"``, so rollouts of one row share it.
     """
 
-    def __init__(self, rows: list[dict], batch_size: int, *, shuffle: bool = False, seed: int = 0, prefix: str = "task") -> None:
+    def __init__(
+        self, rows: list[dict], batch_size: int, *, shuffle: bool = False, seed: int = 0, prefix: str = "task"
+    ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
         self.rows, self.batch_size, self.shuffle, self.seed, self.prefix = list(rows), batch_size, shuffle, seed, prefix

@@ -33,18 +33,42 @@ def build_policy(model_config: Any, tokenizer: PreTrainedTokenizerBase, *, seed:
     if model_config.path is not None:
         path = Path(model_config.path)
         if not (path / "config.json").is_file():
-            raise ModelNotFoundError(f"model.path={str(path)!r}: no model there (expected a directory with config.json, as save_pretrained writes). Leave model.path unset to build a small random model.")
+            raise ModelNotFoundError(
+                f"model.path={str(path)!r}: no model there (expected a directory with config.json, as save_pretrained writes). Leave model.path unset to build a small random model."
+            )
         return AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32).train()
     arch, hidden, heads = model_config.arch, model_config.hidden_size, model_config.num_heads
     if arch not in ARCHITECTURES:
         raise ConfigError(f"model.arch={arch!r} is not one of {ARCHITECTURES}.")
     if hidden % heads:
         raise ConfigError(f"model.hidden_size={hidden} must be divisible by model.num_heads={heads}.")
-    ids = {"vocab_size": len(tokenizer), "bos_token_id": tokenizer.eos_token_id, "eos_token_id": tokenizer.eos_token_id, "pad_token_id": tokenizer.pad_token_id}
+    ids = {
+        "vocab_size": len(tokenizer),
+        "bos_token_id": tokenizer.eos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
     if arch == "gpt2":
-        config = GPT2Config(n_layer=model_config.num_layers, n_embd=hidden, n_head=heads, n_positions=model_config.max_positions, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **ids)
+        config = GPT2Config(
+            n_layer=model_config.num_layers,
+            n_embd=hidden,
+            n_head=heads,
+            n_positions=model_config.max_positions,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            **ids,
+        )
     else:
-        config = LlamaConfig(num_hidden_layers=model_config.num_layers, hidden_size=hidden, num_attention_heads=heads, num_key_value_heads=heads, intermediate_size=4 * hidden, max_position_embeddings=model_config.max_positions, **ids)
+        config = LlamaConfig(
+            num_hidden_layers=model_config.num_layers,
+            hidden_size=hidden,
+            num_attention_heads=heads,
+            num_key_value_heads=heads,
+            intermediate_size=4 * hidden,
+            max_position_embeddings=model_config.max_positions,
+            **ids,
+        )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config)

@@ -37,7 +37,16 @@ class TorchRolloutEngine(RolloutEngine):
         seed: seeds the sampling generator (on the model's device).
     """
 
-    def __init__(self, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, train_params: SamplingParams, val_params: SamplingParams, *, max_batch_size: int = 1024, seed: int = 0) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: PreTrainedTokenizerBase,
+        train_params: SamplingParams,
+        val_params: SamplingParams,
+        *,
+        max_batch_size: int = 1024,
+        seed: int = 0,
+    ) -> None:
         self.model, self.tokenizer = model, tokenizer
         self.train_params, self.val_params, self.max_batch_size = train_params, val_params, max_batch_size
         self.generator = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
@@ -65,7 +74,7 @@ class TorchRolloutEngine(RolloutEngine):
                     if not future.done():
                         future.set_exception(exc)
                 continue
-            for (_, future), output in zip(chunk, outputs):
+            for (_, future), output in zip(chunk, outputs, strict=True):
                 if not future.done():
                     future.set_result(output)
 
@@ -76,11 +85,22 @@ class TorchRolloutEngine(RolloutEngine):
         self.model.eval()
         try:
             responses, logprobs, reasons = sample_completions(
-                self.model, prompt_ids, max_new_tokens=params.max_new_tokens, eos_token_id=self.tokenizer.eos_token_id, pad_token_id=self.tokenizer.pad_token_id,
-                temperature=params.temperature, top_p=params.top_p, generator=self.generator,
+                self.model,
+                prompt_ids,
+                max_new_tokens=params.max_new_tokens,
+                eos_token_id=self.tokenizer.eos_token_id,
+                pad_token_id=self.tokenizer.pad_token_id,
+                temperature=params.temperature,
+                top_p=params.top_p,
+                generator=self.generator,
             )
         finally:
             self.model.train(was_training)
         # the final eos is dropped; any other special token stays in the text (and fails exact match)
-        texts = self.tokenizer.batch_decode([r[:-1] if f == "stop" else r for r, f in zip(responses, reasons)], skip_special_tokens=False)
-        return [ModelOutput(text=t, prompt_ids=p, response_ids=r, logprobs=lp, finish_reason=f) for t, p, r, lp, f in zip(texts, prompt_ids, responses, logprobs, reasons)]
+        texts = self.tokenizer.batch_decode(
+            [r[:-1] if f == "stop" else r for r, f in zip(responses, reasons, strict=True)], skip_special_tokens=False
+        )
+        return [
+            ModelOutput(text=t, prompt_ids=p, response_ids=r, logprobs=lp, finish_reason=f)
+            for t, p, r, lp, f in zip(texts, prompt_ids, responses, logprobs, reasons, strict=True)
+        ]

@@ -27,11 +27,23 @@ def top_p_filter(logits_NV: Tensor, top_p: float) -> Tensor:
 
 def _forward_logits(model: torch.nn.Module, input_ids_NT: Tensor, attention_mask_NT: Tensor) -> Tensor:
     position_ids_NT = (attention_mask_NT.cumsum(-1) - 1).clamp(min=0)
-    return model(input_ids=input_ids_NT, attention_mask=attention_mask_NT, position_ids=position_ids_NT, use_cache=False).logits
+    return model(
+        input_ids=input_ids_NT, attention_mask=attention_mask_NT, position_ids=position_ids_NT, use_cache=False
+    ).logits
 
 
 @torch.no_grad()
-def sample_completions(model: torch.nn.Module, prompts: list[list[int]], *, max_new_tokens: int, eos_token_id: int, pad_token_id: int, temperature: float = 1.0, top_p: float = 1.0, generator: torch.Generator | None = None) -> tuple[list[list[int]], list[list[float]], list[str]]:
+def sample_completions(
+    model: torch.nn.Module,
+    prompts: list[list[int]],
+    *,
+    max_new_tokens: int,
+    eos_token_id: int,
+    pad_token_id: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> tuple[list[list[int]], list[list[float]], list[str]]:
     """Sample one completion per prompt, all prompts in one batch.
 
     Each step runs the model on the whole sequence so far (no KV cache: responses are short).
@@ -70,13 +82,15 @@ def sample_completions(model: torch.nn.Module, prompts: list[list[int]], *, max_
             break
     ids_NS, logp_NS, kept_NS = (torch.stack(x, 1).cpu() for x in (new_ids, new_logp, new_alive))
     lengths = kept_NS.sum(1).tolist()
-    responses = [row[:n] for row, n in zip(ids_NS.tolist(), lengths)]
-    logprobs = [row[:n] for row, n in zip(logp_NS.tolist(), lengths)]
+    responses = [row[:n] for row, n in zip(ids_NS.tolist(), lengths, strict=True)]
+    logprobs = [row[:n] for row, n in zip(logp_NS.tolist(), lengths, strict=True)]
     reasons = ["stop" if r and r[-1] == eos_token_id else "length" for r in responses]
     return responses, logprobs, reasons
 
 
-def token_log_probs(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, *, temperature: float = 1.0) -> Tensor:
+def token_log_probs(
+    model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, *, temperature: float = 1.0
+) -> Tensor:
     """``[N, T]`` float32 log-prob of each token given the tokens before it, under
     ``softmax(logits / temperature)``; column 0 (no context) is 0. Right-padded rows.
 

@@ -43,7 +43,12 @@ def load_tokenizer(path: str | None, alphabet: str) -> PreTrainedTokenizerBase:
 
     A tokenizer without a pad token gets its eos token as pad.
     """
-    if path is not None and (Path(path) / "tokenizer.json").exists() or path is not None and (Path(path) / "tokenizer_config.json").exists():
+    if (
+        path is not None
+        and (Path(path) / "tokenizer.json").exists()
+        or path is not None
+        and (Path(path) / "tokenizer_config.json").exists()
+    ):
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     else:
         tokenizer = build_char_tokenizer(alphabet)

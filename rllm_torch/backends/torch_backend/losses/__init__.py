@@ -11,4 +11,15 @@ from rllm_torch.backends.torch_backend.losses.policy import (
     ppo_clip_loss,
 )
 
-__all__ = ["LOSS_FNS", "AGG_MODES", "aggregate_loss", "token_mean", "ppo_clip_loss", "importance_sampling_loss", "cispo_loss", "dro_loss", "cross_entropy_loss", "policy_loss"]
+__all__ = [
+    "LOSS_FNS",
+    "AGG_MODES",
+    "aggregate_loss",
+    "token_mean",
+    "ppo_clip_loss",
+    "importance_sampling_loss",
+    "cispo_loss",
+    "dro_loss",
+    "cross_entropy_loss",
+    "policy_loss",
+]

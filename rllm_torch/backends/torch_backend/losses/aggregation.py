@@ -42,7 +42,9 @@ def token_mean(values: Tensor, response_mask: Tensor) -> Tensor:
     return (values * response_mask).sum() / response_mask.sum().clamp(min=1.0)
 
 
-def aggregate_loss(loss: Tensor, response_mask: Tensor, mode: str = "token-mean", *, horizon: int | None = None) -> Tensor:
+def aggregate_loss(
+    loss: Tensor, response_mask: Tensor, mode: str = "token-mean", *, horizon: int | None = None
+) -> Tensor:
     """One scalar from per-token losses, by ``mode`` (see the module table).
 
     Args:
@@ -78,5 +80,7 @@ def aggregate_loss(loss: Tensor, response_mask: Tensor, mode: str = "token-mean"
     if mode == "seq-mean-token-mean":
         return (seq_sum_N / tokens_N.clamp(min=1.0)).sum() / num_seqs
     if horizon is None or horizon <= 0:
-        raise ValueError(f"loss_agg_mode='seq-mean-token-sum-norm' needs a positive horizon (the constant H), got {horizon!r}.")
+        raise ValueError(
+            f"loss_agg_mode='seq-mean-token-sum-norm' needs a positive horizon (the constant H), got {horizon!r}."
+        )
     return seq_sum_N.sum() / (num_seqs * horizon)

@@ -18,7 +18,15 @@ from torch import Tensor
 
 from rllm_torch.backends.torch_backend.losses.aggregation import aggregate_loss, token_mean
 
-__all__ = ["LOSS_FNS", "ppo_clip_loss", "importance_sampling_loss", "cispo_loss", "dro_loss", "cross_entropy_loss", "policy_loss"]
+__all__ = [
+    "LOSS_FNS",
+    "ppo_clip_loss",
+    "importance_sampling_loss",
+    "cispo_loss",
+    "dro_loss",
+    "cross_entropy_loss",
+    "policy_loss",
+]
 
 LOSS_FNS = ("ppo", "importance_sampling", "cispo", "dro", "cross_entropy")
 
@@ -28,7 +36,17 @@ def _kl_stats(log_ratio_NT: Tensor, response_mask: Tensor) -> dict[str, Tensor]:
         return {"approx_kl": token_mean(log_ratio_NT.exp() - 1 - log_ratio_NT, response_mask)}
 
 
-def ppo_clip_loss(log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, response_mask: Tensor, *, clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2, loss_agg_mode: str = "token-mean", horizon: int | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+def ppo_clip_loss(
+    log_probs: Tensor,
+    old_log_probs: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    *,
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: float = 0.2,
+    loss_agg_mode: str = "token-mean",
+    horizon: int | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO's clipped surrogate, negated: ``ℓ = -min(ρ A, clip(ρ, 1 - ε_low, 1 + ε_high) A)``.
 
     Stats: ``clip_fraction`` (share of tokens where the clipped term is the smaller) and ``approx_kl``.
@@ -46,7 +64,15 @@ def ppo_clip_loss(log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, 
     return loss, stats | _kl_stats(log_ratio_NT, response_mask)
 
 
-def importance_sampling_loss(log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, response_mask: Tensor, *, loss_agg_mode: str = "token-mean", horizon: int | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+def importance_sampling_loss(
+    log_probs: Tensor,
+    old_log_probs: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    *,
+    loss_agg_mode: str = "token-mean",
+    horizon: int | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
     """The unclipped importance-weighted policy gradient, negated: ``ℓ = -ρ A``.
 
     Source: tinker's ``importance_sampling`` loss (``-(exp(target_lp - sampling_lp) * A)``).
@@ -57,7 +83,17 @@ def importance_sampling_loss(log_probs: Tensor, old_log_probs: Tensor, advantage
     return loss, _kl_stats(log_ratio_NT, response_mask)
 
 
-def cispo_loss(log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, response_mask: Tensor, *, clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2, loss_agg_mode: str = "token-mean", horizon: int | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+def cispo_loss(
+    log_probs: Tensor,
+    old_log_probs: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    *,
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: float = 0.2,
+    loss_agg_mode: str = "token-mean",
+    horizon: int | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
     """CISPO, negated: ``ℓ = -sg(clip(ρ, 1 - ε_low, 1 + ε_high)) · A · log π_θ``.
 
     The importance weight is clipped and detached, so no token's gradient is dropped (PPO's clip
@@ -76,7 +112,16 @@ def cispo_loss(log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, res
     return loss, stats | _kl_stats(log_ratio_NT, response_mask)
 
 
-def dro_loss(log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, response_mask: Tensor, *, beta: float = 0.05, loss_agg_mode: str = "token-mean", horizon: int | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+def dro_loss(
+    log_probs: Tensor,
+    old_log_probs: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    *,
+    beta: float = 0.05,
+    loss_agg_mode: str = "token-mean",
+    horizon: int | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
     """Direct reward optimisation, negated: ``ℓ = -(A · log π_θ - ½ β (log π_θ - log π_old)²)``.
 
     The quadratic term keeps the policy near the sampler ``q = π_old`` (off-policy and offline
@@ -86,11 +131,20 @@ def dro_loss(log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, respo
     Kimi k1.5, arXiv:2501.12599; tinker's ``dro`` loss (default ``beta`` 0.05).
     """
     log_ratio_NT = log_probs - old_log_probs
-    loss = aggregate_loss(-(advantages * log_probs - 0.5 * beta * log_ratio_NT.square()), response_mask, loss_agg_mode, horizon=horizon)
+    loss = aggregate_loss(
+        -(advantages * log_probs - 0.5 * beta * log_ratio_NT.square()), response_mask, loss_agg_mode, horizon=horizon
+    )
     return loss, _kl_stats(log_ratio_NT, response_mask)
 
 
-def cross_entropy_loss(log_probs: Tensor, advantages: Tensor, response_mask: Tensor, *, loss_agg_mode: str = "token-mean", horizon: int | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+def cross_entropy_loss(
+    log_probs: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    *,
+    loss_agg_mode: str = "token-mean",
+    horizon: int | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
     """Weighted negative log-likelihood: ``ℓ = -A · log π_θ``, the advantage as the token weight.
 
     With ``A = 1`` on the response tokens it is supervised fine-tuning; with precomputed
@@ -106,7 +160,19 @@ def cross_entropy_loss(log_probs: Tensor, advantages: Tensor, response_mask: Ten
     return loss, stats
 
 
-def policy_loss(name: str, log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, response_mask: Tensor, *, clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2, beta: float = 0.05, loss_agg_mode: str = "token-mean", horizon: int | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+def policy_loss(
+    name: str,
+    log_probs: Tensor,
+    old_log_probs: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    *,
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: float = 0.2,
+    beta: float = 0.05,
+    loss_agg_mode: str = "token-mean",
+    horizon: int | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
     """Dispatch on ``name`` (one of :data:`LOSS_FNS`); each loss takes the options it uses.
 
     Raises:
