@@ -10,6 +10,8 @@ from torch import Tensor
 
 from rllm_torch.errors import InvalidGroupIndexError, InvalidRewardsError, InvalidRewardTypeError
 
+__all__ = ["REWARD_DTYPES", "check_reward_tensor", "group_to_array", "check_group_index", "inspect_group_index"]
+
 _NUMERIC_KINDS = "biuf"  # numpy kinds: bool, signed int, unsigned int, float
 REWARD_DTYPES = (
     torch.bool,

@@ -11,6 +11,17 @@ from rllm_torch.errors import InvalidRewardsError, InvalidRewardTypeError
 from rllm_torch.packing import GroupedRewards
 from rllm_torch.segment import SegmentLayout, accumulation_dtype
 
+__all__ = [
+    "shared_docstring",
+    "check_batch",
+    "check_epsilon",
+    "check_correction",
+    "check_flag",
+    "working_rewards",
+    "std_plus_epsilon",
+    "whiten",
+]
+
 # Text every estimator docstring shares, written once (formatted in by ``shared_docstring``).
 _SHARED_DOCS = {
     "args_batch": """batch: packed rewards, a :class:`~rllm_torch.GroupedRewards` on any device. Reward
