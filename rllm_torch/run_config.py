@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 from hydra.core.config_store import ConfigStore
 
+from rllm_torch.trainer.compact_filtering import CompactFilteringFlags
+
 __all__ = ["TrainConfig", "RllmConfig", "ModelConfig", "TaskConfig", "BackendConfig", "DataConfig", "register_configs"]
 
 
@@ -80,18 +82,6 @@ class RejectionSampleSection:
 
 
 @dataclass
-class CompactFilteringSection:
-    enable: bool = False
-    mask_max_prompt_length_exceeded: bool = False
-    mask_max_response_length_exceeded: bool = False
-    mask_env_done: bool = False
-    mask_max_turns_exceeded: bool = False
-    mask_timeout: bool = False
-    mask_unknown: bool = False
-    mask_error: bool = False
-
-
-@dataclass
 class EpisodeLoggingSection:
     log_episodes: bool = False
     episode_log_dir: str | None = None  # None: the run directory
@@ -105,7 +95,7 @@ class RllmConfig:
     trainer: TrainerSection = field(default_factory=TrainerSection)
     workflow: WorkflowSection = field(default_factory=WorkflowSection)
     rejection_sample: RejectionSampleSection = field(default_factory=RejectionSampleSection)
-    compact_filtering: CompactFilteringSection = field(default_factory=CompactFilteringSection)
+    compact_filtering: CompactFilteringFlags = field(default_factory=CompactFilteringFlags)
     episode_logging: EpisodeLoggingSection = field(default_factory=EpisodeLoggingSection)
 
 

@@ -11,7 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 from rllm_torch.errors import ConfigError
 from rllm_torch.types import TerminationReason, parse_termination_reason
 
-__all__ = ["CompactFilteringConfig"]
+__all__ = ["CompactFilteringFlags", "CompactFilteringConfig"]
 
 _FLAGS = {
     "mask_max_prompt_length_exceeded": TerminationReason.MAX_PROMPT_LENGTH_EXCEEDED,
@@ -25,7 +25,22 @@ _FLAGS = {
 
 
 @dataclass
-class CompactFilteringConfig:
+class CompactFilteringFlags:
+    """rLLM's ``rllm.compact_filtering`` switches, in one place: the Hydra schema uses this class
+    as it is; :class:`CompactFilteringConfig` adds ``mask_reasons`` and the checks."""
+
+    enable: bool = False
+    mask_max_prompt_length_exceeded: bool = False
+    mask_max_response_length_exceeded: bool = False
+    mask_env_done: bool = False
+    mask_max_turns_exceeded: bool = False
+    mask_timeout: bool = False
+    mask_unknown: bool = False
+    mask_error: bool = False
+
+
+@dataclass
+class CompactFilteringConfig(CompactFilteringFlags):
     """Which termination reasons make an episode be left out of training.
 
     Attributes:
@@ -45,14 +60,6 @@ class CompactFilteringConfig:
         True
     """
 
-    enable: bool = False
-    mask_max_prompt_length_exceeded: bool = False
-    mask_max_response_length_exceeded: bool = False
-    mask_env_done: bool = False
-    mask_max_turns_exceeded: bool = False
-    mask_timeout: bool = False
-    mask_unknown: bool = False
-    mask_error: bool = False
     mask_reasons: Iterable[TerminationReason | str] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:

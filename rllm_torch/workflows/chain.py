@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rllm_torch.types import Episode, Step, TerminationReason, Trajectory
+from rllm_torch.types import Episode, TerminationReason, Trajectory
 from rllm_torch.workflows.base import Workflow
 from rllm_torch.workflows.rollout import RolloutEngine
 
@@ -49,16 +49,7 @@ class ArithmeticChainWorkflow(Workflow):
             answer = output.text.strip()
             right = answer == str(previous + term)
             correct.append(right)
-            steps.append(
-                Step(
-                    prompt_ids=output.prompt_ids,
-                    response_ids=output.response_ids,
-                    logprobs=output.logprobs,
-                    reward=float(right),
-                    model_response=output.text,
-                    observation=prompt,
-                )
-            )
+            steps.append(output.to_step(float(right), observation=prompt))
             if output.finish_reason != "stop":
                 reason = TerminationReason.MAX_RESPONSE_LENGTH_EXCEEDED
             if not answer.isdigit():

@@ -23,9 +23,9 @@ import numbers
 from typing import Any
 
 from rllm_torch.errors import ConfigError
-from rllm_torch.types import Episode, Step, TerminationReason, Trajectory
+from rllm_torch.types import Episode, TerminationReason, Trajectory
 from rllm_torch.workflows.base import Workflow
-from rllm_torch.workflows.rollout import ModelOutput, RolloutEngine
+from rllm_torch.workflows.rollout import RolloutEngine
 from rllm_torch.workflows.single_turn import RewardFn
 
 __all__ = ["AnswerTeacher", "DistillationWorkflow"]
@@ -86,16 +86,6 @@ class DistillationWorkflow(Workflow):
         super().__init__(rollout_engine, **kwargs)
         self.teacher, self.reward_fn, self.mix_rl, self.role, self.rl_role = teacher, reward_fn, mix_rl, role, rl_role
 
-    def _step(self, output: ModelOutput, reward: float) -> Step:
-        return Step(
-            prompt_ids=output.prompt_ids,
-            response_ids=output.response_ids,
-            logprobs=output.logprobs,
-            reward=reward,
-            done=True,
-            model_response=output.text,
-        )
-
     async def run(self, task: dict, uid: str) -> Episode:
         outputs = await asyncio.gather(
             *(self.rollout_engine.generate(task["prompt"]) for _ in range(2 if self.mix_rl else 1))
@@ -103,14 +93,16 @@ class DistillationWorkflow(Workflow):
         rewards = [self.reward_fn(task, o.text) for o in outputs]
         if any(isinstance(r, bool) or not isinstance(r, numbers.Real) for r in rewards):
             raise TypeError(f"reward_fn returned {rewards!r} for task {uid!r}; return floats.")
-        distilled = self._step(outputs[0], float(rewards[0]))
+        distilled = outputs[0].to_step(float(rewards[0]), done=True)
         teacher_logp = self.teacher(task, outputs[0].response_ids, self.rollout_engine.tokenizer)
         distilled.advantage = [t - s for t, s in zip(teacher_logp, outputs[0].logprobs, strict=True)]
         trajectories = [Trajectory(name=self.role, steps=[distilled], reward=float(rewards[0]))]
         if self.mix_rl:
             trajectories.append(
                 Trajectory(
-                    name=self.rl_role, steps=[self._step(outputs[1], float(rewards[1]))], reward=float(rewards[1])
+                    name=self.rl_role,
+                    steps=[outputs[1].to_step(float(rewards[1]), done=True)],
+                    reward=float(rewards[1]),
                 )
             )
         reason = (

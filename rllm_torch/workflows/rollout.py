@@ -5,6 +5,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
+from rllm_torch.types import Step
+
 __all__ = ["ModelOutput", "RolloutEngine"]
 
 
@@ -26,6 +28,18 @@ class ModelOutput:
     logprobs: list[float]
     finish_reason: str = "stop"
     info: dict = field(default_factory=dict)
+
+    def to_step(self, reward: float, **fields) -> Step:
+        """The :class:`~rllm_torch.types.Step` of this completion (ids, log-probs, text) with
+        ``reward``; ``fields`` sets other Step fields (``done``, ``observation``, ...)."""
+        return Step(
+            prompt_ids=self.prompt_ids,
+            response_ids=self.response_ids,
+            logprobs=self.logprobs,
+            reward=reward,
+            model_response=self.text,
+            **fields,
+        )
 
 
 class RolloutEngine(ABC):

@@ -6,7 +6,7 @@ import numbers
 from collections.abc import Callable
 from typing import Any
 
-from rllm_torch.types import Episode, Step, TerminationReason, Trajectory
+from rllm_torch.types import Episode, TerminationReason, Trajectory
 from rllm_torch.workflows.base import Workflow
 from rllm_torch.workflows.rollout import RolloutEngine
 
@@ -45,14 +45,7 @@ class SingleTurnWorkflow(Workflow):
                 f"reward_fn returned {reward!r} ({type(reward).__name__}) for task {uid!r}; return a float."
             )
         reward = float(reward)
-        step = Step(
-            prompt_ids=output.prompt_ids,
-            response_ids=output.response_ids,
-            logprobs=output.logprobs,
-            reward=reward,
-            done=True,
-            model_response=output.text,
-        )
+        step = output.to_step(reward, done=True)
         reason = (
             TerminationReason.ENV_DONE
             if output.finish_reason == "stop"
