@@ -19,6 +19,7 @@ Quick start::
 
 from rllm_torch.advantage import collect_reward_and_advantage_from_trajectory_groups
 from rllm_torch.config import AlgorithmConfig, rLLMAdvantageEstimator
+from rllm_torch.distributed import ONE_PROCESS
 from rllm_torch.errors import *  # noqa: F403 - re-exported public surface
 from rllm_torch.errors import __all__ as _errors_all
 from rllm_torch.estimators import *  # noqa: F403 - re-exported public surface
@@ -36,6 +37,7 @@ __all__ = [
     "AlgorithmConfig",
     "rLLMAdvantageEstimator",
     "GroupedRewards",
+    "ONE_PROCESS",
     "factorize_group_labels",
     "segment_count",
     "segment_sum",

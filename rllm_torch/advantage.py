@@ -26,9 +26,11 @@ from collections import defaultdict
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from rllm_torch.config import AlgorithmConfig
-from rllm_torch.errors import InvalidRewardsError, InvalidRewardTypeError, UnknownEstimatorError
+from rllm_torch.distributed import ONE_PROCESS, agree_across_ranks, resolve_process_group
+from rllm_torch.errors import InvalidRewardsError, InvalidRewardTypeError, RLLMTorchError, UnknownEstimatorError
 from rllm_torch.estimators import compute_advantages, get_rllm_adv_estimator
 from rllm_torch.metrics import difficulty_metrics, summary_metrics
 from rllm_torch.packing import GroupedRewards
@@ -57,8 +59,11 @@ def _locate_bad_reward(groups: list[TrajectoryGroup]) -> None:
                 )
 
 
-def pack_role_rewards(groups: list[TrajectoryGroup]) -> tuple[GroupedRewards, list[Trajectory]]:
-    """Pack the trajectory rewards of some groups as float64 tensors, in one go.
+def pack_role_rewards(
+    groups: list[TrajectoryGroup], *, process_group: dist.ProcessGroup | None = None
+) -> tuple[GroupedRewards, list[Trajectory]]:
+    """Pack the trajectory rewards of some groups as float64 tensors, in one go (with a
+    ``process_group``: this rank's share of a rank-local batch, unchecked across ranks).
 
     Returns:
         ``(batch, trajectories)``: the :class:`~rllm_torch.GroupedRewards` (dense ``[G, K]`` view
@@ -74,12 +79,13 @@ def pack_role_rewards(groups: list[TrajectoryGroup]) -> tuple[GroupedRewards, li
         _locate_bad_reward(groups)
     rewards_N = torch.from_numpy(rewards.astype(np.float64, copy=False)).reshape(-1)
     sizes = [len(g.trajectories) for g in groups]
+    ranks = {} if process_group is None else dict(process_group=process_group, local_groups=True)
     if sizes and sizes[0] > 0 and sizes.count(sizes[0]) == len(sizes):
-        return GroupedRewards.from_padded(rewards_N.view(len(sizes), sizes[0])), trajs
+        return GroupedRewards.from_padded(rewards_N.view(len(sizes), sizes[0]), validate=False, **ranks), trajs
     group_index_N = torch.repeat_interleave(
         torch.arange(len(sizes)), torch.tensor(sizes, dtype=torch.int64), output_size=len(trajs)
     )
-    return GroupedRewards.from_flat(rewards_N, group_index_N, num_groups=len(sizes), validate=False), trajs
+    return GroupedRewards.from_flat(rewards_N, group_index_N, num_groups=len(sizes), validate=False, **ranks), trajs
 
 
 def _precomputed_values(group: TrajectoryGroup, missing: list[str]) -> list[tuple[Step, list]]:
@@ -131,7 +137,11 @@ def _estimator_of(role: str, config: AlgorithmConfig) -> str:
 
 
 def collect_reward_and_advantage_from_trajectory_groups(
-    groups: list[TrajectoryGroup], algorithm_config: AlgorithmConfig, collect_advantage: bool = True
+    groups: list[TrajectoryGroup],
+    algorithm_config: AlgorithmConfig,
+    collect_advantage: bool = True,
+    *,
+    process_group: object = ONE_PROCESS,
 ) -> dict[str, float]:
     """Compute every step's advantage in place and return reward/advantage metrics.
 
@@ -143,6 +153,13 @@ def collect_reward_and_advantage_from_trajectory_groups(
         groups: trajectory groups; ``group_role`` picks the estimator.
         algorithm_config: estimator, ``estimator_map``, options, ``use_precomputed_advantage``.
         collect_advantage: False (validation): only the reward metrics, no step is changed.
+        process_group: ``ONE_PROCESS`` (default), ``None`` (WORLD) or a ``torch.distributed``
+            ``ProcessGroup`` whose ranks hold the rest of the batch. Every rank must call. Each
+            rank's groups stay whole (the rank-local layout, :mod:`rllm_torch.distributed`): the
+            result is that of one process on the concatenation of every rank's ``groups``;
+            batch statistics and every metric are over all ranks and identical on every rank.
+            Collectives: one ``all_gather_object`` (roles, and any rank's input error, raised on
+            every rank), then per role the estimator's own and the metrics' (``O(G)``).
 
     Returns:
         Metrics as Python floats, per role: ``reward/{role}/{mean,std,max,min}`` over the
@@ -165,52 +182,61 @@ def collect_reward_and_advantage_from_trajectory_groups(
         raise ValueError(
             f"only stepwise_advantage_mode='broadcast' is supported, got {algorithm_config.stepwise_advantage_mode!r}."
         )
+    group = resolve_process_group(process_group)
     rl_groups, pre_groups = defaultdict(list), defaultdict(list)
     use_pre = algorithm_config.use_precomputed_advantage
-    for group in groups:
-        has_pre = use_pre and any(s.advantage is not None for t in group.trajectories for s in t.steps)
-        (pre_groups if has_pre else rl_groups)[group.group_role].append(group)
+    for g in groups:
+        has_pre = use_pre and any(s.advantage is not None for t in g.trajectories for s in t.steps)
+        (pre_groups if has_pre else rl_groups)[g.group_role].append(g)
 
-    if collect_advantage:
-        estimators = {
-            role: _estimator_of(role, algorithm_config) for role in {*algorithm_config.estimator_map, *rl_groups}
-        }
+    # every check that reads this rank's data runs before the first collective
+    error, estimators, packed, token_writes, pre_tokens = None, {}, {}, [], {}
+    try:
+        if collect_advantage:
+            roles = {*algorithm_config.estimator_map, *rl_groups}
+            estimators = {role: _estimator_of(role, algorithm_config) for role in roles}
+            token_writes, pre_tokens = _precomputed_writes(pre_groups)
+        packed = {role: pack_role_rewards(role_groups, process_group=group) for role, role_groups in rl_groups.items()}
+    except (RLLMTorchError, ValueError, TypeError) as exc:
+        if group is None:
+            raise
+        error = exc
+    rl_roles, pre_roles = sorted(rl_groups), sorted(pre_tokens)
+    if group is not None:  # the roles of every rank, and every rank's error on every rank
+        everyone = agree_across_ranks(group, error, {"rl": rl_roles, "pre": pre_roles}, must_match=())
+        rl_roles = sorted({role for facts in everyone for role in facts["rl"]})
+        pre_roles = sorted({role for facts in everyone for role in facts["pre"]})
+        for role in set(rl_roles) - set(packed):
+            packed[role] = pack_role_rewards([], process_group=group)
+            if collect_advantage:
+                estimators[role] = _estimator_of(role, algorithm_config)
+
     metrics: dict[str, float] = {}
     advantages_by_role: dict[str, list[torch.Tensor]] = defaultdict(list)
     writes: list[tuple[list[Trajectory], list[float]]] = []
-    for role, role_groups in rl_groups.items():
-        batch, trajs = pack_role_rewards(role_groups)
-        if batch.num_trajectories == 0:
+    for role in rl_roles:
+        batch, trajs = packed[role]
+        reward_metrics = (
+            summary_metrics(batch.rewards, f"reward/{role}", process_group=group)
+            if (group is not None or batch.num_trajectories)
+            else {}
+        )
+        if not reward_metrics:  # no trajectory of this role on any rank
             continue
-        metrics |= summary_metrics(batch.rewards, f"reward/{role}")
+        metrics |= reward_metrics
         if collect_advantage:
             adv_N, _ = compute_advantages(batch, estimators[role], **algorithm_config.estimator_kwargs)
             metrics |= difficulty_metrics(batch, f"difficulty/{role}")
             advantages_by_role[role].append(adv_N.double())
             writes.append((trajs, adv_N.tolist()))
-    token_writes: list[tuple[Step, list]] = []
     if collect_advantage:
-        missing: list[str] = []
-        for role, role_groups in pre_groups.items():
-            entries = [entry for group in role_groups for entry in _precomputed_values(group, missing)]
-            tokens = [a for _, values in entries for a in values]
-            try:
-                advantages_by_role[role].append(torch.tensor(tokens, dtype=torch.float64))
-            except (TypeError, ValueError) as exc:
-                raise TypeError(
-                    f"role {role!r}: a precomputed per-token advantage is not a number ({exc}); lists must hold floats."
-                ) from exc
-            token_writes.extend(entries)
-        if missing:
-            warnings.warn(
-                f"{len(missing)} step(s) of precomputed groups have no advantage and get zeros (first: {missing[0]}).",
-                UserWarning,
-                stacklevel=2,
-            )
-        for role, parts in advantages_by_role.items():
-            adv_all = torch.cat(parts)
-            if adv_all.numel():
-                metrics |= summary_metrics(adv_all, f"advantage/{role}", fraction_zero=True)
+        for role, tokens in pre_tokens.items():
+            advantages_by_role[role].append(tokens)
+        for role in sorted({*rl_roles, *pre_roles}):
+            parts = advantages_by_role.get(role, [])
+            adv_all = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
+            if group is not None or adv_all.numel():
+                metrics |= summary_metrics(adv_all, f"advantage/{role}", fraction_zero=True, process_group=group)
     for trajs, adv_list in writes:
         for traj, adv in zip(trajs, adv_list, strict=True):
             for step in traj.steps:
@@ -218,3 +244,31 @@ def collect_reward_and_advantage_from_trajectory_groups(
     for step, value in token_writes:
         step.advantage = value
     return metrics
+
+
+def _precomputed_writes(
+    pre_groups: dict[str, list[TrajectoryGroup]],
+) -> tuple[list[tuple[Step, list]], dict[str, torch.Tensor]]:
+    """``(writes, tokens_by_role)``: the per-token list to write on every step of the precomputed
+    groups, and each role's token advantages (float64) for the metrics; warns once about steps
+    without an advantage (they get zeros)."""
+    missing: list[str] = []
+    token_writes: list[tuple[Step, list]] = []
+    tokens_by_role: dict[str, torch.Tensor] = {}
+    for role, role_groups in pre_groups.items():
+        entries = [entry for g in role_groups for entry in _precomputed_values(g, missing)]
+        tokens = [a for _, values in entries for a in values]
+        try:
+            tokens_by_role[role] = torch.tensor(tokens, dtype=torch.float64)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(
+                f"role {role!r}: a precomputed per-token advantage is not a number ({exc}); lists must hold floats."
+            ) from exc
+        token_writes.extend(entries)
+    if missing:
+        warnings.warn(
+            f"{len(missing)} step(s) of precomputed groups have no advantage and get zeros (first: {missing[0]}).",
+            UserWarning,
+            stacklevel=3,
+        )
+    return token_writes, tokens_by_role

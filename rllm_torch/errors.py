@@ -24,6 +24,8 @@ __all__ = [
     "WorkflowError",
     "CheckpointError",
     "CheckpointMismatchError",
+    "DistributedSetupError",
+    "DistributedBatchError",
 ]
 
 
@@ -94,3 +96,14 @@ class CheckpointError(RLLMTorchError, RuntimeError):
 class CheckpointMismatchError(ConfigError):
     """The run's config changed, since its newest checkpoint, in a setting resuming cannot honour
     (model architecture, estimator, group size, batch size, seed, data)."""
+
+
+class DistributedSetupError(RLLMTorchError, ValueError):
+    """``torch.distributed`` is not set up for what was asked: no initialised process group, an
+    object that is not a ``ProcessGroup``, a rank outside the group, a backend that cannot carry
+    the tensors' device, or a run launched on more ranks than its settings allow."""
+
+
+class DistributedBatchError(RLLMTorchError, ValueError):
+    """The ranks of a process group passed batches that do not fit together (different
+    ``num_groups``, reward dtypes or layouts)."""

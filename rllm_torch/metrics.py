@@ -1,13 +1,19 @@
 """Reward, advantage and group-difficulty metrics of one role, from packed tensors.
 
 Every function returns a ``dict[str, float]`` of Python floats, built with one ``.tolist()``.
+Under a process group (``process_group=`` / a batch built with one) the metrics are those of
+the global batch, identical on every rank: each rank's moments (count, mean, centred sum of
+squares, max, min) are gathered with one ``all_gather_object`` and merged exactly (Chan et al.'s
+pairwise update), and group statistics are gathered per group (``O(G)`` payload).
 """
 
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 from torch import Tensor
 
+from rllm_torch.distributed import world_position
 from rllm_torch.packing import GroupedRewards
 from rllm_torch.segment import segment_var_mean
 
@@ -20,24 +26,62 @@ DIFFICULTY_PERCENTILES = (10, 50, 90)
 """Percentiles of the group mean and std reported by :func:`difficulty_metrics`."""
 
 
-def summary_metrics(values: Tensor, prefix: str, *, fraction_zero: bool = False) -> dict[str, float]:
-    """``{prefix}/mean``, ``std`` (population, ddof 0, as ``np.std``), ``max``, ``min`` of a
-    non-empty 1-D tensor, and with ``fraction_zero`` the share of ``|v| < 1e-8``.
+def _moments(values: Tensor, fraction_zero: bool) -> list[float]:
+    """``[n, mean, M2, max, min, zeros]`` of a 1-D float64 tensor (``n = 0``: only the count)."""
+    if values.numel() == 0:
+        return [0.0, 0.0, 0.0, -float("inf"), float("inf"), 0.0]
+    mean = values.mean()
+    stats = [mean, ((values - mean) ** 2).sum(), values.max(), values.min()]
+    stats.append((values.abs() < ZERO_ADVANTAGE_ATOL).sum().double() if fraction_zero else mean.new_zeros(()))
+    return [float(values.numel()), *torch.stack(stats).tolist()]
 
-    NaN values propagate into mean/std/max/min, as numpy's reductions do.
+
+def _merge_moments(parts: list[list[float]]) -> list[float]:
+    """Chan et al.'s merge of ``[n, mean, M2, max, min, zeros]`` rows (float64, exact centring)."""
+    n, mean, m2, high, low, zeros = parts[0]
+    for n_b, mean_b, m2_b, high_b, low_b, zeros_b in parts[1:]:
+        if n_b == 0:
+            continue
+        total = n + n_b
+        delta = mean_b - mean
+        mean, m2 = mean + delta * n_b / total, m2 + m2_b + delta * delta * n * n_b / total
+        n, high, low, zeros = total, max(high, high_b), min(low, low_b), zeros + zeros_b
+    if mean != mean:  # a NaN value: NaN everywhere, as torch's reductions give on one process
+        high = low = mean
+    return [n, mean, m2, high, low, zeros]
+
+
+def summary_metrics(
+    values: Tensor, prefix: str, *, fraction_zero: bool = False, process_group: dist.ProcessGroup | None = None
+) -> dict[str, float]:
+    """``{prefix}/mean``, ``std`` (population, ddof 0, as ``np.std``), ``max``, ``min`` of a 1-D
+    tensor, and with ``fraction_zero`` the share of ``|v| < 1e-8``.
+
+    NaN values propagate into mean/std/max/min, as numpy's reductions do. With a
+    ``process_group`` (every rank must call), over the values of every rank; ``{}`` when there is
+    no value at all (on one process, ``values`` must not be empty).
     """
     values = values.double()
-    stats = [
-        values.mean(),
-        values.std(correction=0) if values.numel() > 1 else values.new_zeros(()),
-        values.max(),
-        values.min(),
-    ]
-    names = ["mean", "std", "max", "min"]
-    if fraction_zero:
-        stats.append((values.abs() < ZERO_ADVANTAGE_ATOL).double().mean())
-        names.append("fraction_zero")
-    return {f"{prefix}/{name}": value for name, value in zip(names, torch.stack(stats).tolist(), strict=True)}
+    if process_group is None:
+        stats = [
+            values.mean(),
+            values.std(correction=0) if values.numel() > 1 else values.new_zeros(()),
+            values.max(),
+            values.min(),
+        ]
+        if fraction_zero:
+            stats.append((values.abs() < ZERO_ADVANTAGE_ATOL).double().mean())
+        stats = torch.stack(stats).tolist()
+    else:
+        _, world = world_position(process_group)
+        parts: list = [None] * world
+        dist.all_gather_object(parts, _moments(values, fraction_zero), group=process_group)
+        n, mean, m2, high, low, zeros = _merge_moments([p for p in parts if p[0] > 0] or parts)
+        if n == 0:
+            return {}
+        stats = [mean, (m2 / n) ** 0.5, high, low] + ([zeros / n] if fraction_zero else [])
+    names = ["mean", "std", "max", "min"] + (["fraction_zero"] if fraction_zero else [])
+    return {f"{prefix}/{name}": value for name, value in zip(names, stats, strict=True)}
 
 
 def difficulty_metrics(batch: GroupedRewards, prefix: str) -> dict[str, float]:
@@ -53,13 +97,25 @@ def difficulty_metrics(batch: GroupedRewards, prefix: str) -> dict[str, float]:
       there is no group of two or more.
 
     Args:
-        batch: the role's packed rewards.
+        batch: the role's packed rewards; under a process group, with rank-local groups (as the
+            collector packs them): every rank must call, and the groups of every rank count.
+
+    Raises:
+        NotImplementedError: ``batch`` has groups split over ranks.
     """
     rewards_N = batch.rewards.double()
-    counts_G = batch.counts
     var_G, mean_G = segment_var_mean(rewards_N, batch.group_index, batch.num_groups, correction=0)
     max_G = torch.full_like(mean_G, -torch.inf).scatter_reduce_(0, batch.group_index, rewards_N, "amax")
     min_G = torch.full_like(mean_G, torch.inf).scatter_reduce_(0, batch.group_index, rewards_N, "amin")
+    stats_G5 = torch.stack([batch.counts.double(), mean_G, var_G, max_G, min_G], dim=1).cpu()
+    if batch.process_group is not None:
+        if not batch.local_groups:
+            raise NotImplementedError("difficulty_metrics needs rank-local groups (local_groups=True).")
+        _, world = world_position(batch.process_group)
+        parts: list = [None] * world
+        dist.all_gather_object(parts, stats_G5, group=batch.process_group)
+        stats_G5 = torch.cat(parts)
+    counts_G, mean_G, var_G, max_G, min_G = stats_G5.unbind(1)
     multi_G = counts_G >= 2
     num_multi = int(multi_G.sum())
     out = {f"{prefix}/num_groups": float(num_multi)}

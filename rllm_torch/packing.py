@@ -5,18 +5,30 @@ dense ``group_index [N]`` (int64, ``0..G-1``). The padded view ``[G, K]`` (``K``
 group) with its ``mask [G, K]`` and ``slot_index [N]`` is derived on demand; when every group has
 the same size and trajectories are in group-major order (n rollouts per prompt, the common
 case) the padded view is a free ``view(G, K)`` and estimators take a dense fast path.
+
+Under a ``torch.distributed`` process group (``process_group=pg`` on every constructor) each
+rank holds its share of one batch, and the estimators reduce over the ranks; the two layouts,
+split groups and rank-local groups, are described in :mod:`rllm_torch.distributed`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from torch import Tensor
 
 from rllm_torch._checks import check_group_index, check_reward_tensor, group_to_array, inspect_group_index
-from rllm_torch.errors import InvalidGroupIndexError, InvalidRewardsError
+from rllm_torch.distributed import (
+    ONE_PROCESS,
+    agree_across_ranks,
+    check_backend_carries,
+    resolve_process_group,
+    world_position,
+)
+from rllm_torch.errors import InvalidGroupIndexError, InvalidRewardsError, InvalidRewardTypeError, RLLMTorchError
 from rllm_torch.labels import factorize_group_labels
 from rllm_torch.segment import SegmentLayout, segment_count
 
@@ -51,6 +63,11 @@ class GroupedRewards:
             group-major (``rewards.view(G, K)`` is the padded tensor); else ``None``.
         group_major: True when flat order lists group 0's trajectories, then group 1's, and so
             on (as :meth:`from_groups` and :meth:`from_padded` build it).
+        process_group: the ``torch.distributed.ProcessGroup`` whose ranks hold the rest of the
+            batch, or ``None`` when it is all on this process. Every attribute above describes
+            this rank's share; estimators compute statistics over all ranks.
+        local_groups: True for the rank-local layout (each group wholly on one rank, ids and
+            ``G`` per rank); False for split groups (global ids, the same ``G`` on every rank).
 
     Build it with :meth:`from_groups` (lists / arrays / tensors per group), :meth:`from_flat`
     (a flat tensor and a dense group index), :meth:`from_padded` (a ``[G, K]`` tensor and an
@@ -58,6 +75,16 @@ class GroupedRewards:
     their input and raise :class:`~rllm_torch.errors.InvalidRewardsError`,
     :class:`~rllm_torch.errors.InvalidRewardTypeError` or
     :class:`~rllm_torch.errors.InvalidGroupIndexError` naming the group and position.
+
+    Across ranks, each constructor takes ``process_group`` (default ``ONE_PROCESS``: no
+    collective; ``None``: the default WORLD group; or a ``ProcessGroup``) and ``local_groups``.
+    With ``validate=True`` (always, for :meth:`from_groups`) the checks that need the other ranks
+    run as one small ``all_gather_object`` before any statistic: every rank must pass the same
+    reward dtype, device type and ``local_groups``, and, for split groups, the same
+    ``num_groups``; an error on any rank (an id out of range, a bad tensor) is raised on every
+    rank, naming that rank, so none waits for a rank that failed. With ``validate=False``
+    nothing is exchanged and such mismatches are undefined behaviour: a collective may fail,
+    wait until the process group's timeout, or return wrong numbers.
     """
 
     def __init__(
@@ -67,15 +94,86 @@ class GroupedRewards:
         num_groups: int,
         group_size: int | None = None,
         group_major: bool = False,
+        *,
+        process_group: dist.ProcessGroup | None = None,
+        local_groups: bool = False,
     ) -> None:
         if group_index is None and group_size is None:
             raise InvalidGroupIndexError("group_index may only be omitted for equal groups (group_size given).")
         self.rewards, self._group_index, self.num_groups = rewards, group_index, num_groups
         self.group_size, self.group_major = group_size, group_major
+        self.process_group, self.local_groups = process_group, local_groups
 
     def __repr__(self) -> str:
         layout = f"group_size={self.group_size}" if self.group_size is not None else "ragged"
-        return f"GroupedRewards(N={self.num_trajectories}, G={self.num_groups}, {layout}, dtype={self.rewards.dtype}, device={self.device})"
+        ranks = ""
+        if self.process_group is not None:
+            rank, world = world_position(self.process_group)
+            ranks = f", rank {rank} of {world}, {'rank-local' if self.local_groups else 'split'} groups"
+        return f"GroupedRewards(N={self.num_trajectories}, G={self.num_groups}, {layout}, dtype={self.rewards.dtype}, device={self.device}{ranks})"
+
+    @classmethod
+    def _on_ranks(
+        cls, build: Callable[[], GroupedRewards], process_group: object, local_groups: object, validate: bool
+    ) -> GroupedRewards:
+        """``build()`` this rank's share, then attach the process group after the cross-rank check."""
+        group = resolve_process_group(process_group)
+        if not isinstance(local_groups, bool):
+            raise InvalidRewardTypeError(f"local_groups must be a bool, got {local_groups!r}.")
+        if group is None:
+            if local_groups:
+                raise InvalidGroupIndexError(
+                    "local_groups=True describes a batch spread over a process group; pass process_group too, or drop local_groups."
+                )
+            return build()
+
+        def build_here() -> GroupedRewards:
+            packed = build()
+            check_backend_carries(group, packed.device)
+            return packed
+
+        if not validate:
+            packed = build_here()
+        else:
+            packed, error = None, None
+            try:
+                packed = build_here()
+            except RLLMTorchError as exc:
+                error = exc
+            facts = {"local_groups": local_groups}
+            if packed is not None:
+                facts |= {"num_groups": packed.num_groups, "device type": packed.device.type}
+                if packed.num_trajectories:  # a rank with no trajectory takes the others' dtype
+                    facts["reward dtype"] = packed.rewards.dtype
+            checked = ("local_groups", "device type", "reward dtype") + (() if local_groups else ("num_groups",))
+            everyone = agree_across_ranks(group, error, facts, must_match=checked)
+            dtype = next((f["reward dtype"] for f in everyone if "reward dtype" in f), packed.rewards.dtype)
+            if packed.rewards.dtype != dtype:
+                packed.rewards = packed.rewards.to(dtype)
+        packed.process_group, packed.local_groups = group, local_groups
+        return packed
+
+    def all_ranks(self) -> tuple[GroupedRewards, slice]:
+        """The whole batch on this process, and where this rank's trajectories are in its flat order.
+
+        The concatenation of every rank's batch in rank order (rank-local group ids are offset
+        by the groups of the ranks before), gathered with one ``all_gather_object``: ``O(N)``
+        payload and a host sync, for code that needs every reward (rLLM-form custom
+        estimators, references). For one process: ``(self, slice(0, N))``.
+        """
+        if self.process_group is None:
+            return self, slice(0, self.num_trajectories)
+        rank, world = world_position(self.process_group)
+        parts: list = [None] * world
+        mine = (self.rewards.cpu(), self.group_index.cpu(), self.num_groups)
+        dist.all_gather_object(parts, mine, group=self.process_group)
+        starts_N = np.cumsum([0] + [p[0].shape[0] for p in parts])
+        starts_G = np.cumsum([0] + [p[2] for p in parts]) if self.local_groups else np.zeros(world + 1, dtype=int)
+        rewards = torch.cat([p[0] for p in parts]).to(self.device)
+        index = torch.cat([p[1] + int(starts_G[r]) for r, p in enumerate(parts)]).to(self.device)
+        num_groups = int(starts_G[-1]) if self.local_groups else self.num_groups
+        whole = GroupedRewards.from_flat(rewards, index, num_groups=num_groups, validate=False)
+        return whole, slice(int(starts_N[rank]), int(starts_N[rank + 1]))
 
     @property
     def group_index(self) -> Tensor:
@@ -87,18 +185,30 @@ class GroupedRewards:
 
     @classmethod
     def from_groups(
-        cls, groups: Sequence[Sequence[float] | np.ndarray | Tensor], *, device: torch.device | str | None = None
+        cls,
+        groups: Sequence[Sequence[float] | np.ndarray | Tensor],
+        *,
+        device: torch.device | str | None = None,
+        process_group: object = ONE_PROCESS,
+        local_groups: bool = False,
     ) -> GroupedRewards:
         """Pack per-group rewards (Python lists, 1-D numpy arrays or 1-D tensors).
 
         Flat order is the concatenation of the groups. The dtype follows type promotion over
         all groups (Python floats give float64, as numpy does). ``device`` defaults to the first
-        tensor group's device, else CPU.
+        tensor group's device, else CPU. Under a process group with split groups, every rank
+        lists all ``G`` groups, each with this rank's members (possibly none); checked across
+        ranks (see the class).
 
         Raises:
             InvalidRewardTypeError: a group is not a sequence, or a reward is not a real number.
             InvalidRewardsError: a reward is ``None``, or a group is not 1-D.
+            DistributedSetupError, DistributedBatchError: see :mod:`rllm_torch.distributed` and the class.
         """
+        return cls._on_ranks(lambda: cls._from_groups(groups, device), process_group, local_groups, True)
+
+    @classmethod
+    def _from_groups(cls, groups, device) -> GroupedRewards:
         if isinstance(groups, (Tensor, np.ndarray, str, bytes)) or not isinstance(groups, Sequence):
             raise InvalidRewardsError(
                 f"groups must be a list with one sequence of rewards per group, got {type(groups).__name__}; for a flat tensor use GroupedRewards.from_flat or from_padded."
@@ -124,7 +234,14 @@ class GroupedRewards:
 
     @classmethod
     def from_flat(
-        cls, rewards: Tensor, group_index: Tensor, *, num_groups: int | None = None, validate: bool = True
+        cls,
+        rewards: Tensor,
+        group_index: Tensor,
+        *,
+        num_groups: int | None = None,
+        validate: bool = True,
+        process_group: object = ONE_PROCESS,
+        local_groups: bool = False,
     ) -> GroupedRewards:
         """Pack a flat reward tensor with a dense group index, in any order.
 
@@ -137,27 +254,59 @@ class GroupedRewards:
                 ``group_index``: one host sync on an accelerator, also taken when ``num_groups``
                 is ``None``. With ``num_groups`` given and ``validate=False`` nothing
                 synchronises, for use inside compiled or graph-captured loops; ids out of range
-                are then undefined behaviour.
+                are then undefined behaviour. Under a process group it also runs the cross-rank
+                check of the class docstring.
+            process_group: ``ONE_PROCESS`` (default), ``None`` (WORLD) or a ``ProcessGroup``.
+            local_groups: the rank-local layout (ids and ``num_groups`` are this rank's own);
+                else split groups, where ``num_groups`` is required and global.
 
         Raises:
             InvalidRewardTypeError, InvalidRewardsError, InvalidGroupIndexError: see the class.
+            DistributedSetupError, DistributedBatchError: see :mod:`rllm_torch.distributed` and the class.
         """
-        rewards = check_reward_tensor(rewards, "rewards", ndim=1)
-        group_index = check_group_index(group_index, rewards, num_groups)
-        if validate or num_groups is None:
-            num_groups, ascending = inspect_group_index(group_index, num_groups)
-            return cls(rewards, group_index, num_groups, None, group_major=ascending)
-        return cls(rewards, group_index, num_groups, None)
+        split = process_group is not ONE_PROCESS and not local_groups
+
+        def build() -> GroupedRewards:
+            checked = check_reward_tensor(rewards, "rewards", ndim=1)
+            index = check_group_index(group_index, checked, num_groups)
+            if split and num_groups is None:
+                raise InvalidGroupIndexError(
+                    "num_groups is required for groups split over a process group: pass the global number of groups, the same on every rank."
+                )
+            if validate or num_groups is None:
+                size, ascending = inspect_group_index(index, num_groups)
+                return cls(checked, index, size, None, group_major=ascending)
+            return cls(checked, index, num_groups, None)
+
+        return cls._on_ranks(build, process_group, local_groups, validate)
 
     @classmethod
-    def from_padded(cls, rewards: Tensor, mask: Tensor | None = None) -> GroupedRewards:
+    def from_padded(
+        cls,
+        rewards: Tensor,
+        mask: Tensor | None = None,
+        *,
+        process_group: object = ONE_PROCESS,
+        local_groups: bool = False,
+        validate: bool = True,
+    ) -> GroupedRewards:
         """Pack a padded ``[G, K]`` reward tensor; ``mask [G, K]`` (bool) marks real trajectories.
 
         Without a mask every entry is a trajectory: the dense layout, built without
         synchronising, and without copying unless ``rewards`` is not contiguous. With a mask, flat order is the
         row-major order of the ``True`` entries (one host sync to count them); padded entries
         are never read, so they may hold anything, NaN included.
+
+        Under a process group, row ``g`` holds this rank's members of group ``g`` (split
+        groups: every rank passes ``G`` rows, global ids; each rank may hold a different ``K``)
+        or this rank's own group ``g`` (``local_groups=True``). ``validate`` runs the cross-rank
+        check of the class docstring (one host sync); ``validate=False`` skips it. Without a
+        process group ``validate`` has no effect: the checks here read no data.
         """
+        return cls._on_ranks(lambda: cls._from_padded(rewards, mask), process_group, local_groups, validate)
+
+    @classmethod
+    def _from_padded(cls, rewards: Tensor, mask: Tensor | None) -> GroupedRewards:
         rewards = check_reward_tensor(rewards, "rewards", ndim=2)
         num_groups, width = rewards.shape
         if mask is None:
@@ -211,15 +360,18 @@ class GroupedRewards:
     @_lazy
     def layout(self) -> SegmentLayout:
         """The :class:`~rllm_torch.segment.SegmentLayout` estimators reduce with."""
+        comms = {"group_comm": None if self.local_groups else self.process_group, "batch_comm": self.process_group}
         if self.group_size is not None:
-            return SegmentLayout.dense_layout(self.num_groups, self.group_size)
+            return SegmentLayout.dense_layout(self.num_groups, self.group_size, device=self.device, **comms)
         # an empty group's start may be N (past the end): clamp it, its shift is never read
         first_index = self.starts.clamp_(max=max(self.num_trajectories - 1, 0)) if self.group_major else None
-        return SegmentLayout.ragged(self.group_index, self.num_groups, first_index=first_index, counts=self.counts)
+        return SegmentLayout.ragged(
+            self.group_index, self.num_groups, first_index=first_index, counts=self.counts, **comms
+        )
 
     @_lazy
     def counts(self) -> Tensor:
-        """``[G]`` int64 number of trajectories per group."""
+        """``[G]`` int64 number of this rank's trajectories per group."""
         if self.group_size is not None:
             return torch.full((self.num_groups,), self.group_size, dtype=torch.int64, device=self.device)
         return segment_count(self.group_index, self.num_groups)
@@ -304,7 +456,15 @@ class GroupedRewards:
     def to(self, device: torch.device | str) -> GroupedRewards:
         """The same packing on another device."""
         index = None if self._group_index is None else self._group_index.to(device)
-        moved = GroupedRewards(self.rewards.to(device), index, self.num_groups, self.group_size, self.group_major)
+        moved = GroupedRewards(
+            self.rewards.to(device),
+            index,
+            self.num_groups,
+            self.group_size,
+            self.group_major,
+            process_group=self.process_group,
+            local_groups=self.local_groups,
+        )
         for key in ("counts", "slot_index"):
             if key in self.__dict__:
                 moved.__dict__[key] = self.__dict__[key].to(device)

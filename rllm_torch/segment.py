@@ -10,8 +10,13 @@ Numerics, defined here once for the whole package (every estimator goes through
 * **Accumulation dtype**: float64 for float64 input, float32 for everything else (bool, integer,
   float16, bfloat16, float32). Results have the accumulation dtype.
 * **Variance is two-pass (centred)**: ``var = sum((x - mean)^2) / (n - correction)``, never
-  ``E[x^2] - E[x]^2``. The data are first shifted by one member of their group, so a constant
-  group has centred values and variance exactly 0, and large offsets lose no precision.
+  ``E[x^2] - E[x]^2``. The data are first shifted by a value of their group (its first member;
+  its midrange when the group is split over ranks), so a constant group has centred values and
+  variance exactly 0, and large offsets lose no precision.
+* **Across ranks** (a process group, :mod:`rllm_torch.distributed`): per-rank sums of the
+  shifted values, the counts and the centred squares are all-reduced (``O(G)`` payload, a fixed
+  number of collectives); the result equals one process's on the concatenated batch up to the
+  order of float additions.
 * **Empty groups** (count 0) give sum 0 and mean/variance NaN; ``n - correction <= 0`` gives
   an infinite or NaN variance, as ``torch.var`` does. Callers handle groups of one explicitly.
 * **No host-device synchronisation**: ``index_add_``, gathers and elementwise ops with shapes
@@ -24,10 +29,15 @@ Numerics, defined here once for the whole package (every estimator goes through
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 from torch import Tensor
+
+from rllm_torch.distributed import all_reduce_
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 __all__ = [
     "accumulation_dtype",
@@ -98,13 +108,26 @@ class SegmentLayout:
 
     Two private branches give the same numbers:
 
-    * dense: all groups have ``K`` members and flat order is group-major, so values are a free
-      ``view(G, K)``; sums are matrix-vector products, per-group values broadcast as ``[G, 1]``.
+    * dense: all groups have ``K`` members here and flat order is group-major, so values are a
+      free ``view(G, K)``; sums are row reductions, per-group values broadcast as ``[G, 1]``.
     * ragged: any sizes and any order, described by ``index [N]``; sums are ``scatter_add_`` and
       per-group values are gathered with ``index_select``.
 
-    Estimators write their formula once against :meth:`values`, :meth:`center`, :meth:`expand`,
-    :meth:`where_singleton` and :meth:`flat`. ``GroupedRewards.layout`` builds the right one.
+    Estimators write their formula once against :meth:`values`, :meth:`center`, :meth:`sum`,
+    :meth:`mean`, :meth:`expand`, :meth:`where_singleton`, :meth:`whole_batch` and :meth:`flat`;
+    ``GroupedRewards.layout`` builds the right one. The same formula is then correct on one
+    process and across the ranks of a process group (:mod:`rllm_torch.distributed`):
+
+    * ``group_comm``: the process group per-group statistics are reduced over (split groups),
+      or ``None`` when each group is wholly on this process;
+    * ``batch_comm``: the process group batch statistics (:meth:`whole_batch`) are reduced over,
+      or ``None`` for one process.
+
+    Collectives per call, with a process group (each one ``all_reduce`` on the values' device):
+    :meth:`center` 2 (the shift, a ``max`` of ``[2G]``; sums and counts, a ``sum`` of ``[2G]``),
+    :meth:`Centered.var` 1 (``[G]``), :meth:`sum` 1, :attr:`counts` 1 (``[G]`` int64, only if
+    asked before :meth:`center`; :meth:`mean` is :meth:`sum` and :attr:`counts`). Every rank of
+    the group must make the same calls.
     """
 
     def __init__(
@@ -115,38 +138,87 @@ class SegmentLayout:
         index: Tensor | None,
         first_index: Tensor | None,
         counts: Tensor | None,
+        group_comm: ProcessGroup | None = None,
+        batch_comm: ProcessGroup | None = None,
+        device: torch.device | None = None,
     ):
         self.num_groups = num_groups
         self.group_size = group_size
         self.index = index
         self._first_index = first_index
-        self._counts = counts
+        self._counts = None if group_comm is not None else counts  # a split layout's counts are global
+        self.group_comm, self.batch_comm = group_comm, batch_comm
+        self._device = index.device if index is not None else device or torch.device("cpu")
 
     @classmethod
-    def dense_layout(cls, num_groups: int, group_size: int) -> SegmentLayout:
-        """Layout of ``num_groups`` groups of ``group_size`` members each, in group-major order."""
-        return cls(num_groups=num_groups, group_size=group_size, index=None, first_index=None, counts=None)
+    def dense_layout(
+        cls,
+        num_groups: int,
+        group_size: int,
+        *,
+        group_comm: ProcessGroup | None = None,
+        batch_comm: ProcessGroup | None = None,
+        device: torch.device | None = None,
+    ) -> SegmentLayout:
+        """Layout of ``num_groups`` groups of ``group_size`` members each (on this rank), group-major;
+        ``device`` is where its values live (needed only when the groups are split over ranks)."""
+        return cls(
+            num_groups=num_groups,
+            group_size=group_size,
+            index=None,
+            first_index=None,
+            counts=None,
+            group_comm=group_comm,
+            batch_comm=batch_comm,
+            device=device,
+        )
 
     @classmethod
     def ragged(
-        cls, index: Tensor, num_groups: int, *, first_index: Tensor | None = None, counts: Tensor | None = None
+        cls,
+        index: Tensor,
+        num_groups: int,
+        *,
+        first_index: Tensor | None = None,
+        counts: Tensor | None = None,
+        group_comm: ProcessGroup | None = None,
+        batch_comm: ProcessGroup | None = None,
     ) -> SegmentLayout:
         """Layout given by a dense group index ``[N]``. ``first_index [G]`` (flat position of each
-        group's first member) and ``counts [G]`` are computed here, without a host sync, when
-        ``None``."""
-        return cls(num_groups=num_groups, group_size=None, index=index, first_index=first_index, counts=counts)
+        group's first member) and ``counts [G]`` (this rank's) are computed here, without a host
+        sync, when ``None``."""
+        return cls(
+            num_groups=num_groups,
+            group_size=None,
+            index=index,
+            first_index=first_index,
+            counts=counts,
+            group_comm=group_comm,
+            batch_comm=batch_comm,
+        )
 
     @property
     def is_dense(self) -> bool:
         return self.group_size is not None
 
     @property
-    def counts(self) -> Tensor | int:
-        """Members per group: the int ``K`` (dense) or a ``[G]`` int64 tensor (ragged)."""
+    def _int_counts(self) -> bool:
+        """Whether every group's size is the Python int ``K`` (dense, not split over ranks)."""
+        return self.group_size is not None and self.group_comm is None
+
+    def _local_counts(self) -> Tensor:
         if self.group_size is not None:
+            return torch.full((self.num_groups, 1), self.group_size, dtype=torch.int64, device=self._device)
+        return segment_count(self.index, self.num_groups)
+
+    @property
+    def counts(self) -> Tensor | int:
+        """Members per group over every rank: the int ``K`` (dense, one process) or a tensor shaped
+        like :meth:`sum`'s output."""
+        if self._int_counts:
             return self.group_size
         if self._counts is None:
-            self._counts = segment_count(self.index, self.num_groups)
+            self._counts = all_reduce_(self._local_counts(), self.group_comm)
         return self._counts
 
     @property
@@ -166,13 +238,20 @@ class SegmentLayout:
         """Inverse of :meth:`values`: back to flat ``[N]`` order (a view)."""
         return x.reshape(-1)
 
-    def sum(self, x: Tensor) -> Tensor:
-        """Per-group sums: ``[G, 1]`` (dense) or ``[G]`` (ragged), in ``x``'s dtype."""
+    def _local_sum(self, x: Tensor) -> Tensor:
         if self.group_size is None:
             return x.new_zeros(self.num_groups).scatter_add_(0, self.index, x)
         if _gemv_is_exact(x):  # BLAS gemv beats eager's reduction over a short inner dimension
             return torch.mv(x, x.new_ones(self.group_size)).unsqueeze(1)
         return x.sum(dim=1, keepdim=True)
+
+    def sum(self, x: Tensor) -> Tensor:
+        """Per-group sums over every rank: ``[G, 1]`` (dense) or ``[G]`` (ragged), in ``x``'s dtype."""
+        return all_reduce_(self._local_sum(x), self.group_comm)
+
+    def mean(self, x: Tensor) -> Tensor:
+        """Per-group means over every rank, shaped like :meth:`sum` (NaN for an empty group)."""
+        return self.sum(x).div_(self.counts)
 
     def sum_of_squares(self, x: Tensor) -> Tensor:
         """Per-group sums of ``x * x``, shaped like :meth:`sum`."""
@@ -183,8 +262,9 @@ class SegmentLayout:
         return v_G if self.group_size is not None else torch.index_select(v_G, 0, self.index)
 
     def singletons(self) -> Tensor | bool:
-        """Which groups have at most one member: a bool (dense) or ``[G]`` bool tensor (ragged)."""
-        return self.group_size <= 1 if self.group_size is not None else self.counts <= 1
+        """Which groups have at most one member (over every rank): a bool (dense, one process) or a
+        bool tensor shaped like :meth:`sum`'s output."""
+        return self.group_size <= 1 if self._int_counts else self.counts <= 1
 
     def where_singleton(self, value_G: Tensor, singleton_value: float | Tensor) -> Tensor:
         """``value_G`` (shaped like :meth:`sum`) with ``singleton_value`` (a number, or a tensor
@@ -194,17 +274,58 @@ class SegmentLayout:
             return torch.zeros_like(value_G).add_(singleton_value) if single else value_G
         return torch.where(single, singleton_value, value_G)
 
+    def whole_batch(self, x_N: Tensor) -> tuple[SegmentLayout, Tensor]:
+        """The batch as one group, over every rank of ``batch_comm``: ``(layout, x [1, N])``, for
+        batch statistics (whitening) written with the same reductions as group statistics."""
+        whole = SegmentLayout.dense_layout(
+            1, x_N.shape[0], group_comm=self.batch_comm, batch_comm=self.batch_comm, device=x_N.device
+        )
+        return whole, whole.values(x_N)
+
+    def _shift(self, x: Tensor) -> Tensor:
+        """One value per group that every member's rank agrees on, and that is exactly the
+        group's value when the group is constant: its first member on one process, its midrange
+        ``min + (max - min) / 2`` (one ``max`` all-reduce of ``[2G]``) when it is split."""
+        dense = self.group_size is not None
+        if self.group_comm is None:
+            if x.shape[-1 if dense else 0] == 0:  # no member: nothing to shift
+                return x.new_zeros((self.num_groups, 1) if dense else (self.num_groups,))
+            return x[:, :1] if dense else torch.index_select(x, 0, self.first_index)
+        if dense:
+            if x.shape[1] == 0:
+                high, low = (x.new_full((self.num_groups, 1), v) for v in (-torch.inf, torch.inf))
+            else:
+                high, low = x.amax(dim=1, keepdim=True), x.amin(dim=1, keepdim=True)
+        else:
+            high = x.new_full((self.num_groups,), -torch.inf).scatter_reduce_(0, self.index, x, "amax")
+            low = x.new_full((self.num_groups,), torch.inf).scatter_reduce_(0, self.index, x, "amin")
+        high, neg_low = all_reduce_(torch.cat([high, low.neg_()]), self.group_comm, op="max").chunk(2)
+        return (high + neg_low).mul_(0.5).sub_(neg_low)  # low + (high - low) / 2: a constant group's value
+
+    def _sum_and_counts(self, x: Tensor) -> tuple[Tensor, Tensor | int]:
+        """Per-group sums and counts over every rank; one ``sum`` all-reduce of ``[2G]`` when split
+        (counts travel in ``x``'s dtype, exact below ``2**24`` members per group in float32)."""
+        local_G = self._local_sum(x)
+        if self.group_comm is None or self._counts is not None:
+            return all_reduce_(local_G, self.group_comm), self.counts
+        both = all_reduce_(torch.cat([local_G, self._local_counts().to(local_G.dtype)]), self.group_comm)
+        sum_G, self._counts = both.chunk(2)
+        return sum_G, self._counts
+
     def center(self, x: Tensor, *, singleton_baseline: float | None = 0.0) -> Centered:
         """Two-pass centring on the group mean (see :class:`Centered`).
 
-        The mean is taken of ``x - shift`` with ``shift`` each group's first value, so a constant
-        group gives exactly 0. With ``singleton_baseline`` a number, a group of one uses that value
-        as its mean (0: its centred value is its reward; its variance is then meaningless and
-        callers override it with :meth:`where_singleton`); with ``None`` it is treated like any group.
+        The mean is taken of ``x - shift``, with ``shift`` a value of each group (see
+        :meth:`_shift`), so a constant group gives exactly 0, also when its members are on
+        several ranks, and large offsets lose no precision. With ``singleton_baseline`` a number,
+        a group of one uses that value as its mean (0: its centred value is its reward; its
+        variance is then meaningless and callers override it with :meth:`where_singleton`);
+        with ``None`` it is treated like any group.
         """
-        shift_G = x[:, :1] if self.group_size is not None else torch.index_select(x, 0, self.first_index)
+        shift_G = self._shift(x)
         centered = x - self.expand(shift_G)  # exactly 0 in a constant group
-        mean_shifted_G = self.sum(centered).div_(self.counts)
+        sum_G, counts = self._sum_and_counts(centered)
+        mean_shifted_G = sum_G.div_(counts)
         # a singleton's centred value is 0 here: with a baseline, make it x - baseline
         if singleton_baseline is not None and self.singletons() is not False:
             mean_shifted_G = self.where_singleton(mean_shifted_G, singleton_baseline - shift_G)
@@ -229,5 +350,6 @@ class Centered(NamedTuple):
         return self.shift + self.mean_shifted
 
     def var(self, correction: int = 0) -> Tensor:
-        """Second pass: ``sum((x - mean)^2) / (n - correction)``, only when an estimator needs it."""
+        """Second pass: ``sum((x - mean)^2) / (n - correction)``, only when an estimator needs it
+        (one ``sum`` all-reduce of ``[G]`` when the groups are split over ranks)."""
         return self.layout.sum_of_squares(self.values).div_(self.layout.counts - correction)

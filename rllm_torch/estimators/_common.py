@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numbers
 
-import torch
 from torch import Tensor
 
 from rllm_torch.errors import InvalidRewardsError, InvalidRewardTypeError
@@ -33,6 +32,13 @@ _SHARED_DOCS = {
     "numerics": """Group statistics are two-pass (centred) and accumulate in float32 (float64 for
         float64 input), see :mod:`rllm_torch.segment`. An empty batch gives empty outputs; a
         NaN reward makes NaN only in its own group. No host-device synchronisation.""",
+    "ranks": """Across ranks (a batch built with ``process_group``, :mod:`rllm_torch.distributed`):
+        each rank gets the advantages of its own trajectories, equal to one process's on the
+        concatenation of all ranks' batches (up to the order of float additions); group sizes,
+        singleton rules and exact zeros are those of the global groups. Every rank of the group
+        must call the estimator (a rank with no trajectory too). Collectives are
+        ``torch.distributed.all_reduce`` calls on the process group's backend (gloo for CPU,
+        NCCL for CUDA tensors), in the accumulation dtype; their number does not depend on ``N``.""",
 }
 
 
@@ -84,6 +90,9 @@ def std_plus_epsilon(std: Tensor, epsilon: float) -> Tensor:
     return std if epsilon > 0 else std.masked_fill_(std == 0, 1.0)
 
 
-def whiten(centered: Tensor, epsilon: float) -> Tensor:
-    """``c / (std(c) + epsilon)`` in place, one population std over all of ``c`` (``torch.std``)."""
-    return centered.div_(std_plus_epsilon(torch.std(centered, correction=0), epsilon))
+def whiten(centered_N: Tensor, layout: SegmentLayout, epsilon: float) -> Tensor:
+    """``c / (std(c) + epsilon)`` in place, one population std over all of ``c`` of the batch
+    (over every rank of ``layout.batch_comm``), centred on the mean of ``c``."""
+    whole, c_1N = layout.whole_batch(centered_N)
+    std = whole.center(c_1N, singleton_baseline=None).var(0).sqrt_().reshape(())
+    return centered_N.div_(std_plus_epsilon(std, epsilon))

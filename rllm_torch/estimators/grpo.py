@@ -49,6 +49,9 @@ def grpo(
     Edge cases: a group of one has mean 0 and std 1 (as rLLM), so its advantage is
     ``r / (1 + epsilon)``; a group of two or more equal rewards gets exactly 0.
     {numerics}
+    {ranks}
+    Collectives per call: split groups 3 (``[2G]`` max, ``[2G]`` and ``[G]`` sums; 2 with
+    ``norm_adv_by_std_in_grpo=False``); rank-local groups: none.
 
     References: Shao et al., "DeepSeekMath", arXiv:2402.03300 (GRPO); Liu et al., "Understanding
     R1-Zero-Like Training: A Critical Perspective", arXiv:2503.20783 (Dr. GRPO); rLLM
@@ -63,9 +66,6 @@ def grpo(
     check_flag(norm_adv_by_std_in_grpo, "norm_adv_by_std_in_grpo")
     epsilon, std_correction = check_epsilon(epsilon), check_correction(std_correction)
     x, layout = working_rewards(batch)
-    if batch.num_trajectories == 0:
-        empty = layout.flat(x).clone()
-        return empty, empty
     stats = layout.center(x)  # a group of one: mean 0
     adv = stats.values
     if norm_adv_by_std_in_grpo:

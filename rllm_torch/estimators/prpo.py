@@ -12,7 +12,6 @@ from rllm_torch.estimators._common import (
     working_rewards,
 )
 from rllm_torch.packing import GroupedRewards
-from rllm_torch.segment import SegmentLayout
 
 __all__ = ["prpo"]
 
@@ -36,6 +35,8 @@ def prpo(batch: GroupedRewards, *, epsilon: float = 1e-6) -> tuple[Tensor, Tenso
     Edge cases: a batch whose rewards are all equal gets exactly 0; one NaN reward makes the
     whole batch NaN.
     {numerics}
+    {ranks}
+    Collectives per call: 3 (``[2]`` max, ``[2]`` and ``[1]`` sums) for either layout.
 
     References: rLLM's ``rLLMAdvantageEstimator.PRPO`` (batch-level reward whitening, as in
     REINFORCE++'s global normalisation, arXiv:2501.03262), with the semantics of DESIGN.md §3.
@@ -48,11 +49,7 @@ def prpo(batch: GroupedRewards, *, epsilon: float = 1e-6) -> tuple[Tensor, Tenso
     check_batch(batch, "prpo")
     epsilon = check_epsilon(epsilon)
     x, layout = working_rewards(batch)
-    x_N = layout.flat(x)
-    if batch.num_trajectories == 0:
-        empty = x_N.clone()
-        return empty, empty
-    whole = SegmentLayout.dense_layout(1, batch.num_trajectories)
-    stats = whole.center(whole.values(x_N), singleton_baseline=None)
+    whole, x_1N = layout.whole_batch(layout.flat(x))
+    stats = whole.center(x_1N, singleton_baseline=None)
     adv = whole.flat(stats.values.div_(std_plus_epsilon(stats.var().sqrt_(), epsilon)))
     return adv, adv

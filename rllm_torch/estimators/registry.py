@@ -167,6 +167,13 @@ def compute_advantages(
     estimator gets per-group numpy arrays (float32, float64 for float64 rewards) and its
     per-group output is packed back.
 
+    Across ranks (``batch.process_group`` set): built-ins and tensor-form estimators written
+    with the layout's reductions (``batch.layout``, see :class:`~rllm_torch.segment.SegmentLayout`)
+    reduce over the ranks, as each built-in's docstring counts. An ``"arrays"`` estimator, whose
+    per-group arrays must hold whole groups, gets the whole batch instead: every rank gathers
+    every reward once (:meth:`GroupedRewards.all_ranks`, ``O(N)`` payload and a host sync), runs
+    the function on all groups, and keeps its own trajectories' values; every rank must call it.
+
     Args:
         batch: the packed rewards of one role.
         estimator: a registered name.
@@ -193,10 +200,12 @@ def compute_advantages(
     if entry.tensor_fn is not None or entry.form == "tensors":
         out = (entry.tensor_fn or entry.fn)(batch, **options)
         return _check_tensor_pair(out, batch, name)
-    dtype = accumulation_dtype(batch.rewards.dtype)
-    groups = [g.cpu().numpy() for g in batch.split(batch.rewards.to(dtype))]
+    whole, mine = batch.all_ranks()  # the whole batch on every rank: the function sees every group
+    dtype = accumulation_dtype(whole.rewards.dtype)
+    groups = [g.cpu().numpy() for g in whole.split(whole.rewards.to(dtype))]
     out = entry.fn(rewards=groups, **options)
-    return _pack_array_pair(out, batch, name, dtype)
+    advantages, returns = _pack_array_pair(out, whole, name, dtype)
+    return advantages[mine], returns[mine]
 
 
 def _check_tensor_pair(out: object, batch: GroupedRewards, name: str) -> tuple[Tensor, Tensor]:

@@ -24,6 +24,8 @@ def reinforce(batch: GroupedRewards) -> tuple[Tensor, Tensor]:
         InvalidRewardTypeError: ``batch`` is not a GroupedRewards.
 
     {numerics}
+    {ranks}
+    Collectives per call: none (no statistic).
 
     References: Williams, "Simple statistical gradient-following algorithms for connectionist
     reinforcement learning", Machine Learning 8 (1992); rLLM ``calculate_reinforce_advantages``.
@@ -63,6 +65,9 @@ def reinforce_plus_plus_baseline(batch: GroupedRewards, *, epsilon: float = 1e-6
     per task still learns); a group of two or more equal rewards gets exactly 0. A NaN reward
     makes the whole batch NaN, since ``std_B`` is batch-wide.
     {numerics}
+    {ranks}
+    Collectives per call: split groups 5 (the group mean: ``[2G]`` max and ``[2G]`` sum;
+    the batch std: ``[2]`` max, ``[2]`` and ``[1]`` sums); rank-local groups: the batch std's 3.
 
     References: Hu, "REINFORCE++: A Simple and Efficient Approach for Aligning Large Language
     Models", arXiv:2501.03262; rLLM ``calculate_reinforce_plus_plus_baseline_advantages``.
@@ -75,9 +80,6 @@ def reinforce_plus_plus_baseline(batch: GroupedRewards, *, epsilon: float = 1e-6
     check_batch(batch, "reinforce_plus_plus_baseline")
     epsilon = check_epsilon(epsilon)
     x, layout = working_rewards(batch)
-    if batch.num_trajectories == 0:
-        empty = layout.flat(x).clone()
-        return empty, empty
     centered = layout.center(x).values  # a group of one: baseline 0
-    adv = whiten(layout.flat(centered), epsilon)
+    adv = whiten(layout.flat(centered), layout, epsilon)
     return adv, adv

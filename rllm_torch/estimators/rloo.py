@@ -29,6 +29,8 @@ def rloo(batch: GroupedRewards) -> tuple[Tensor, Tensor]:
     bare array there, we return the pair like every estimator); a group of two or more equal
     rewards gets exactly 0.
     {numerics}
+    {ranks}
+    Collectives per call: split groups 2 (``[2G]`` max, ``[2G]`` sum); rank-local groups: none.
 
     References: Ahmadian et al., "Back to Basics: Revisiting REINFORCE Style Optimization for
     Learning from Human Feedback in LLMs", arXiv:2402.14740; Kool et al., "Buy 4 REINFORCE
@@ -41,12 +43,9 @@ def rloo(batch: GroupedRewards) -> tuple[Tensor, Tensor]:
     """
     check_batch(batch, "rloo")
     x, layout = working_rewards(batch)
-    if batch.num_trajectories == 0:
-        empty = layout.flat(x).clone()
-        return empty, empty
     adv = layout.center(x).values  # a group of one: baseline 0
-    n = layout.counts
-    if layout.is_dense:
+    n = layout.counts  # the int K for equal groups on one process, else one count per group
+    if isinstance(n, int):
         adv.mul_(n / (n - 1) if n > 1 else 1.0)
     else:
         n_G = n.to(x.dtype)

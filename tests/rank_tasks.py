@@ -1,0 +1,123 @@
+"""What the ranks of a :class:`rank_pool.RankPool` run in the distributed tests (module-level, so the
+spawned workers can import them). Each takes plain picklable arguments and returns numpy arrays,
+numbers or strings."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from rllm_torch import GroupedRewards, compute_advantages, register_rllm_adv_estimator
+
+DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16, "bool": torch.bool}
+
+
+def build_batch(spec: dict) -> GroupedRewards:
+    """This rank's ``GroupedRewards`` from a spec made by the test (see ``test_distributed_estimators``)."""
+    dtype = DTYPES[spec["dtype"]]
+    pg = spec.get("process_group", None)
+    common = dict(process_group=pg, local_groups=spec["local"])
+    if spec["kind"] == "flat":
+        rewards = torch.tensor(spec["rewards"], dtype=torch.float64).to(dtype)
+        index = torch.tensor(spec["index"], dtype=torch.int64)
+        return GroupedRewards.from_flat(
+            rewards, index, num_groups=spec["num_groups"], validate=spec.get("validate", True), **common
+        )
+    if spec["kind"] == "groups":
+        groups = [torch.tensor(g, dtype=torch.float64).to(dtype) for g in spec["groups"]]
+        return GroupedRewards.from_groups(groups, **common)
+    if spec["kind"] == "padded":
+        rewards = torch.tensor(spec["padded"], dtype=torch.float64).to(dtype).reshape(spec["shape"])
+        return GroupedRewards.from_padded(rewards, validate=spec.get("validate", True), **common)
+    raise KeyError(spec["kind"])
+
+
+def estimate(spec: dict, estimator: str, options: dict) -> tuple[np.ndarray, str, str]:
+    """``(advantages as float64, their dtype, the layout's branch)`` of this rank's batch."""
+    batch = build_batch(spec)
+    adv, ret = compute_advantages(batch, estimator, **options)
+    if not torch.equal(adv.nan_to_num(7.0), ret.nan_to_num(7.0)):
+        raise AssertionError("returns differ from advantages")
+    return adv.double().numpy(), str(adv.dtype), "dense" if batch.layout.is_dense else "ragged"
+
+
+def count_collectives(spec: dict, estimator: str, options: dict) -> list[tuple[str, int, str]]:
+    """``(collective, numel, dtype)`` of every ``torch.distributed`` call one estimator call makes,
+    after the batch is built (its validation collective is not counted)."""
+    batch = build_batch(spec)
+    calls: list[tuple[str, int, str]] = []
+    originals = {name: getattr(dist, name) for name in ("all_reduce", "all_gather", "all_gather_object", "broadcast")}
+
+    def counting(name):
+        def call(obj, *args, **kwargs):
+            numel = obj.numel() if isinstance(obj, torch.Tensor) else -1
+            calls.append((name, numel, str(getattr(obj, "dtype", type(obj).__name__))))
+            return originals[name](obj, *args, **kwargs)
+
+        return call
+
+    for name in originals:
+        setattr(dist, name, counting(name))
+    try:
+        compute_advantages(batch, estimator, **options)
+    finally:
+        for name, fn in originals.items():
+            setattr(dist, name, fn)
+    return calls
+
+
+def build_only(spec: dict) -> str:
+    """Build the batch (to test the input checks); its repr on success."""
+    return repr(build_batch(spec))
+
+
+# ---- custom estimators: registered on import, in the parent and in every worker ----------------
+
+
+@register_rllm_adv_estimator("test_mean_abs_scaled", form="tensors")
+def mean_abs_scaled(batch: GroupedRewards):
+    """Group-mean baseline scaled by the batch's mean |centred reward|, written only with the
+    layout's reductions: correct across ranks with no extra code."""
+    layout = batch.layout
+    centered_N = layout.flat(layout.center(layout.values(batch.rewards.double())).values)
+    whole, c_1N = layout.whole_batch(centered_N)
+    scale = whole.mean(c_1N.abs()).reshape(())
+    adv_N = centered_N / (scale + 1e-6)
+    return adv_N, adv_N
+
+
+@register_rllm_adv_estimator("test_distributed_max_baseline")
+def max_baseline(rewards, **kwargs):
+    """rLLM form (per-group arrays): reward minus its group's best reward."""
+    adv = [r - r.max() for r in rewards]
+    return adv, adv
+
+
+def make_groups(spec: list[dict]) -> list:
+    """TrajectoryGroups from ``[{task_id, role, rewards, steps, precomputed}]`` (two-step
+    trajectories when ``steps == 2``; ``precomputed``: each step carries advantage 0.5)."""
+    from rllm_torch import Step, Trajectory, TrajectoryGroup
+
+    groups = []
+    for g in spec:
+        trajs = []
+        for reward in g["rewards"]:
+            steps = [Step(prompt_ids=[1], response_ids=[2, 3], response_mask=[1, 1]) for _ in range(g.get("steps", 1))]
+            if g.get("precomputed"):
+                for step in steps:
+                    step.advantage = 0.5
+            trajs.append(Trajectory(name=g["role"], reward=reward, steps=steps))
+        groups.append(TrajectoryGroup(trajectories=trajs, group_id=f"{g['task_id']}:{g['role']}", task_id=g["task_id"]))
+    return groups
+
+
+def collect(spec: list[dict], config: dict, process_group: object = None) -> tuple[list, dict]:  # None: WORLD
+    """``(per-step advantages, metrics)`` of the collector on this rank's groups."""
+    from rllm_torch import AlgorithmConfig, collect_reward_and_advantage_from_trajectory_groups
+
+    groups = make_groups(spec)
+    metrics = collect_reward_and_advantage_from_trajectory_groups(
+        groups, AlgorithmConfig(**config), process_group=process_group
+    )
+    return [[[s.advantage for s in t.steps] for t in g.trajectories] for g in groups], metrics
