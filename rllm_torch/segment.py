@@ -11,7 +11,7 @@ Numerics, defined here once for the whole package (every estimator goes through
   float16, bfloat16, float32). Results have the accumulation dtype.
 * **Variance is two-pass (centred)**: ``var = sum((x - mean)^2) / (n - correction)``, never
   ``E[x^2] - E[x]^2``. The data are first shifted by a value of their group (its first member;
-  its midrange when the group is split over ranks), so a constant group has centred values and
+  its maximum when the group is split over ranks), so a constant group has centred values and
   variance exactly 0, and large offsets lose no precision.
 * **Across ranks** (a process group, :mod:`rllm_torch.distributed`): per-rank sums of the
   shifted values, the counts and the centred squares are all-reduced (``O(G)`` payload, a fixed
@@ -34,7 +34,9 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 from torch import Tensor
 
-from rllm_torch.distributed import all_reduce_
+import torch.distributed as dist
+
+from rllm_torch.distributed import all_reduce_, world_position
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
@@ -114,7 +116,8 @@ class SegmentLayout:
       per-group values are gathered with ``index_select``.
 
     Estimators write their formula once against :meth:`values`, :meth:`center`, :meth:`sum`,
-    :meth:`mean`, :meth:`expand`, :meth:`where_singleton`, :meth:`whole_batch` and :meth:`flat`;
+    :meth:`mean`, :meth:`expand`, :meth:`where_singleton`, :meth:`whole_batch`,
+    :meth:`batch_std` and :meth:`flat`;
     ``GroupedRewards.layout`` builds the right one. The same formula is then correct on one
     process and across the ranks of a process group (:mod:`rllm_torch.distributed`):
 
@@ -123,11 +126,12 @@ class SegmentLayout:
     * ``batch_comm``: the process group batch statistics (:meth:`whole_batch`) are reduced over,
       or ``None`` for one process.
 
-    Collectives per call, with a process group (each one ``all_reduce`` on the values' device):
-    :meth:`center` 2 (the shift, a ``max`` of ``[2G]``; sums and counts, a ``sum`` of ``[2G]``),
+    Collectives per call, with a process group (on the values' device): :meth:`center` 2
+    ``all_reduce`` (the shift, a ``max`` of ``[G]``; sums and counts, a ``sum`` of ``[2G]``),
     :meth:`Centered.var` 1 (``[G]``), :meth:`sum` 1, :attr:`counts` 1 (``[G]`` int64, only if
-    asked before :meth:`center`; :meth:`mean` is :meth:`sum` and :attr:`counts`). Every rank of
-    the group must make the same calls.
+    asked before :meth:`center`; :meth:`mean` is :meth:`sum` and :attr:`counts`); on the
+    :meth:`whole_batch` layout, :meth:`center` is one ``all_gather`` of 3 values per rank and
+    :meth:`Centered.var` none. Every rank of the group must make the same calls.
     """
 
     def __init__(
@@ -141,6 +145,7 @@ class SegmentLayout:
         group_comm: ProcessGroup | None = None,
         batch_comm: ProcessGroup | None = None,
         device: torch.device | None = None,
+        gather_moments: bool = False,
     ):
         self.num_groups = num_groups
         self.group_size = group_size
@@ -148,6 +153,7 @@ class SegmentLayout:
         self._first_index = first_index
         self._counts = None if group_comm is not None else counts  # a split layout's counts are global
         self.group_comm, self.batch_comm = group_comm, batch_comm
+        self._gather_moments = gather_moments  # the whole-batch layout: merge per-rank moments
         self._device = index.device if index is not None else device or torch.device("cpu")
 
     @classmethod
@@ -276,31 +282,48 @@ class SegmentLayout:
 
     def whole_batch(self, x_N: Tensor) -> tuple[SegmentLayout, Tensor]:
         """The batch as one group, over every rank of ``batch_comm``: ``(layout, x [1, N])``, for
-        batch statistics (whitening) written with the same reductions as group statistics."""
-        whole = SegmentLayout.dense_layout(
-            1, x_N.shape[0], group_comm=self.batch_comm, batch_comm=self.batch_comm, device=x_N.device
+        batch statistics (whitening) written with the same reductions as group statistics.
+
+        Across ranks its :meth:`center` is one ``all_gather`` of each rank's ``(count, mean,
+        M2)`` (``3 W`` values), merged exactly on every rank (:meth:`_merged_moments`), and
+        :meth:`Centered.var` then needs no collective."""
+        whole = SegmentLayout(
+            num_groups=1,
+            group_size=x_N.shape[0],
+            index=None,
+            first_index=None,
+            counts=None,
+            group_comm=self.batch_comm,
+            batch_comm=self.batch_comm,
+            device=x_N.device,
+            gather_moments=True,
         )
         return whole, whole.values(x_N)
 
+    def batch_std(self, x_N: Tensor, correction: int = 0) -> Tensor:
+        """The std of all values of the batch over every rank of ``batch_comm``, a 0-d tensor:
+        ``torch.std`` on one process (centred, fused), else :meth:`whole_batch`'s merged moments
+        (one ``all_gather`` of 3 values per rank)."""
+        if self.batch_comm is None:  # an empty batch: NaN, without torch.std's warning
+            return torch.std(x_N, correction=correction) if x_N.numel() else x_N.new_full((), torch.nan)
+        whole, x_1N = self.whole_batch(x_N)
+        return whole.center(x_1N, singleton_baseline=None).var(correction).sqrt_().reshape(())
+
     def _shift(self, x: Tensor) -> Tensor:
         """One value per group that every member's rank agrees on, and that is exactly the
-        group's value when the group is constant: its first member on one process, its midrange
-        ``min + (max - min) / 2`` (one ``max`` all-reduce of ``[2G]``) when it is split."""
+        group's value when the group is constant: its first member on one process, its maximum
+        (one ``max`` all-reduce of ``[G]``) when it is split over ranks. Either way
+        ``|x - shift|`` is at most the group's range."""
         dense = self.group_size is not None
         if self.group_comm is None:
             if x.shape[-1 if dense else 0] == 0:  # no member: nothing to shift
                 return x.new_zeros((self.num_groups, 1) if dense else (self.num_groups,))
             return x[:, :1] if dense else torch.index_select(x, 0, self.first_index)
         if dense:
-            if x.shape[1] == 0:
-                high, low = (x.new_full((self.num_groups, 1), v) for v in (-torch.inf, torch.inf))
-            else:
-                high, low = x.amax(dim=1, keepdim=True), x.amin(dim=1, keepdim=True)
+            high = x.amax(dim=1, keepdim=True) if x.shape[1] else x.new_full((self.num_groups, 1), -torch.inf)
         else:
             high = x.new_full((self.num_groups,), -torch.inf).scatter_reduce_(0, self.index, x, "amax")
-            low = x.new_full((self.num_groups,), torch.inf).scatter_reduce_(0, self.index, x, "amin")
-        high, neg_low = all_reduce_(torch.cat([high, low.neg_()]), self.group_comm, op="max").chunk(2)
-        return (high + neg_low).mul_(0.5).sub_(neg_low)  # low + (high - low) / 2: a constant group's value
+        return all_reduce_(high, self.group_comm, op="max")
 
     def _sum_and_counts(self, x: Tensor) -> tuple[Tensor, Tensor | int]:
         """Per-group sums and counts over every rank; one ``sum`` all-reduce of ``[2G]`` when split
@@ -312,6 +335,30 @@ class SegmentLayout:
         sum_G, self._counts = both.chunk(2)
         return sum_G, self._counts
 
+    def _merged_moments(self, x_1N: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``(shift, mean - shift, M2)`` of one group spread over the ranks, each ``[1, 1]``: every
+        rank's count, two-pass mean and centred sum of squares ``M2`` gathered once and merged
+        (Chan, Golub and LeVeque's pairwise update, 1979), with ``shift`` the mean of the first
+        rank that holds a member, so that a constant group has ``mean - shift`` and ``M2``
+        exactly 0. The same on every rank (same inputs, same operations)."""
+        n = x_1N.shape[1]
+        if n:
+            local = SegmentLayout.dense_layout(1, n).center(x_1N, singleton_baseline=None)
+            mean_r, m2_r = local.mean.reshape(()), local.layout.sum_of_squares(local.values).reshape(())
+        else:
+            mean_r = m2_r = x_1N.new_zeros(())
+        mine = torch.stack([x_1N.new_full((), n), mean_r, m2_r])
+        _, world = world_position(self.group_comm)
+        parts = [torch.empty_like(mine) for _ in range(world)]
+        dist.all_gather(parts, mine, group=self.group_comm)
+        n_W, mean_W, m2_W = torch.stack(parts).unbind(1)
+        self._counts = n_W.sum().reshape(1, 1)
+        shift = mean_W.gather(0, (n_W > 0).to(torch.int8).argmax().reshape(1))  # first rank with data
+        weight_W = n_W / self._counts.reshape(())
+        mean_shifted = (weight_W * (mean_W - shift)).sum()
+        m2 = m2_W.sum() + (n_W * (mean_W - shift - mean_shifted).square()).sum()
+        return shift.reshape(1, 1), mean_shifted.reshape(1, 1), m2.reshape(1, 1)
+
     def center(self, x: Tensor, *, singleton_baseline: float | None = 0.0) -> Centered:
         """Two-pass centring on the group mean (see :class:`Centered`).
 
@@ -322,15 +369,21 @@ class SegmentLayout:
         variance is then meaningless and callers override it with :meth:`where_singleton`);
         with ``None`` it is treated like any group.
         """
-        shift_G = self._shift(x)
-        centered = x - self.expand(shift_G)  # exactly 0 in a constant group
-        sum_G, counts = self._sum_and_counts(centered)
-        mean_shifted_G = sum_G.div_(counts)
+        sum_sq = None  # the centred sum of squares, when the moments come with it
+        if self._gather_moments and self.group_comm is not None:
+            shift_G, mean_shifted_G, sum_sq = self._merged_moments(x)
+            centered = x - self.expand(shift_G)
+        else:
+            shift_G = self._shift(x)
+            centered = x - self.expand(shift_G)  # exactly 0 in a constant group
+            sum_G, counts = self._sum_and_counts(centered)
+            mean_shifted_G = sum_G.div_(counts)
         # a singleton's centred value is 0 here: with a baseline, make it x - baseline
         if singleton_baseline is not None and self.singletons() is not False:
             mean_shifted_G = self.where_singleton(mean_shifted_G, singleton_baseline - shift_G)
+            sum_sq = None
         centered.sub_(self.expand(mean_shifted_G))
-        return Centered(centered, mean_shifted_G, shift_G, self)
+        return Centered(centered, mean_shifted_G, shift_G, self, sum_sq)
 
 
 class Centered(NamedTuple):
@@ -344,6 +397,8 @@ class Centered(NamedTuple):
     shift: Tensor
     """each group's first value."""
     layout: SegmentLayout
+    sum_sq: Tensor | None = None
+    """``sum((x - mean)^2)`` when :meth:`SegmentLayout.center` already has it (merged moments)."""
 
     @property
     def mean(self) -> Tensor:
@@ -351,5 +406,8 @@ class Centered(NamedTuple):
 
     def var(self, correction: int = 0) -> Tensor:
         """Second pass: ``sum((x - mean)^2) / (n - correction)``, only when an estimator needs it
-        (one ``sum`` all-reduce of ``[G]`` when the groups are split over ranks)."""
+        (one ``sum`` all-reduce of ``[G]`` when the groups are split over ranks; none for the
+        whole-batch layout, whose merged moments carry it)."""
+        if self.sum_sq is not None:
+            return self.sum_sq / (self.layout.counts - correction)
         return self.layout.sum_of_squares(self.values).div_(self.layout.counts - correction)

@@ -51,8 +51,9 @@ def count_collectives(spec: dict, estimator: str, options: dict) -> list[tuple[s
 
     def counting(name):
         def call(obj, *args, **kwargs):
-            numel = obj.numel() if isinstance(obj, torch.Tensor) else -1
-            calls.append((name, numel, str(getattr(obj, "dtype", type(obj).__name__))))
+            sent = args[0] if name == "all_gather" else obj  # all_gather(outputs, input)
+            numel = sent.numel() if isinstance(sent, torch.Tensor) else -1
+            calls.append((name, numel, str(getattr(sent, "dtype", type(sent).__name__))))
             return originals[name](obj, *args, **kwargs)
 
         return call
@@ -121,3 +122,30 @@ def collect(spec: list[dict], config: dict, process_group: object = None) -> tup
         groups, AlgorithmConfig(**config), process_group=process_group
     )
     return [[[s.advantage for s in t.steps] for t in g.trajectories] for g in groups], metrics
+
+
+def compiled_matches_eager(estimator: str, local: bool) -> float:
+    """Max difference between the estimator compiled with ``fullgraph=True`` (its collectives
+    traced into the graph) and eager, on this rank's share of a 3-group batch."""
+    import rllm_torch
+
+    torch._dynamo.reset()
+    fn = getattr(rllm_torch, estimator)
+
+    def advantages(rewards_N, index_N):
+        batch = GroupedRewards.from_flat(
+            rewards_N, index_N, num_groups=3, validate=False, process_group=dist.group.WORLD, local_groups=local
+        )
+        return fn(batch)[0]
+
+    rewards_N = torch.rand(7, generator=torch.Generator().manual_seed(dist.get_rank()))
+    index_N = torch.tensor([0, 1, 0, 2, 1, 2, 2])
+    eager = advantages(rewards_N, index_N)
+    return float((torch.compile(advantages, fullgraph=True)(rewards_N, index_N) - eager).abs().max())
+
+
+def not_a_process_group() -> str:
+    """A string where a ProcessGroup belongs."""
+    return build_only(
+        dict(kind="flat", rewards=[1.0], index=[0], num_groups=1, dtype="float32", local=False, process_group="world")
+    )

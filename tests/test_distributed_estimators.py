@@ -21,7 +21,14 @@ from hypothesis import strategies as st
 from rank_pool import RankError, RankPool
 from reference import BUILTINS
 
-from rllm_torch import GroupedRewards, compute_advantages
+from rllm_torch import (
+    AlgorithmConfig,
+    DistributedSetupError,
+    GroupedRewards,
+    InvalidGroupIndexError,
+    collect_reward_and_advantage_from_trajectory_groups,
+    compute_advantages,
+)
 
 settings.register_profile("distributed", max_examples=30, deadline=None)
 
@@ -216,7 +223,11 @@ def test_rank_local_groups_match_one_process(pool, data, estimator, options, kin
 
 
 @settings(settings.get_profile("distributed"))
-@given(data=st.data(), estimator=st.sampled_from(["test_mean_abs_scaled", "test_distributed_max_baseline"]), local=st.booleans())
+@given(
+    data=st.data(),
+    estimator=st.sampled_from(["test_mean_abs_scaled", "test_distributed_max_baseline"]),
+    local=st.booleans(),
+)
 def test_custom_estimators_are_correct_across_ranks(pool, data, estimator, local):
     """A tensor-form estimator written with the layout's reductions needs no distributed code; an
     rLLM-form one sees whole groups (the batch is gathered once)."""
@@ -239,12 +250,24 @@ def test_custom_estimators_are_correct_across_ranks(pool, data, estimator, local
         np.testing.assert_allclose(adv, [want[g][j] for g, j in mine], rtol=1e-9, atol=1e-9)
 
 
+@pytest.mark.parametrize("estimator", ["prpo", "reinforce_plus_plus_baseline"])
+def test_a_constant_batch_is_exactly_zero_with_an_empty_rank_0(pool, estimator):
+    """Batch statistics merge per-rank moments; their reference must come from a rank with data
+    (with rank 0's empty mean, 2/7 * 0.1 + 5/7 * 0.1 is not 0.1 in float32)."""
+    sizes = [0, 2, 5, 1, 1][: pool.world_size]
+    specs = [
+        dict(kind="flat", rewards=[0.1] * n, index=[0] * n, num_groups=1, dtype="float32", local=False) for n in sizes
+    ]
+    for adv, _, _ in pool.run_ok(rank_tasks.estimate, [(s, estimator, {}) for s in specs]):
+        assert np.all(adv == 0.0), adv
+
+
 # ---- cost ------------------------------------------------------------------------------------
 
-# (collective, numel) of one call on G = 5 groups; "2G" is the shift's [max, -min] and the fused [sum, count]
-GROUP_CENTER = [("all_reduce", 10), ("all_reduce", 10)]
+# (collective, numel) of one call on G = 5 groups: the shift (group max), the fused [sum, count], ...
+GROUP_CENTER = [("all_reduce", 5), ("all_reduce", 10)]
 GROUP_VAR = [("all_reduce", 5)]
-BATCH_STD = [("all_reduce", 2), ("all_reduce", 2), ("all_reduce", 1)]
+BATCH_STD = [("all_gather", 3)]  # every rank's (count, mean, M2), merged
 SPLIT_CALLS = {
     "grpo": GROUP_CENTER + GROUP_VAR,
     "rloo": GROUP_CENTER,
@@ -282,6 +305,14 @@ def test_one_estimator_call_makes_a_fixed_number_of_small_collectives(pool, esti
         calls = pool.run_ok(rank_tasks.count_collectives, [(s, estimator, {}) for s in local])
         for rank_calls in calls:
             assert [(name, numel) for name, numel, _ in rank_calls] == LOCAL_CALLS[estimator]
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "rloo", "reinforce_plus_plus_baseline", "prpo"])
+@pytest.mark.parametrize("local", [False, True], ids=["split", "rank-local"])
+def test_estimators_across_ranks_compile_with_fullgraph(pool, estimator, local):
+    if pool.world_size != 2:
+        pytest.skip("compiling is slow on 2 cores: once, on 2 ranks")
+    assert pool.run_ok(rank_tasks.compiled_matches_eager, [(estimator, local)] * 2) == [0.0, 0.0]
 
 
 # ---- bad input -------------------------------------------------------------------------------
@@ -334,6 +365,28 @@ def test_local_groups_on_some_ranks_only_fail_on_every_rank(pool):
     specs = [_flat_spec()] * (pool.world_size - 1) + [_flat_spec(local=True)]
     for err in _errors(pool.run(rank_tasks.build_only, [(s,) for s in specs])):
         assert err.type_name == "DistributedBatchError" and "local_groups" in err.message
+
+
+def test_a_process_group_needs_torch_distributed_initialised():
+    # torch.distributed.group.WORLD is None before init_process_group: None means WORLD here, so it fails
+    rewards, index = torch.tensor([1.0, 0.0]), torch.tensor([0, 0])
+    for group in (None, torch.distributed.group.WORLD):
+        with pytest.raises(DistributedSetupError, match="not initialised"):
+            GroupedRewards.from_flat(rewards, index, num_groups=1, process_group=group)
+    with pytest.raises(DistributedSetupError, match="not initialised"):
+        GroupedRewards.from_padded(rewards[None], process_group=None)
+    with pytest.raises(DistributedSetupError, match="not initialised"):
+        collect_reward_and_advantage_from_trajectory_groups([], AlgorithmConfig(), process_group=None)
+
+
+def test_local_groups_without_a_process_group_is_refused():
+    with pytest.raises(InvalidGroupIndexError, match="local_groups=True describes a batch spread over a process group"):
+        GroupedRewards.from_groups([[1.0, 0.0]], local_groups=True)
+
+
+def test_something_else_than_a_process_group_is_refused(pool):
+    for err in _errors(pool.run(rank_tasks.not_a_process_group, [()] * pool.world_size)):
+        assert err.type_name == "DistributedSetupError" and "got str" in err.message
 
 
 def test_the_pool_still_works_after_the_errors(pool):

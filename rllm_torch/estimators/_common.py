@@ -93,6 +93,4 @@ def std_plus_epsilon(std: Tensor, epsilon: float) -> Tensor:
 def whiten(centered_N: Tensor, layout: SegmentLayout, epsilon: float) -> Tensor:
     """``c / (std(c) + epsilon)`` in place, one population std over all of ``c`` of the batch
     (over every rank of ``layout.batch_comm``), centred on the mean of ``c``."""
-    whole, c_1N = layout.whole_batch(centered_N)
-    std = whole.center(c_1N, singleton_baseline=None).var(0).sqrt_().reshape(())
-    return centered_N.div_(std_plus_epsilon(std, epsilon))
+    return centered_N.div_(std_plus_epsilon(layout.batch_std(centered_N), epsilon))

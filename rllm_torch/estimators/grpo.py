@@ -50,7 +50,7 @@ def grpo(
     ``r / (1 + epsilon)``; a group of two or more equal rewards gets exactly 0.
     {numerics}
     {ranks}
-    Collectives per call: split groups 3 (``[2G]`` max, ``[2G]`` and ``[G]`` sums; 2 with
+    Collectives per call: split groups 3 (``[G]`` max, ``[2G]`` and ``[G]`` sums; 2 with
     ``norm_adv_by_std_in_grpo=False``); rank-local groups: none.
 
     References: Shao et al., "DeepSeekMath", arXiv:2402.03300 (GRPO); Liu et al., "Understanding

@@ -66,8 +66,8 @@ def reinforce_plus_plus_baseline(batch: GroupedRewards, *, epsilon: float = 1e-6
     makes the whole batch NaN, since ``std_B`` is batch-wide.
     {numerics}
     {ranks}
-    Collectives per call: split groups 5 (the group mean: ``[2G]`` max and ``[2G]`` sum;
-    the batch std: ``[2]`` max, ``[2]`` and ``[1]`` sums); rank-local groups: the batch std's 3.
+    Collectives per call: split groups 3 (the group mean: ``[G]`` max and ``[2G]`` sum; the
+    batch std: an ``all_gather`` of 3 values per rank); rank-local groups: the batch std's 1.
 
     References: Hu, "REINFORCE++: A Simple and Efficient Approach for Aligning Large Language
     Models", arXiv:2501.03262; rLLM ``calculate_reinforce_plus_plus_baseline_advantages``.

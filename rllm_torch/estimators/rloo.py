@@ -30,7 +30,7 @@ def rloo(batch: GroupedRewards) -> tuple[Tensor, Tensor]:
     rewards gets exactly 0.
     {numerics}
     {ranks}
-    Collectives per call: split groups 2 (``[2G]`` max, ``[2G]`` sum); rank-local groups: none.
+    Collectives per call: split groups 2 (``[G]`` max, ``[2G]`` sum); rank-local groups: none.
 
     References: Ahmadian et al., "Back to Basics: Revisiting REINFORCE Style Optimization for
     Learning from Human Feedback in LLMs", arXiv:2402.14740; Kool et al., "Buy 4 REINFORCE
