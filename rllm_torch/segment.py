@@ -32,9 +32,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NamedTuple
 
 import torch
-from torch import Tensor
-
 import torch.distributed as dist
+from torch import Tensor
 
 from rllm_torch.distributed import all_reduce_, world_position
 
