@@ -8,10 +8,10 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from rllm_torch.errors import ConfigError
+from rllm_torch.errors import ConfigError, DistributedSetupError
 from rllm_torch.run_config import TaskConfig, TrainConfig
 
-__all__ = ["check_run_config", "FILE_TASK_KEYS"]
+__all__ = ["check_run_config", "check_world_size", "FILE_TASK_KEYS"]
 
 # key -> (lower bound, whether the bound itself is allowed, upper bound or None); None values
 # of optional keys are not checked.
@@ -96,11 +96,42 @@ def check_task_keys(task_config: Any) -> None:
             )
 
 
-def check_run_config(config: Any) -> None:
+def check_world_size(config: Any, world_size: int) -> None:
+    """Settings a run of ``world_size`` processes cannot honour (checked before the process group
+    is set up, so every rank raises the same error and none waits for the others).
+
+    Raises:
+        DistributedSetupError: more ranks than prompts per step, a ``data.train_batch_size`` not
+            divisible by the world size, or episode-mode rejection sampling (it accumulates per
+            rank, so the ranks would disagree on when a batch is released).
+    """
+    batch = config.data.train_batch_size
+    if world_size > batch:
+        raise DistributedSetupError(
+            f"{world_size} processes for data.train_batch_size={batch} prompts per step: each rank needs at least one; "
+            f"launch at most {batch} processes or raise data.train_batch_size."
+        )
+    if batch % world_size:
+        raise DistributedSetupError(
+            f"data.train_batch_size={batch} is not divisible by the world size {world_size}: every rank takes an equal "
+            f"share of each step's prompts; use a multiple of {world_size} (e.g. {batch - batch % world_size or world_size})."
+        )
+    if world_size > 1 and config.rllm.rejection_sample.enable:
+        raise DistributedSetupError(
+            "rllm.rejection_sample.enable=true is not supported on more than one process: it accumulates groups per rank, "
+            "so the ranks would release batches at different steps. Run it on one process, or disable it."
+        )
+    if config.backend.get("dist_timeout_s", 600) <= 0:
+        raise DistributedSetupError(f"backend.dist_timeout_s must be > 0 seconds, got {config.backend.dist_timeout_s}.")
+
+
+def check_run_config(config: Any, world_size: int = 1) -> None:
     """All start-up checks of a composed ``rllm-torch-train`` config.
 
     Raises:
         ConfigError: a numeric setting out of range, or a file-task key given to another task.
+        DistributedSetupError: see :func:`check_world_size`.
     """
     check_bounds(config)
     check_task_keys(config.task)
+    check_world_size(config, world_size)

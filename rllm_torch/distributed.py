@@ -36,6 +36,7 @@ __all__ = [
     "check_backend_carries",
     "all_reduce_",
     "world_position",
+    "gather_objects",
     "agree_across_ranks",
 ]
 
@@ -118,6 +119,16 @@ def all_reduce_(tensor: Tensor, group: dist.ProcessGroup | None, op: str = "sum"
     if group is not None:
         dist.all_reduce(tensor, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM, group=group)
     return tensor
+
+
+def gather_objects(obj: Any, group: dist.ProcessGroup | None) -> list[Any]:
+    """Every rank's ``obj`` (picklable), in rank order: one ``all_gather_object``; ``[obj]`` for
+    one process (``group`` None)."""
+    if group is None:
+        return [obj]
+    out: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(out, obj, group=group)
+    return out
 
 
 def agree_across_ranks(

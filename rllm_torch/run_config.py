@@ -143,6 +143,8 @@ class BackendConfig:
         1  # torch.set_num_threads; None: torch's default (1: the tiny model gains nothing from threads)
     )
     seed: int = 0
+    parallelism: str = "ddp"  # under torchrun: ddp (DistributedDataParallel) | fsdp (FSDP2 fully_shard)
+    dist_timeout_s: float = 600.0  # torch.distributed collective timeout under torchrun, seconds
 
 
 @dataclass

@@ -6,10 +6,15 @@ GRPO and the embedded torch backend. Any key can be overridden, e.g.
 (``outputs/<project>/<experiment>``) gets ``config.yaml`` (resolved), ``metrics.jsonl``,
 resumable ``checkpoints/step_*``, the exported model ``checkpoints/final`` and ``curves.png``.
 Starting the same command again continues the run from its newest checkpoint.
+
+Under ``torchrun`` (``torchrun --nproc_per_node=N -m rllm_torch.train ...``, or the
+``rllm-torch-train`` script) the N processes are one run: see :mod:`rllm_torch.trainer.ranks`.
+Rank 0 alone prints and writes the run directory.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from pathlib import Path
@@ -17,6 +22,7 @@ from pathlib import Path
 import hydra
 import numpy as np
 import torch
+import torch.distributed as dist
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -25,6 +31,7 @@ from rllm_torch.errors import ConfigError, UnknownBackendError
 from rllm_torch.run_config import register_configs
 from rllm_torch.tasks.base import build_task
 from rllm_torch.trainer.backend import BackendProtocol
+from rllm_torch.trainer.ranks import RunRanks, init_run_ranks, torchrun_world_size
 from rllm_torch.trainer.unified_trainer import UnifiedTrainer
 from rllm_torch.workflows.single_turn import SingleTurnWorkflow
 
@@ -48,12 +55,23 @@ def backend_class(name: str) -> type[BackendProtocol]:
 
 def run(config: DictConfig) -> UnifiedTrainer:
     """Train with a composed config; returns the (shut down) trainer, whose ``val_history``
-    holds every validation's metrics.
+    holds every validation's metrics. Under torchrun, initialises ``torch.distributed`` first and
+    destroys the process group at the end.
 
     Raises:
-        ConfigError (and subclasses), UnknownEstimatorError: before training starts.
+        ConfigError (and subclasses), UnknownEstimatorError, DistributedSetupError: before
+            training starts (every rank raises the same error).
     """
-    check_run_config(config)
+    check_run_config(config, torchrun_world_size() or 1)
+    ranks = init_run_ranks(config.backend.device, config.backend.get("dist_timeout_s", 600.0))
+    try:
+        return _train(config, ranks)
+    finally:
+        if ranks.distributed:
+            dist.destroy_process_group()
+
+
+def _train(config: DictConfig, ranks: RunRanks) -> UnifiedTrainer:
     seed = config.seed
     random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)
     backend_cls = backend_class(config.backend.name)
@@ -83,19 +101,29 @@ def run(config: DictConfig) -> UnifiedTrainer:
         val_dataset=task.val or None,
         workflow_args=workflow_args,
         backend_args={"alphabet": task.alphabet},
+        ranks=ranks,
     )
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(config, resolve=True))
+    devices = ranks.gather(str(getattr(trainer.backend, "device", "unknown")))
+    if ranks.is_main:
+        if ranks.distributed:
+            print(
+                f"world size {ranks.world_size}: torch.distributed {dist.get_backend(ranks.process_group)}, "
+                f"devices {', '.join(f'rank {r}: {d}' for r, d in enumerate(devices))}",
+                flush=True,
+            )
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(config, resolve=True))
     start = time.perf_counter()
     try:
         trainer.fit()
     finally:
         trainer.shutdown()
-    if "jsonl" in trainer.logger.backends and (run_dir / "metrics.jsonl").is_file():
-        from rllm_torch.plot import plot_run
+    if ranks.is_main:
+        if "jsonl" in trainer.logger.backends and (run_dir / "metrics.jsonl").is_file():
+            from rllm_torch.plot import plot_run
 
-        plot_run(run_dir)
-    summarize(trainer, time.perf_counter() - start, run_dir)
+            plot_run(run_dir)
+        summarize(trainer, time.perf_counter() - start, run_dir)
     return trainer
 
 
@@ -112,6 +140,11 @@ def summarize(trainer: UnifiedTrainer, seconds: float, run_dir: Path) -> None:
 
 
 register_configs()
+# Hydra writes its .hydra/ record of the composed config on rank 0 only (train.yaml's
+# hydra.output_subdir); torchrun sets RANK in every process it starts.
+OmegaConf.register_new_resolver(
+    "rllm_torch_rank_zero", lambda value: value if os.environ.get("RANK", "0") == "0" else None, replace=True
+)
 
 
 @hydra.main(config_path="configs", config_name="train", version_base=None)

@@ -17,37 +17,47 @@ from omegaconf import DictConfig
 
 from rllm_torch.advantage import _estimator_of
 from rllm_torch.config import AlgorithmConfig
+from rllm_torch.distributed import ONE_PROCESS, agree_across_ranks, resolve_process_group
 from rllm_torch.estimators import compute_advantages
 from rllm_torch.metrics import summary_metrics
 from rllm_torch.packing import GroupedRewards
+from rllm_torch.trainer.ranks import RunRanks
 from rllm_torch.trainer.state import TrainerState
 from rllm_torch.trainer.token_batch import TokenBatch
 
 __all__ = ["BackendProtocol", "compute_token_advantages"]
 
 
-def _keep_precomputed(batch: TokenBatch, pre_G: list[bool]) -> dict[str, float]:
+def _keep_precomputed(batch: TokenBatch, pre_G: list[bool], pre_roles: list[str], group) -> dict[str, float]:
     """Rows of precomputed groups take ``batch.precomputed_advantages`` as written; returns the
-    ``advantage/{role}/*`` metrics of each precomputed role over its trained tokens."""
+    ``advantage/{role}/*`` metrics of each precomputed role (``pre_roles``: those of every rank)
+    over its trained tokens."""
     device = batch.group_index.device
     row_traj_R = (
         batch.row_index if batch.row_index is not None else torch.arange(batch.input_ids.shape[0], device=device)
     )
     row_group_R = batch.group_index[row_traj_R]
-    row_pre_R = torch.tensor(pre_G, device=device)[row_group_R]
-    batch.advantages = torch.where(row_pre_R[:, None], batch.precomputed_advantages, batch.advantages)
+    if any(pre_G):
+        row_pre_R = torch.tensor(pre_G, device=device)[row_group_R]
+        batch.advantages = torch.where(row_pre_R[:, None], batch.precomputed_advantages, batch.advantages)
     metrics: dict[str, float] = {}
-    for role in sorted({r for r, p in zip(batch.group_roles, pre_G, strict=True) if p}):
+    for role in pre_roles:
         in_role_G = torch.tensor(
-            [p and r == role for r, p in zip(batch.group_roles, pre_G, strict=True)], device=device
+            [p and r == role for r, p in zip(batch.group_roles, pre_G, strict=True)], dtype=torch.bool, device=device
         )
-        tokens = batch.precomputed_advantages[in_role_G[row_group_R][:, None] & (batch.response_mask > 0)]
-        if tokens.numel():
-            metrics |= summary_metrics(tokens, f"advantage/{role}", fraction_zero=True)
+        tokens = (
+            batch.precomputed_advantages[in_role_G[row_group_R][:, None] & (batch.response_mask > 0)]
+            if any(pre_G)
+            else batch.advantages.new_zeros(0)
+        )
+        if group is not None or tokens.numel():
+            metrics |= summary_metrics(tokens, f"advantage/{role}", fraction_zero=True, process_group=group)
     return metrics
 
 
-def compute_token_advantages(batch: TokenBatch, algorithm_config: AlgorithmConfig) -> dict[str, float]:
+def compute_token_advantages(
+    batch: TokenBatch, algorithm_config: AlgorithmConfig, *, process_group: object = ONE_PROCESS
+) -> dict[str, float]:
     """Write ``batch.advantages [R, T]``: each row's trajectory advantage times the row's own
     response mask (``adv_N[row_index][:, None] * response_mask``), per role; rows of precomputed
     groups take ``batch.precomputed_advantages`` unchanged instead.
@@ -59,6 +69,16 @@ def compute_token_advantages(batch: TokenBatch, algorithm_config: AlgorithmConfi
     otherwise selecting each role's rows costs one sync per role. Advantages never pass through
     Python floats.
 
+    Args:
+        batch: this rank's batch.
+        algorithm_config: the estimators and their options.
+        process_group: ``ONE_PROCESS`` (default), or the run's ``ProcessGroup`` when each rank
+            holds part of the batch (every rank must call). The groups are rank-local (the
+            ``n`` rollouts of a prompt are on one rank): group statistics stay on the rank,
+            batch statistics and every metric are over all ranks. The roles are agreed first
+            (one ``all_gather_object``), so a role that only some ranks hold is still computed
+            everywhere.
+
     Returns:
         ``reward/{role}/*`` and ``advantage/{role}/*`` summary metrics (Python floats); for a
         precomputed role, ``advantage/{role}/*`` summarise its trained tokens.
@@ -66,8 +86,15 @@ def compute_token_advantages(batch: TokenBatch, algorithm_config: AlgorithmConfi
     Raises:
         UnknownEstimatorError: a role's estimator is not registered.
     """
+    group = resolve_process_group(process_group)
     pre_G = batch.group_precomputed or [False] * batch.num_groups
     roles = sorted({r for r, p in zip(batch.group_roles, pre_G, strict=True) if not p})
+    pre_roles = sorted({r for r, p in zip(batch.group_roles, pre_G, strict=True) if p})
+    if group is not None:
+        everyone = agree_across_ranks(group, None, {"rl": roles, "pre": pre_roles}, must_match=())
+        roles = sorted({r for facts in everyone for r in facts["rl"]})
+        pre_roles = sorted({r for facts in everyone for r in facts["pre"]})
+    ranks = {} if group is None else {"process_group": group, "local_groups": True}
     adv_N = torch.zeros_like(batch.rewards)
     metrics: dict[str, float] = {}
     for role in roles:
@@ -86,33 +113,37 @@ def compute_token_advantages(batch: TokenBatch, algorithm_config: AlgorithmConfi
                 remap_G[batch.group_index[rows_N]],
                 len(role_groups),
             )
-        packed = GroupedRewards.from_flat(rewards_N, group_index_N, num_groups=num_groups, validate=False)
+        packed = GroupedRewards.from_flat(rewards_N, group_index_N, num_groups=num_groups, validate=False, **ranks)
         role_adv_N, _ = compute_advantages(packed, estimator, **algorithm_config.estimator_kwargs)
         role_adv_N = role_adv_N.to(adv_N.dtype)
         adv_N = role_adv_N if rows_N is None else adv_N.index_copy(0, rows_N, role_adv_N)
-        if rewards_N.numel():
-            metrics |= summary_metrics(rewards_N, f"reward/{role}") | summary_metrics(
-                role_adv_N, f"advantage/{role}", fraction_zero=True
-            )
+        if group is not None or rewards_N.numel():
+            metrics |= summary_metrics(rewards_N, f"reward/{role}", process_group=group)
+            metrics |= summary_metrics(role_adv_N, f"advantage/{role}", fraction_zero=True, process_group=group)
     row_adv_R = adv_N if batch.row_index is None else adv_N[batch.row_index]
     batch.advantages = row_adv_R[:, None] * batch.response_mask
-    if any(pre_G):
-        metrics |= _keep_precomputed(batch, pre_G)
+    if pre_roles:
+        metrics |= _keep_precomputed(batch, pre_G, pre_roles, group)
     return metrics
 
 
 class BackendProtocol(ABC):
     """Abstract base of training backends (rLLM's ``BackendProtocol``).
 
-    A subclass is built as ``backend_cls(config=config, **backend_args)``. The methods that
-    touch the model are abstract; the hooks default to doing nothing, and
+    A subclass is built as ``backend_cls(config=config, ranks=ranks, **backend_args)``. The
+    methods that touch the model are abstract; the hooks default to doing nothing, and
     :meth:`compute_advantages` defaults to the tensor estimators on a :class:`TokenBatch`.
+
+    In a run of several processes (``ranks.world_size > 1``) the trainer calls every method on
+    every rank, each with its own share of the batch; a backend must then keep its collectives
+    in step across the ranks, also on a rank whose share of a step is empty.
     """
 
     name: str = "base"
 
-    def __init__(self, config: DictConfig, **kwargs: Any) -> None:
+    def __init__(self, config: DictConfig, ranks: RunRanks | None = None, **kwargs: Any) -> None:
         self.config = config
+        self.ranks = ranks if ranks is not None else RunRanks()
 
     # ---- set-up ----------------------------------------------------------------------------
     @abstractmethod
@@ -132,12 +163,21 @@ class BackendProtocol(ABC):
 
     # ---- checkpoints -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Everything the backend needs to continue training (model, optimizer, lr scheduler,
-        its own generators), as objects ``torch.save`` can write. The default: nothing."""
+        """Everything the backend needs to continue training that is the same on every rank
+        (model, optimizer, lr scheduler), as objects ``torch.save`` can write; rank 0's is saved.
+        The default: nothing."""
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned (called before training resumes)."""
+        """Restore what :meth:`state_dict` returned (called on every rank before training resumes)."""
+
+    def rank_state_dict(self) -> dict[str, Any]:
+        """What differs from rank to rank (e.g. each rank's sampling generator); every rank's is
+        saved. The default: nothing."""
+        return {}
+
+    def load_rank_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore this rank's :meth:`rank_state_dict`."""
 
     # ---- per batch -------------------------------------------------------------------------
     @abstractmethod
@@ -153,8 +193,13 @@ class BackendProtocol(ABC):
 
     async def compute_advantages(self, trainer_state: TrainerState, algorithm_config: AlgorithmConfig) -> None:
         """Token-level advantages on ``trainer_state.backend_batch`` (a :class:`TokenBatch`):
-        see :func:`compute_token_advantages`. Metrics go into ``trainer_state.metrics``."""
-        trainer_state.metrics.update(compute_token_advantages(trainer_state.backend_batch, algorithm_config))
+        see :func:`compute_token_advantages` (over every rank of ``self.ranks``). Metrics go into
+        ``trainer_state.metrics``."""
+        trainer_state.metrics.update(
+            compute_token_advantages(
+                trainer_state.backend_batch, algorithm_config, process_group=self.ranks.estimator_group
+            )
+        )
 
     @abstractmethod
     async def update_policy(self, trainer_state: TrainerState) -> None:

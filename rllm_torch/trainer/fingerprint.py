@@ -42,9 +42,10 @@ FINGERPRINT_KEYS = (
 )
 
 
-def config_fingerprint(config: DictConfig) -> dict[str, Any]:
-    """``{dotted key: plain value}`` for every key of :data:`FINGERPRINT_KEYS`."""
-    values = {}
+def config_fingerprint(config: DictConfig, *, world_size: int = 1) -> dict[str, Any]:
+    """``{dotted key: plain value}`` for every key of :data:`FINGERPRINT_KEYS`, and
+    ``world_size``: the number of processes (each rank's data share and generator depend on it)."""
+    values: dict[str, Any] = {"world_size": world_size}
     for key in FINGERPRINT_KEYS:
         value = OmegaConf.select(config, key, default=None)
         values[key] = OmegaConf.to_container(value, resolve=True) if isinstance(value, DictConfig) else value
@@ -58,12 +59,19 @@ def check_fingerprint(saved: dict[str, Any], current: dict[str, Any], checkpoint
         CheckpointMismatchError: some key differs; the message lists each key with the
             checkpoint's value and the current one, and the ways out.
     """
+    saved = {"world_size": 1, **saved}  # checkpoints from before the key existed were one process
     changed = {
         k: (saved.get(k), current.get(k)) for k in sorted(set(saved) | set(current)) if saved.get(k) != current.get(k)
     }
     if changed:
         lines = "; ".join(f"{k}: {old!r} in the checkpoint, {new!r} now" for k, (old, new) in changed.items())
+        ranks = (
+            " Launch the same number of processes as the run that wrote it (torchrun --nnodes x --nproc_per_node);"
+            " resuming on another world size is not supported, because each rank's data share and generator belong to it."
+            if "world_size" in changed
+            else ""
+        )
         raise CheckpointMismatchError(
-            f"cannot resume from {checkpoint}: the config changed since it was saved ({lines}). Restore those settings to continue "
+            f"cannot resume from {checkpoint}: the config changed since it was saved ({lines}).{ranks} Restore those settings to continue "
             "the run, or start a new run in another directory (rllm.trainer.experiment_name=... or rllm.trainer.default_local_dir=...)."
         )

@@ -16,9 +16,12 @@
 from __future__ import annotations
 
 import numbers
-from dataclasses import dataclass, field, replace
+from dataclasses import astuple, dataclass, field, replace
 from typing import Literal
 
+import torch.distributed as dist
+
+from rllm_torch.distributed import ONE_PROCESS, gather_objects, resolve_process_group
 from rllm_torch.errors import ConfigError, InvalidRewardsError
 from rllm_torch.types import Episode, TrajectoryGroup
 
@@ -71,7 +74,11 @@ class _Counts:
     groups_dropped_insufficient_trajs: int = 0
     groups_dropped_uniform: int = 0
 
-    def to_metrics(self, prefix: str = "batch") -> dict[str, float]:
+    def to_metrics(self, prefix: str = "batch", group: dist.ProcessGroup | None = None) -> dict[str, float]:
+        """The metrics of these counts summed over every rank of ``group`` (None: this process's)."""
+        if group is not None:
+            summed = [sum(values) for values in zip(*gather_objects(astuple(self), group), strict=True)]
+            return _Counts(*summed).to_metrics(prefix)
         tasks = self.solve_none + self.solve_all + self.solve_partial
         per_task = max(tasks, 1)
         return {
@@ -152,6 +159,8 @@ def apply_rejection_sampling_and_filtering(
     groups: list[TrajectoryGroup],
     config: RejectionSamplingConfig,
     state: RejectionSamplingState | None = None,
+    *,
+    process_group: object = ONE_PROCESS,
 ) -> tuple[list[TrajectoryGroup], list[Episode], dict[str, float]]:
     """Filter groups and, in episode mode, accumulate them until enough tasks are partially solved.
 
@@ -160,6 +169,9 @@ def apply_rejection_sampling_and_filtering(
         groups: the batch's groups, from :func:`transform_episodes_to_trajectory_groups`.
         config: see :class:`RejectionSamplingConfig` and the module docstring.
         state: required in episode mode, the same object from batch to batch.
+        process_group: ``ONE_PROCESS`` (default), or a ``ProcessGroup`` whose ranks each hold part
+            of the batch: every rank filters its own groups and the metrics count every rank's
+            (one ``all_gather_object``; every rank must call). Episode mode accumulates per rank.
 
     Returns:
         ``(groups, episodes, metrics)``. Returned episodes are shallow copies that hold only the
@@ -176,10 +188,11 @@ def apply_rejection_sampling_and_filtering(
     Source: rLLM ``rllm/experimental/common/rejection_sampling.py``; unlike rLLM, mode ``none``
     drops nothing and its counts do not carry over to the next batch.
     """
+    group = resolve_process_group(process_group)
     if config.mode == "none":
         counts = _Counts(groups_before_filter=len(groups), groups_after_filter=len(groups))
         _count_solves(episodes, counts)
-        return list(groups), list(episodes), counts.to_metrics()
+        return list(groups), list(episodes), counts.to_metrics(group=group)
     if state is None:
         raise ConfigError(
             "episode-mode rejection sampling needs a RejectionSamplingState kept from batch to batch; pass state=RejectionSamplingState() once and reuse it."
@@ -197,7 +210,7 @@ def apply_rejection_sampling_and_filtering(
     _count_solves(kept_episodes, counts)
     state.accumulated_groups.extend(kept)
     state.accumulated_episodes.extend(kept_episodes)
-    metrics = counts.to_metrics()
+    metrics = counts.to_metrics(group=group)
     if counts.solve_partial < config.min_partial_solve_tasks:
         return [], [], metrics
     released = (state.accumulated_groups, state.accumulated_episodes)

@@ -2,10 +2,19 @@
 
 A checkpoint (see :class:`~rllm_torch.trainer.checkpoint.CheckpointStore` for the atomic layout)
 holds two files: ``backend.pt``, the backend's :meth:`~BackendProtocol.state_dict` (for the torch
-backend: model, optimizer, lr scheduler, sampling generator), and ``trainer.pt``: step, epoch,
-batches done in that epoch, last validation step, rejection-sampling state, validation history
-and the random-number-generator states (python ``random``, numpy, torch CPU, CUDA when present).
-Its manifest records the config fingerprint (:mod:`~rllm_torch.trainer.fingerprint`).
+backend: model, optimizer, lr scheduler), and ``trainer.pt``: step, epoch, batches done in that
+epoch, last validation step, rejection-sampling state, validation history and, for every rank,
+its random-number-generator states (python ``random``, numpy, torch CPU, CUDA when present) and
+its :meth:`~BackendProtocol.rank_state_dict` (for the torch backend: its sampling generator).
+Its manifest records the config fingerprint (:mod:`~rllm_torch.trainer.fingerprint`), which
+includes the world size.
+
+In a run of several processes rank 0 alone writes (after gathering every rank's states, one
+``all_gather_object``) and a failed write is raised on every rank; on resume every rank reads
+the checkpoint (the run directory must be on a filesystem every rank sees, as for any
+multi-node run) and takes its own entry. A resume on another world size is refused
+(:class:`~rllm_torch.errors.CheckpointMismatchError` naming both sizes): each rank's data share
+and generator belong to the world size that wrote them.
 
 ``trainer.pt`` holds Python objects (episodes of the rejection-sampling state) and is read with
 ``torch.load(weights_only=False)``: resume only from checkpoints you wrote.
@@ -25,6 +34,7 @@ from omegaconf import DictConfig
 from rllm_torch.errors import CheckpointError, ConfigError
 from rllm_torch.trainer.checkpoint import CheckpointInfo, CheckpointStore, read_manifest
 from rllm_torch.trainer.fingerprint import check_fingerprint, config_fingerprint
+from rllm_torch.trainer.ranks import RunRanks
 from rllm_torch.trainer.state import TrainerState
 
 __all__ = ["RunCheckpointer", "capture_rng_states", "restore_rng_states", "RESUME_MODES"]
@@ -61,6 +71,7 @@ class RunCheckpointer:
             ``disable``: start at step 0; ``resume_path`` with ``resume_from_path``, or a checkpoint
             directory given as ``resume_mode`` itself: exactly that checkpoint).
         run_dir: the run directory; checkpoints go to ``run_dir/checkpoints``.
+        ranks: the run's processes (default: one).
 
     The checkpoint to resume from is chosen, and its fingerprint checked, when the object is
     built, so a run that cannot resume stops before it writes anything.
@@ -72,11 +83,12 @@ class RunCheckpointer:
             run directory that already holds checkpoints (two runs would mix).
     """
 
-    def __init__(self, backend: Any, config: DictConfig, run_dir: Path) -> None:
+    def __init__(self, backend: Any, config: DictConfig, run_dir: Path, ranks: RunRanks | None = None) -> None:
         trainer = config.rllm.trainer
         self.backend, self.save_freq = backend, trainer.get("save_freq", -1)
+        self.ranks = ranks if ranks is not None else RunRanks()
         self.store = CheckpointStore(run_dir / "checkpoints", max_to_keep=trainer.get("max_checkpoints_to_keep"))
-        self.fingerprint = config_fingerprint(config)
+        self.fingerprint = config_fingerprint(config, world_size=self.ranks.world_size)
         mode = str(trainer.get("resume_mode", "auto"))
         self.mode, self.path = mode, None
         if mode == "resume_path" or mode not in RESUME_MODES:
@@ -105,29 +117,38 @@ class RunCheckpointer:
         """True when ``state.global_step`` is a multiple of ``save_freq`` (> 0)."""
         return self.save_freq > 0 and state.global_step % self.save_freq == 0
 
-    def save(self, state: TrainerState, val_history: list) -> Path:
-        """Write the checkpoint of ``state.global_step``.
+    def save(self, state: TrainerState, val_history: list) -> Path | None:
+        """Write the checkpoint of ``state.global_step`` (every rank must call; rank 0 writes and
+        returns its path, the others None).
 
         Raises:
-            CheckpointError: the write failed; earlier checkpoints are intact.
+            CheckpointError: the write failed (on every rank); earlier checkpoints are intact.
         """
-        trainer_state = {
-            "global_step": state.global_step,
-            "epoch": state.epoch,
-            "batch_in_epoch": state.batch_in_epoch,
-            "last_validation_step": state.last_validation_step,
-            "rs_state": state.rs_state,
-            "val_history": val_history,
-            "rng": capture_rng_states(),
-        }
-        backend_state = self.backend.state_dict()
+        per_rank = self.ranks.gather({"rng": capture_rng_states(), "backend": self.backend.rank_state_dict()})
+        path, error = None, None
+        if self.ranks.is_main:
+            trainer_state = {
+                "global_step": state.global_step,
+                "epoch": state.epoch,
+                "batch_in_epoch": state.batch_in_epoch,
+                "last_validation_step": state.last_validation_step,
+                "rs_state": state.rs_state,
+                "val_history": val_history,
+                "ranks": per_rank,
+            }
+            backend_state = self.backend.state_dict()
 
-        def write(directory: Path) -> None:
-            torch.save(backend_state, directory / "backend.pt")
-            torch.save(trainer_state, directory / "trainer.pt")
+            def write(directory: Path) -> None:
+                torch.save(backend_state, directory / "backend.pt")
+                torch.save(trainer_state, directory / "trainer.pt")
 
-        metadata = {"fingerprint": self.fingerprint, "epoch": state.epoch, "batch_in_epoch": state.batch_in_epoch}
-        return self.store.save(state.global_step, write, metadata)
+            metadata = {"fingerprint": self.fingerprint, "epoch": state.epoch, "batch_in_epoch": state.batch_in_epoch}
+            try:
+                path = self.store.save(state.global_step, write, metadata)
+            except CheckpointError as exc:
+                error = exc
+        self.ranks.agree(error)
+        return path
 
     def resume(self, state: TrainerState, val_history: list) -> CheckpointInfo | None:
         """Restore ``state``, ``val_history`` (in place), the backend and the generators from the
@@ -138,7 +159,7 @@ class RunCheckpointer:
                 unreadable, does not fit the config.
             CheckpointError: ``resume_mode`` named a checkpoint that cannot be read.
         """
-        for stale in self.store.remove_stale_temporaries():
+        for stale in self.store.remove_stale_temporaries() if self.ranks.is_main else []:
             warnings.warn(f"removed {stale}: an unfinished checkpoint write of a run that was stopped", stacklevel=2)
         for info in self.candidates:
             check_fingerprint(info.metadata.get("fingerprint", {}), self.fingerprint, str(info.path))
@@ -155,8 +176,7 @@ class RunCheckpointer:
             return info
         return None
 
-    @staticmethod
-    def _restore(saved: dict[str, Any], state: TrainerState, val_history: list) -> None:
+    def _restore(self, saved: dict[str, Any], state: TrainerState, val_history: list) -> None:
         state.global_step, state.epoch, state.batch_in_epoch = (
             saved["global_step"],
             saved["epoch"],
@@ -164,4 +184,6 @@ class RunCheckpointer:
         )
         state.last_validation_step, state.rs_state = saved["last_validation_step"], saved["rs_state"]
         val_history[:] = saved["val_history"]
-        restore_rng_states(saved["rng"])
+        mine = saved["ranks"][self.ranks.rank]  # the world size matches: the fingerprint says so
+        restore_rng_states(mine["rng"])
+        self.backend.load_rank_state_dict(mine["backend"])

@@ -11,6 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import torch.distributed as dist
+
+from rllm_torch.distributed import ONE_PROCESS, gather_objects, resolve_process_group
 from rllm_torch.errors import InvalidTrajectoryError
 from rllm_torch.trainer.compact_filtering import CompactFilteringConfig
 from rllm_torch.types import Episode, TrajectoryGroup
@@ -145,15 +148,27 @@ def default_traj_grouping_hook(
     return groups
 
 
-def _transform_metrics(episodes: list[Episode], groups: list[TrajectoryGroup], prefix: str) -> dict[str, float]:
+def _transform_metrics(
+    episodes: list[Episode], groups: list[TrajectoryGroup], prefix: str, group: dist.ProcessGroup | None
+) -> dict[str, float]:
     sizes = [len(g.trajectories) for g in groups]
+    mine = (
+        sum(len(e.trajectories) for e in episodes),
+        sum(sizes),
+        len(sizes),
+        max(sizes, default=0),
+        min(sizes, default=None),
+    )
+    parts = gather_objects(mine, group)  # every rank's counts: the metrics are the global batch's
+    before, after, num_groups = (sum(p[i] for p in parts) for i in range(3))
+    smallest = [p[4] for p in parts if p[4] is not None]
     return {
-        f"{prefix}/num_trajs_before_filter": float(sum(len(e.trajectories) for e in episodes)),
-        f"{prefix}/num_trajs_after_filter": float(sum(sizes)),
-        f"{prefix}/num_groups": float(len(groups)),
-        f"{prefix}/avg_group_size": sum(sizes) / len(sizes) if sizes else 0.0,
-        f"{prefix}/max_group_size": float(max(sizes, default=0)),
-        f"{prefix}/min_group_size": float(min(sizes, default=0)),
+        f"{prefix}/num_trajs_before_filter": float(before),
+        f"{prefix}/num_trajs_after_filter": float(after),
+        f"{prefix}/num_groups": float(num_groups),
+        f"{prefix}/avg_group_size": after / num_groups if num_groups else 0.0,
+        f"{prefix}/max_group_size": float(max(p[3] for p in parts)),
+        f"{prefix}/min_group_size": float(min(smallest, default=0)),
     }
 
 
@@ -163,6 +178,8 @@ def transform_episodes_to_trajectory_groups(
     compact_filtering_config: CompactFilteringConfig | None = None,
     metrics_prefix: str = "groups",
     traj_grouping_hook: TrajGroupingHook | None = None,
+    *,
+    process_group: object = ONE_PROCESS,
 ) -> tuple[list[TrajectoryGroup], dict[str, float]]:
     """Turn episodes into trajectory groups for advantage computation.
 
@@ -176,6 +193,9 @@ def transform_episodes_to_trajectory_groups(
         metrics_prefix: prefix of the metric names.
         traj_grouping_hook: ``hook(episodes, transform_config, compact_filtering_config) ->
             list[TrajectoryGroup]``, replacing :func:`default_traj_grouping_hook`.
+        process_group: ``ONE_PROCESS`` (default), or a ``ProcessGroup`` whose ranks each hold
+            part of the batch: groups are built from this rank's episodes, the metrics count
+            every rank's (one ``all_gather_object``; every rank must call).
 
     Returns:
         ``(groups, metrics)``; metrics (Python floats): ``{prefix}/num_trajs_before_filter``
@@ -189,6 +209,7 @@ def transform_episodes_to_trajectory_groups(
 
     Source: rLLM ``rllm/experimental/common/transform.py``.
     """
+    group = resolve_process_group(process_group)
     transform_config = TransformConfig() if transform_config is None else transform_config
     _impute_trajectory_names(episodes, transform_config)
     hook = default_traj_grouping_hook if traj_grouping_hook is None else traj_grouping_hook
@@ -197,4 +218,4 @@ def transform_episodes_to_trajectory_groups(
         raise TypeError(
             f"traj_grouping_hook {getattr(hook, '__name__', hook)!r} must return a list of TrajectoryGroup, got {type(groups).__name__}."
         )
-    return groups, _transform_metrics(episodes, groups, metrics_prefix)
+    return groups, _transform_metrics(episodes, groups, metrics_prefix, group)

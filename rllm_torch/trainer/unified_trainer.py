@@ -15,6 +15,12 @@ One training step, in order::
 
 A run resumes from its newest complete checkpoint (``rllm.trainer.resume_mode=auto``, see
 :class:`~rllm_torch.trainer.run_checkpoint.RunCheckpointer`) and continues exactly where it stopped.
+
+On several processes (``ranks``, :class:`~rllm_torch.trainer.ranks.RunRanks`) every rank runs
+this loop on its share of each step's prompts; every metric is that of the global batch (each
+stage reduces its own: sums of counts, means over every rank's items, the maximum of timings),
+and rank 0 alone prints, logs and writes checkpoints. A stage that finds nothing to train on
+skips the step on every rank together, so the ranks' collectives stay in step.
 """
 
 from __future__ import annotations
@@ -30,7 +36,9 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rllm_torch.advantage import collect_reward_and_advantage_from_trajectory_groups
+from rllm_torch.distributed import gather_objects
 from rllm_torch.trainer.backend import BackendProtocol
+from rllm_torch.trainer.ranks import RunRanks
 from rllm_torch.trainer.rejection_sampling import apply_rejection_sampling_and_filtering
 from rllm_torch.trainer.run_checkpoint import RunCheckpointer
 from rllm_torch.trainer.setup import build_pipeline_configs
@@ -56,6 +64,7 @@ class UnifiedTrainer:
         workflow_args, backend_args: keyword arguments of the workflow and backend.
         traj_grouping_hook: replaces the default episode → group transform.
         traj_group_adv_estimator_map: group role → estimator name, over ``rllm.algorithm.estimator_map``.
+        ranks: the run's processes (default: one); given to the backend as ``ranks=``.
 
     Raises:
         ConfigError / UnknownEstimatorError: bad settings, before anything is trained.
@@ -75,8 +84,10 @@ class UnifiedTrainer:
         *,
         traj_grouping_hook: Callable | None = None,
         traj_group_adv_estimator_map: dict | None = None,
+        ranks: RunRanks | None = None,
         **kwargs: Any,
     ) -> None:
+        self.ranks = ranks if ranks is not None else RunRanks()
         self.workflow_class, self.workflow_args = workflow_class, workflow_args or {}
         self.train_dataset, self.val_dataset = train_dataset, val_dataset
         self.config, self.rllm_config = config, config.rllm
@@ -85,10 +96,10 @@ class UnifiedTrainer:
         pipeline = build_pipeline_configs(config, self.traj_group_adv_estimator_map)
         self.cf_config, self.transform_config = pipeline.compact_filtering, pipeline.transform
         self.rs_config, self.algorithm_config = pipeline.rejection_sampling, pipeline.algorithm
-        self.backend = backend_cls(config=config, **(backend_args or {}))
+        self.backend = backend_cls(config=config, ranks=self.ranks, **(backend_args or {}))
         self.backend.validate_config()
         self._setup_logging()
-        self.checkpointer = RunCheckpointer(self.backend, config, self.run_dir)
+        self.checkpointer = RunCheckpointer(self.backend, config, self.run_dir, self.ranks)
         rollout_engine = self.backend.init_rollout_engine(
             cf_config=self.cf_config,
             transform_config=self.transform_config,
@@ -114,10 +125,15 @@ class UnifiedTrainer:
         self.run_dir = Path(
             trainer.get("default_local_dir") or f"outputs/{trainer.project_name}/{trainer.experiment_name}"
         )
+        subdirectory = f"episodes/rank{self.ranks.rank}" if self.ranks.distributed else "episodes"
         self.episode_logger = (
-            EpisodeLogger(logging.get("episode_log_dir") or str(self.run_dir)) if logging.log_episodes else None
+            EpisodeLogger(logging.get("episode_log_dir") or str(self.run_dir), subdirectory)
+            if logging.log_episodes
+            else None
         )
         backends = trainer.logger if isinstance(trainer.logger, str) else OmegaConf.to_container(trainer.logger)
+        # the other ranks keep a Tracking without sinks: their log calls do nothing, rank 0's write
+        backends = backends if self.ranks.is_main else []
         plain = OmegaConf.to_container(self.config, resolve=True) if "wandb" in backends else None
         self.logger = Tracking(
             backends,
@@ -139,7 +155,7 @@ class UnifiedTrainer:
         state = TrainerState()
         resumed = self.checkpointer.resume(state, self.val_history)
         self.logger.open(resume_step=resumed.step if resumed is not None else -1)
-        if resumed is not None:
+        if resumed is not None and self.ranks.is_main:
             print(f"resuming from {resumed.path} (step {state.global_step}, epoch {state.epoch})", flush=True)
         await self.backend.on_train_start(state)
         trainer = self.rllm_config.trainer
@@ -177,6 +193,7 @@ class UnifiedTrainer:
                 await self._train_batch_async(batch, state)
                 state.metrics["time/step"] = time.perf_counter() - start
                 await self.backend.on_batch_end(state)
+                self.ranks.reduce_max_metrics(state.metrics)  # the slowest rank's timings
                 self.logger.log(state.metrics, step=state.global_step)
                 if trainer.test_freq > 0 and state.global_step % trainer.test_freq == 0:
                     await self._validate_async(state)
@@ -188,22 +205,27 @@ class UnifiedTrainer:
             state.epoch, state.batch_in_epoch = epoch + 1, 0  # where a checkpoint taken now resumes
 
     async def _train_batch_async(self, batch: Any, state: TrainerState) -> None:
+        ranks, group = self.ranks, self.ranks.estimator_group
         self.agent_workflow_engine.set_training_step(state.global_step, mode="train", epoch=state.epoch)
         state.episodes = await self.backend.generate_episodes(
             batch, agent_workflow_engine=self.agent_workflow_engine, is_validation=False
         )
-        if not state.has_episodes:
+        if not ranks.any(state.has_episodes):
             return
-        state.metrics.update(workflow_metrics(state.episodes, prefix="batch"))
+        state.metrics.update(workflow_metrics(state.episodes, prefix="batch", ranks=ranks))
         state.trajectory_groups, transform_metrics = transform_episodes_to_trajectory_groups(
-            state.episodes, self.transform_config, self.cf_config, traj_grouping_hook=self.traj_grouping_hook
+            state.episodes,
+            self.transform_config,
+            self.cf_config,
+            traj_grouping_hook=self.traj_grouping_hook,
+            process_group=group,
         )
         state.metrics.update(transform_metrics)
         state.trajectory_groups, state.episodes, rs_metrics = apply_rejection_sampling_and_filtering(
-            state.episodes, state.trajectory_groups, self.rs_config, state.rs_state
+            state.episodes, state.trajectory_groups, self.rs_config, state.rs_state, process_group=group
         )
         state.metrics.update(rs_metrics)
-        if not state.has_trajectory_groups:
+        if not ranks.any(state.has_trajectory_groups):  # a rank without groups trains on an empty batch
             return
         state.backend_batch = self.backend.transform_to_backend_batch(state)
         await self.backend.process_backend_batch(state)
@@ -211,13 +233,15 @@ class UnifiedTrainer:
         await self.backend.update_policy(state)
 
     async def _validate_async(self, state: TrainerState) -> dict[str, float]:
-        """Validate once per step: pass@1 / pass@n_val per data source, plus reward metrics."""
+        """Validate once per step: pass@1 / pass@n_val per data source, plus reward metrics,
+        over every rank's share of the validation set."""
         if self.val_dataset is None or state.last_validation_step == state.global_step:
             return {}
         if not await self.backend.on_validation_start(state):
             return {}
         state.last_validation_step = state.global_step
         start = time.perf_counter()
+        group = self.ranks.estimator_group
         self.agent_workflow_engine.set_training_step(state.global_step, mode="val", epoch=state.epoch)
         episodes: list[Episode] = []
         for batch in self.backend.get_dataloader(self.val_dataset, state):
@@ -225,17 +249,22 @@ class UnifiedTrainer:
                 batch, agent_workflow_engine=self.agent_workflow_engine, is_validation=True
             )
         groups, _ = transform_episodes_to_trajectory_groups(
-            episodes, self.transform_config, self.cf_config, traj_grouping_hook=self.traj_grouping_hook
+            episodes,
+            self.transform_config,
+            self.cf_config,
+            traj_grouping_hook=self.traj_grouping_hook,
+            process_group=group,
         )
         metrics = {
             f"val/{k}": v
             for k, v in collect_reward_and_advantage_from_trajectory_groups(
-                groups, self.algorithm_config, collect_advantage=False
+                groups, self.algorithm_config, collect_advantage=False, process_group=group
             ).items()
         }
-        metrics |= validation_pass_metrics(episodes, self.rllm_config.rollout.n_val)
-        metrics |= workflow_metrics(episodes, prefix="val")
+        metrics |= validation_pass_metrics(episodes, self.rllm_config.rollout.n_val, ranks=self.ranks)
+        metrics |= workflow_metrics(episodes, prefix="val", ranks=self.ranks)
         metrics["time/testing"] = time.perf_counter() - start
+        self.ranks.reduce_max_metrics(metrics)
         self.logger.log(metrics, step=state.global_step)
         self.val_history.append((state.global_step, metrics))
         await self.backend.on_validation_end(state)
@@ -248,15 +277,26 @@ class UnifiedTrainer:
         self.logger.finish()
 
 
-def workflow_metrics(episodes: list[Episode], prefix: str) -> dict[str, float]:
-    """Mean of each numeric ``episode.metrics`` key and the share of each termination reason."""
-    values: dict[str, list[float]] = {}
+def workflow_metrics(episodes: list[Episode], prefix: str, ranks: RunRanks | None = None) -> dict[str, float]:
+    """Mean of each numeric ``episode.metrics`` key and the share of each termination reason,
+    over the episodes of every rank (``ranks``: one ``all_gather_object`` of sums and counts)."""
+    sums: dict[str, float] = {}
+    counts: Counter = Counter()
     reasons = Counter(e.termination_reason.value for e in episodes if e.termination_reason is not None)
     for episode in episodes:
         for key, value in episode.metrics.items():
             if isinstance(value, (int, float)):
-                values.setdefault(key, []).append(float(value))
-    metrics = {f"{prefix}/{k}": sum(v) / len(v) for k, v in values.items()}
+                sums[key] = sums.get(key, 0.0) + float(value)
+                counts[key] += 1
+    if ranks is not None and ranks.distributed:
+        parts = gather_objects((sums, counts, reasons), ranks.process_group)
+        sums, counts, reasons = {}, Counter(), Counter()
+        for part_sums, part_counts, part_reasons in parts:
+            for key, value in part_sums.items():
+                sums[key] = sums.get(key, 0.0) + value
+            counts.update(part_counts)
+            reasons.update(part_reasons)
+    metrics = {f"{prefix}/{k}": sums[k] / counts[k] for k in sorted(sums)}
     total = max(sum(reasons.values()), 1)
     metrics |= {f"{prefix}/termination_reason/{r.value}": reasons[r.value] / total for r in TerminationReason}
     return metrics

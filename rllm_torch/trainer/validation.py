@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import defaultdict
 from math import comb
 
+from rllm_torch.trainer.ranks import RunRanks
 from rllm_torch.types import Episode
 
 __all__ = ["pass_at_k", "validation_pass_metrics"]
@@ -36,21 +37,35 @@ def pass_at_k(num_samples: int, num_correct: int, k: int) -> float:
     return 1.0 - comb(num_samples - num_correct, k) / comb(num_samples, k)
 
 
-def validation_pass_metrics(episodes: list[Episode], n_val: int, prefix: str = "val") -> dict[str, float]:
+def validation_pass_metrics(
+    episodes: list[Episode], n_val: int, prefix: str = "val", *, ranks: RunRanks | None = None
+) -> dict[str, float]:
     """``{prefix}/{data_source}/pass@1`` and, for ``n_val > 1``, ``pass@{n_val}``, averaged over
     the tasks (``task_id``) of each data source (``episode.info["data_source"]``, else
-    ``"unknown"``).
+    ``"unknown"``). With ``ranks``, over the episodes of every rank (each rank's per-task
+    sample and correct counts are gathered once: ``O(tasks)``, not ``O(episodes)``).
 
     pass@1 is the mean over tasks of the fraction of correct samples. pass@n uses
     :func:`pass_at_k` with k = n_val; a task with fewer than n_val samples (some errored) uses
     k = its sample count. Episodes that ended in error count as incorrect samples.
     """
-    by_source: dict[str, dict[object, list[bool]]] = defaultdict(lambda: defaultdict(list))
+    tallies: dict[tuple[str, object], list[int]] = defaultdict(lambda: [0, 0])  # (source, task) -> [n, c]
     for episode in episodes:
-        by_source[str(episode.info.get("data_source", "unknown"))][episode.task_id].append(bool(episode.is_correct))
+        tally = tallies[(str(episode.info.get("data_source", "unknown")), episode.task_id)]
+        tally[0] += 1
+        tally[1] += bool(episode.is_correct)
+    if ranks is not None and ranks.distributed:
+        merged: dict[tuple[str, object], list[int]] = defaultdict(lambda: [0, 0])
+        for part in ranks.gather(dict(tallies)):
+            for key, (n, c) in part.items():
+                merged[key][0] += n
+                merged[key][1] += c
+        tallies = merged
+    by_source: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for (source, _), (n, c) in tallies.items():
+        by_source[source].append((n, c))
     metrics: dict[str, float] = {}
-    for source, tasks in sorted(by_source.items()):
-        counts = [(len(c), sum(c)) for c in tasks.values()]
+    for source, counts in sorted(by_source.items()):
         metrics[f"{prefix}/{source}/pass@1"] = sum(pass_at_k(n, c, 1) for n, c in counts) / len(counts)
         if n_val > 1:
             metrics[f"{prefix}/{source}/pass@{n_val}"] = sum(pass_at_k(n, c, min(n_val, n)) for n, c in counts) / len(

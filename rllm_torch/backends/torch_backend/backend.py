@@ -1,7 +1,14 @@
 """``TorchBackend``: the embedded backend. A ``transformers`` causal LM is sampled by
 :class:`TorchRolloutEngine` and trained on :class:`~rllm_torch.trainer.token_batch.TokenBatch`
 tensors with the loss ``rllm.algorithm.loss_fn`` aggregated by ``loss_agg_mode``, AdamW and
-gradient clipping."""
+gradient clipping.
+
+On several processes (``torchrun``, :class:`~rllm_torch.trainer.ranks.RunRanks`) each rank
+samples its share of every step's prompts with its own generator, and trains a
+``DistributedDataParallel`` copy of the policy: each loss is divided by the token (or sequence)
+count of the *global* mini-batch and multiplied by the world size, so DDP's gradient average is
+the gradient of the global loss, and the weights stay identical on every rank.
+"""
 
 from __future__ import annotations
 
@@ -10,22 +17,25 @@ from typing import Any
 
 import torch
 from omegaconf import DictConfig
+from torch.nn.parallel import DistributedDataParallel
 from transformers import get_scheduler
 
 from rllm_torch.backends.torch_backend.data import TaskDataLoader
-from rllm_torch.backends.torch_backend.losses import AGG_MODES, LOSS_FNS, policy_loss
+from rllm_torch.backends.torch_backend.losses import AGG_MODES, LOSS_FNS, loss_normaliser, policy_loss
 from rllm_torch.backends.torch_backend.policy import build_policy, resolve_device
 from rllm_torch.backends.torch_backend.rollout import SamplingParams, TorchRolloutEngine
 from rllm_torch.backends.torch_backend.sampling import token_log_probs
 from rllm_torch.backends.torch_backend.tokenizer import load_tokenizer
 from rllm_torch.errors import ConfigError
 from rllm_torch.trainer.backend import BackendProtocol
+from rllm_torch.trainer.ranks import RunRanks
 from rllm_torch.trainer.state import TrainerState
 from rllm_torch.trainer.token_batch import build_token_batch
 
 __all__ = ["TorchBackend"]
 
 _SCHEDULES = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}
+PARALLELISMS = ("ddp", "fsdp")
 
 
 class TorchBackend(BackendProtocol):
@@ -34,21 +44,29 @@ class TorchBackend(BackendProtocol):
     Args:
         config: the run config: ``model.*``, ``backend.*``, ``data.*``, ``rllm.*``.
         alphabet: characters of the default character tokenizer (used when ``model.path`` has none).
+        ranks: the run's processes (default: one); with several, the policy is wrapped by
+            ``backend.parallelism`` (``ddp``: ``DistributedDataParallel``).
 
     Raises:
-        ConfigError / ModelNotFoundError: bad model, device or loss settings.
+        ConfigError / ModelNotFoundError: bad model, device, loss or parallelism settings.
     """
 
     name = "torch"
 
-    def __init__(self, config: DictConfig, alphabet: str = "0123456789+=", **kwargs: Any) -> None:
-        super().__init__(config)
+    def __init__(
+        self, config: DictConfig, alphabet: str = "0123456789+=", ranks: RunRanks | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(config, ranks)
         self.settings, rllm = config.backend, config.rllm
         if self.settings.num_threads:
             torch.set_num_threads(self.settings.num_threads)
-        self.device = resolve_device(self.settings.device)
+        self.device = resolve_device(
+            self.settings.device, local_rank=self.ranks.local_rank if self.ranks.distributed else None
+        )
         self.tokenizer = load_tokenizer(config.model.path, alphabet)
         self.model = build_policy(config.model, self.tokenizer, seed=self.settings.seed).to(self.device)
+        self.parallelism = self.settings.get("parallelism", "ddp")
+        self.train_model = self._wrap(self.model)
         self.loss_fn = rllm.algorithm.loss_fn or "ppo"
         self.loss_agg_mode = rllm.algorithm.get("loss_agg_mode", "token-mean")
         self.loss_agg_horizon = rllm.algorithm.get("loss_agg_horizon") or rllm.rollout.max_new_tokens
@@ -59,6 +77,26 @@ class TorchBackend(BackendProtocol):
         self.run_dir = Path(
             rllm.trainer.default_local_dir or f"outputs/{rllm.trainer.project_name}/{rllm.trainer.experiment_name}"
         )
+
+    def _wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The module the training forward passes go through: DDP over the ranks, or the model."""
+        if self.parallelism not in PARALLELISMS:
+            raise ConfigError(
+                f"backend.parallelism={self.parallelism!r} is not known to the torch backend; choose from {PARALLELISMS}."
+            )
+        if not self.ranks.distributed:
+            if self.parallelism == "fsdp":
+                raise ConfigError(
+                    "backend.parallelism=fsdp shards the policy over the processes of a torchrun launch, and this run is one "
+                    "process: launch it with torchrun --nproc_per_node=N, or leave backend.parallelism=ddp."
+                )
+            return model
+        if self.parallelism == "fsdp":
+            from rllm_torch.backends.torch_backend.sharding import shard_policy
+
+            return shard_policy(model, self.ranks)
+        device_ids = [self.device.index] if self.device.type == "cuda" else None
+        return DistributedDataParallel(model, device_ids=device_ids, process_group=self.ranks.process_group)
 
     def validate_config(self) -> None:
         if self.loss_fn not in LOSS_FNS:
@@ -85,13 +123,20 @@ class TorchBackend(BackendProtocol):
             train,
             val,
             max_batch_size=self.settings.rollout_batch_size,
-            seed=self.settings.seed,
+            seed=self.settings.seed + self.ranks.rank,  # each rank its own rollouts
         )
         return self.rollout_engine
 
     def get_dataloader(self, dataset: list[dict], trainer_state: TrainerState) -> TaskDataLoader:
         data = self.config.data
-        return TaskDataLoader(dataset or [], data.train_batch_size, shuffle=data.shuffle, seed=self.settings.seed)
+        return TaskDataLoader(
+            dataset or [],
+            data.train_batch_size,
+            shuffle=data.shuffle,
+            seed=self.settings.seed,
+            rank=self.ranks.rank,
+            world_size=self.ranks.world_size,
+        )
 
     async def generate_episodes(
         self, batch: list[tuple[str, dict]], agent_workflow_engine: Any, is_validation: bool = False
@@ -109,9 +154,9 @@ class TorchBackend(BackendProtocol):
             trainer_state.trajectory_groups, pad_token_id=self.tokenizer.pad_token_id, use_precomputed_advantage=use_pre
         ).to(self.device)
 
-    def _log_probs(self, batch, rows: slice | torch.Tensor = slice(None)) -> torch.Tensor:
+    def _log_probs(self, model: torch.nn.Module, batch, rows: slice | torch.Tensor = slice(None)) -> torch.Tensor:
         return token_log_probs(
-            self.model,
+            model,
             batch.input_ids[rows],
             batch.attention_mask[rows],
             temperature=self.config.rllm.rollout.temperature,
@@ -119,12 +164,18 @@ class TorchBackend(BackendProtocol):
 
     async def process_backend_batch(self, trainer_state: TrainerState) -> None:
         batch = trainer_state.backend_batch
-        with torch.no_grad():
-            batch.old_log_probs = self._log_probs(batch)
-        diff = (
-            (batch.old_log_probs - batch.rollout_log_probs).abs() * batch.response_mask
-        ).sum() / batch.response_mask.sum().clamp(min=1)
-        trainer_state.metrics["actor/rollout_logprob_abs_diff"] = diff.item()
+        if batch.input_ids.shape[0]:
+            with torch.no_grad():
+                batch.old_log_probs = self._log_probs(self.model, batch)
+        else:  # this rank has no row in this step (its prompts were filtered out)
+            batch.old_log_probs = torch.zeros_like(batch.rollout_log_probs)
+        diff, tokens = self.ranks.reduce(
+            [
+                float(((batch.old_log_probs - batch.rollout_log_probs).abs() * batch.response_mask).sum()),
+                float(batch.response_mask.sum()),
+            ]
+        )
+        trainer_state.metrics["actor/rollout_logprob_abs_diff"] = diff / max(tokens, 1.0)
 
     def _ensure_scheduler(self, trainer_state: TrainerState, updates_per_step: int) -> None:
         if self.scheduler is None:
@@ -143,54 +194,99 @@ class TorchBackend(BackendProtocol):
                     group["lr"] = lr  # building the scheduler reset it to the step-0 value
 
     async def update_policy(self, trainer_state: TrainerState) -> None:
-        """``backend.ppo_epochs`` passes over the batch in shuffled mini-batches of
-        ``backend.mini_batch_size`` rows (one row per step; None: the whole batch), one AdamW step each."""
-        batch, s = trainer_state.backend_batch, self.settings
+        """``backend.ppo_epochs`` passes over the batch, each in ``ceil(R / backend.mini_batch_size)``
+        shuffled, near-equal mini-batches of the ``R`` rows of every rank (one row per step;
+        ``mini_batch_size`` None: the whole batch), one AdamW step each. Each rank trains on its
+        own rows of every mini-batch; the loss is normalised over the global mini-batch."""
+        batch, s, ranks = trainer_state.backend_batch, self.settings, self.ranks
         num_rows = batch.input_ids.shape[0]
-        mini = min(s.mini_batch_size or num_rows, num_rows)
-        self._ensure_scheduler(trainer_state, s.ppo_epochs * -(-num_rows // mini))
-        stats: dict[str, list[float]] = {}
+        total_rows = int(ranks.reduce([float(num_rows)])[0])
+        if total_rows == 0:  # nothing to train on anywhere (the trainer skips such steps itself)
+            return
+        num_minis = -(-total_rows // min(s.mini_batch_size or total_rows, total_rows))
+        self._ensure_scheduler(trainer_state, s.ppo_epochs * num_minis)
+        local_stats, grad_norms = [], []
         for _ in range(s.ppo_epochs):
             order = torch.randperm(num_rows, device=self.device)
-            for start in range(0, num_rows, mini):
-                rows = order[start : start + mini]
-                loss, extra = policy_loss(
-                    self.loss_fn,
-                    self._log_probs(batch, rows),
-                    batch.old_log_probs[rows],
-                    batch.advantages[rows],
-                    batch.response_mask[rows],
-                    clip_ratio_low=s.clip_ratio_low,
-                    clip_ratio_high=s.clip_ratio_high,
-                    beta=s.get("dro_beta", 0.05),
-                    loss_agg_mode=self.loss_agg_mode,
-                    horizon=self.loss_agg_horizon,
-                )
+            for rows in order.tensor_split(num_minis):  # this rank's part of each global mini-batch
+                loss, stats = self._mini_batch_loss(batch, rows)
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), s.grad_clip)
+                grad_norms.append(torch.nn.utils.clip_grad_norm_(self.model.parameters(), s.grad_clip))
                 self.optimizer.step()
                 self.scheduler.step()
-                for key, value in {"loss": loss.detach(), "grad_norm": grad_norm, **extra}.items():
-                    stats.setdefault(key, []).append(float(value))
-        trainer_state.metrics |= {f"actor/{k}": sum(v) / len(v) for k, v in stats.items()}
+                local_stats.append(stats)
+        trainer_state.metrics |= self._global_update_stats(local_stats, grad_norms)
         trainer_state.metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
 
+    def _mini_batch_loss(self, batch, rows: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """This rank's loss on ``rows`` of a global mini-batch (times the world size, for DDP's
+        mean) and its local stats, token-weighted: ``{name: value * tokens}`` plus ``tokens``."""
+        s, world = self.settings, self.ranks.world_size
+        mask_RT = batch.response_mask[rows]
+        normaliser = loss_normaliser(mask_RT, self.loss_agg_mode)
+        if self.ranks.distributed:
+            normaliser = normaliser.clone()
+            torch.distributed.all_reduce(normaliser, group=self.ranks.process_group)
+        if rows.numel():
+            log_probs, anchor = self._log_probs(self.train_model, batch, rows), 0.0
+        else:  # no row here: a zero loss through the same forward, so DDP's all-reduce still runs
+            dummy = torch.full((1, 1), self.tokenizer.pad_token_id, dtype=torch.int64, device=self.device)
+            log_probs, anchor = batch.old_log_probs[rows], self.train_model(input_ids=dummy).logits.sum() * 0.0
+        loss, extra = policy_loss(
+            self.loss_fn,
+            log_probs,
+            batch.old_log_probs[rows],
+            batch.advantages[rows],
+            mask_RT,
+            clip_ratio_low=s.clip_ratio_low,
+            clip_ratio_high=s.clip_ratio_high,
+            beta=s.get("dro_beta", 0.05),
+            loss_agg_mode=self.loss_agg_mode,
+            horizon=self.loss_agg_horizon,
+            normaliser=normaliser,
+        )
+        tokens = mask_RT.sum()
+        stats = {"loss": loss.detach(), "tokens": tokens} | {k: v.detach() * tokens for k, v in extra.items()}
+        return (loss + anchor) * world, stats
+
+    def _global_update_stats(self, local_stats: list[dict], grad_norms: list[torch.Tensor]) -> dict[str, float]:
+        """``actor/*`` means over the mini-batches of the global values: the loss (summed over the
+        ranks: each rank's is its share), ``grad_norm`` (the same on every rank after DDP's
+        all-reduce) and the token means of the loss's diagnostics over every rank's tokens. One
+        all-reduce for the whole update."""
+        keys = sorted({k for stats in local_stats for k in stats} - {"loss", "tokens"})
+        table = torch.stack(
+            [
+                torch.stack(
+                    [stats["loss"], stats["tokens"]] + [stats.get(k, stats["tokens"] * 0) for k in keys]
+                ).float()
+                for stats in local_stats
+            ]
+        )
+        if self.ranks.distributed:
+            torch.distributed.all_reduce(table, group=self.ranks.process_group)
+        loss_M, tokens_M = table[:, 0], table[:, 1].clamp(min=1.0)
+        out = {"actor/loss": loss_M.mean(), "actor/grad_norm": torch.stack(grad_norms).float().mean()}
+        out |= {f"actor/{k}": (table[:, 2 + i] / tokens_M).mean() for i, k in enumerate(keys)}
+        return {k: float(v) for k, v in out.items()}
+
     def state_dict(self) -> dict[str, Any]:
-        """Model, optimizer and lr-scheduler state dicts and the sampling generator's state."""
+        """Model, optimizer and lr-scheduler state dicts (the same on every rank)."""
         scheduler = self.scheduler.state_dict() if self.scheduler is not None else self._pending_scheduler_state
-        return {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": scheduler,
-            "rollout_generator": self.rollout_engine.generator.get_state(),
-        }
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "scheduler": scheduler}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s dict; the lr scheduler, built at the first update, gets its state then."""
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler, self._pending_scheduler_state = None, state["scheduler"]
+
+    def rank_state_dict(self) -> dict[str, Any]:
+        """This rank's sampling generator."""
+        return {"rollout_generator": self.rollout_engine.generator.get_state()}
+
+    def load_rank_state_dict(self, state: dict[str, Any]) -> None:
         self.rollout_engine.generator.set_state(state["rollout_generator"])
 
     def save_checkpoint(self, name: str) -> Path:
@@ -201,6 +297,7 @@ class TorchBackend(BackendProtocol):
         return path
 
     async def on_train_end(self, trainer_state: TrainerState) -> None:
-        """Export the trained model as ``checkpoints/final`` (``model.path=`` loads it); the
-        trainer's resumable checkpoints are ``checkpoints/step_*``."""
-        self.save_checkpoint("final")
+        """Export the trained model as ``checkpoints/final`` (``model.path=`` loads it; rank 0
+        writes it); the trainer's resumable checkpoints are ``checkpoints/step_*``."""
+        if self.ranks.is_main:
+            self.save_checkpoint("final")

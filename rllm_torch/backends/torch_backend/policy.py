@@ -75,12 +75,15 @@ def build_policy(model_config: Any, tokenizer: PreTrainedTokenizerBase, *, seed:
     return model.float().train()
 
 
-def resolve_device(name: str) -> torch.device:
-    """``"auto"``: CUDA when available, else CPU; otherwise ``torch.device(name)``.
+def resolve_device(name: str, *, local_rank: int | None = None) -> torch.device:
+    """``"auto"``: CUDA when available, else CPU; otherwise ``torch.device(name)``. With a
+    ``local_rank`` (a torchrun process), CUDA means that rank's GPU, ``cuda:{local_rank}``.
 
     Raises:
         ConfigError: an unknown device name, or ``cuda`` requested without CUDA.
     """
+    if local_rank is not None and (name == "cuda" or (name == "auto" and torch.cuda.is_available())):
+        return torch.device("cuda", local_rank)
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:

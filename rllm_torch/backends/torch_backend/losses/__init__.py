@@ -1,6 +1,6 @@
 """Policy losses (``policy``) and their aggregation modes (``aggregation``): pure tensor math."""
 
-from rllm_torch.backends.torch_backend.losses.aggregation import AGG_MODES, aggregate_loss, token_mean
+from rllm_torch.backends.torch_backend.losses.aggregation import AGG_MODES, aggregate_loss, loss_normaliser, token_mean
 from rllm_torch.backends.torch_backend.losses.policy import (
     LOSS_FNS,
     cispo_loss,
@@ -15,6 +15,7 @@ __all__ = [
     "LOSS_FNS",
     "AGG_MODES",
     "aggregate_loss",
+    "loss_normaliser",
     "token_mean",
     "ppo_clip_loss",
     "importance_sampling_loss",

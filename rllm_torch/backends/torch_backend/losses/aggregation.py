@@ -12,7 +12,9 @@ seq-mean-token-mean        ``mean_{n ∈ S} (Σ_t m ℓ / Σ_t m)``: each sequen
 seq-mean-token-sum-norm    ``mean_{n ∈ S} Σ_t m ℓ / H``: Dr. GRPO's constant normaliser
 =========================  =======================================================================
 
-An empty selection (no trained token at all) gives 0 in every mode, never NaN.
+An empty selection (no trained token at all) gives 0 in every mode, never NaN. In a
+data-parallel run each rank passes the denominator summed over the ranks (``normaliser``,
+:func:`loss_normaliser`), so the loss is that of the global mini-batch.
 
 Sources: verl ``verl/trainer/ppo/core_algos.py::agg_loss``; DAPO (Yu et al. 2025,
 arXiv:2503.14476) for the token mean; Dr. GRPO (Liu et al. 2025, arXiv:2503.20783) for the
@@ -24,9 +26,10 @@ mean (as recent verl does), so padding rows do not dilute it.
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
-__all__ = ["AGG_MODES", "aggregate_loss", "token_mean"]
+__all__ = ["AGG_MODES", "aggregate_loss", "loss_normaliser", "token_mean"]
 
 AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
@@ -42,8 +45,29 @@ def token_mean(values: Tensor, response_mask: Tensor) -> Tensor:
     return (values * response_mask).sum() / response_mask.sum().clamp(min=1.0)
 
 
+def loss_normaliser(response_mask: Tensor, mode: str = "token-mean") -> Tensor:
+    """The count ``mode`` divides by: trained tokens (``token-mean``) or sequences with a trained
+    token (the ``seq-mean-*`` modes), a 0-d float tensor, before the clamp at 1.
+
+    Summed over the ranks of a data-parallel run, it makes :func:`aggregate_loss` the loss of the
+    global mini-batch (every rank's tokens or sequences), not a mean of per-rank means.
+
+    Raises:
+        ValueError: an unknown ``mode``.
+    """
+    if mode not in AGG_MODES:
+        raise ValueError(f"loss_agg_mode={mode!r} is not one of {AGG_MODES}.")
+    mask_NT = response_mask.float()
+    return mask_NT.sum() if mode == "token-mean" else (mask_NT.sum(-1) > 0).float().sum()
+
+
 def aggregate_loss(
-    loss: Tensor, response_mask: Tensor, mode: str = "token-mean", *, horizon: int | None = None
+    loss: Tensor,
+    response_mask: Tensor,
+    mode: str = "token-mean",
+    *,
+    horizon: int | None = None,
+    normaliser: Tensor | float | None = None,
 ) -> Tensor:
     """One scalar from per-token losses, by ``mode`` (see the module table).
 
@@ -53,6 +77,9 @@ def aggregate_loss(
         mode: one of :data:`AGG_MODES`.
         horizon: ``H`` of ``seq-mean-token-sum-norm`` (e.g. the longest possible response);
             required for that mode, ignored by the others.
+        normaliser: the token or sequence count to divide by (see :func:`loss_normaliser`);
+            ``None``: this batch's own. A data-parallel rank passes the count summed over the
+            ranks, so the loss is its share of the global mini-batch's. Clamped at 1.
 
     Returns:
         A 0-d tensor of ``loss``'s dtype; 0 when no token is trained. No host sync.
@@ -66,21 +93,18 @@ def aggregate_loss(
         >>> [round(aggregate_loss(loss, mask, m, horizon=4).item(), 3) for m in AGG_MODES]
         [2.0, 3.0, 2.0, 0.75]
     """
-    mask_NT = response_mask.to(loss.dtype)
-    if mode == "token-mean":
-        return token_mean(loss, mask_NT)
-    if mode not in AGG_MODES:
-        raise ValueError(f"loss_agg_mode={mode!r} is not one of {AGG_MODES}.")
-    tokens_N = mask_NT.sum(-1)
-    seq_sum_N = (loss * mask_NT).sum(-1)
-    has_tokens_N = (tokens_N > 0).to(loss.dtype)
-    num_seqs = has_tokens_N.sum().clamp(min=1.0)
-    if mode == "seq-mean-token-sum":
-        return seq_sum_N.sum() / num_seqs
-    if mode == "seq-mean-token-mean":
-        return (seq_sum_N / tokens_N.clamp(min=1.0)).sum() / num_seqs
-    if horizon is None or horizon <= 0:
+    if mode == "seq-mean-token-sum-norm" and (horizon is None or horizon <= 0):
         raise ValueError(
             f"loss_agg_mode='seq-mean-token-sum-norm' needs a positive horizon (the constant H), got {horizon!r}."
         )
-    return seq_sum_N.sum() / (num_seqs * horizon)
+    mask_NT = response_mask.to(loss.dtype)
+    count = loss_normaliser(mask_NT, mode) if normaliser is None else torch.as_tensor(normaliser, dtype=loss.dtype)
+    count = count.to(loss.dtype).clamp(min=1.0)
+    if mode == "token-mean":
+        return (loss * mask_NT).sum() / count
+    seq_sum_N = (loss * mask_NT).sum(-1)
+    if mode == "seq-mean-token-sum":
+        return seq_sum_N.sum() / count
+    if mode == "seq-mean-token-mean":
+        return (seq_sum_N / mask_NT.sum(-1).clamp(min=1.0)).sum() / count
+    return seq_sum_N.sum() / (count * horizon)

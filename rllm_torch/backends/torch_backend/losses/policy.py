@@ -9,6 +9,8 @@ gradient. Each function builds the per-token loss ``ℓ[n, t]`` below and reduce
 :func:`~rllm_torch.backends.torch_backend.losses.aggregation.aggregate_loss` (``loss_agg_mode``,
 ``horizon``), and returns ``(loss, stats)``: the scalar and a dict of detached 0-d diagnostics
 (token means over the mask). On-policy (ρ = 1) every loss has the gradient ``-A ∇ log π``.
+``normaliser`` (optional) is the token or sequence count the aggregation divides by, for a
+data-parallel rank the global one (:func:`~rllm_torch.backends.torch_backend.losses.aggregation.loss_normaliser`).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ def ppo_clip_loss(
     clip_ratio_high: float = 0.2,
     loss_agg_mode: str = "token-mean",
     horizon: int | None = None,
+    normaliser: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO's clipped surrogate, negated: ``ℓ = -min(ρ A, clip(ρ, 1 - ε_low, 1 + ε_high) A)``.
 
@@ -58,7 +61,9 @@ def ppo_clip_loss(
     ratio_NT = log_ratio_NT.exp()
     unclipped_NT = ratio_NT * advantages
     clipped_NT = ratio_NT.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high) * advantages
-    loss = aggregate_loss(-torch.minimum(unclipped_NT, clipped_NT), response_mask, loss_agg_mode, horizon=horizon)
+    loss = aggregate_loss(
+        -torch.minimum(unclipped_NT, clipped_NT), response_mask, loss_agg_mode, horizon=horizon, normaliser=normaliser
+    )
     with torch.no_grad():
         stats = {"clip_fraction": token_mean((clipped_NT < unclipped_NT).float(), response_mask)}
     return loss, stats | _kl_stats(log_ratio_NT, response_mask)
@@ -72,6 +77,7 @@ def importance_sampling_loss(
     *,
     loss_agg_mode: str = "token-mean",
     horizon: int | None = None,
+    normaliser: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """The unclipped importance-weighted policy gradient, negated: ``ℓ = -ρ A``.
 
@@ -79,7 +85,9 @@ def importance_sampling_loss(
     On-policy its gradient is REINFORCE's ``-A ∇ log π`` (Williams 1992).
     """
     log_ratio_NT = log_probs - old_log_probs
-    loss = aggregate_loss(-log_ratio_NT.exp() * advantages, response_mask, loss_agg_mode, horizon=horizon)
+    loss = aggregate_loss(
+        -log_ratio_NT.exp() * advantages, response_mask, loss_agg_mode, horizon=horizon, normaliser=normaliser
+    )
     return loss, _kl_stats(log_ratio_NT, response_mask)
 
 
@@ -93,6 +101,7 @@ def cispo_loss(
     clip_ratio_high: float = 0.2,
     loss_agg_mode: str = "token-mean",
     horizon: int | None = None,
+    normaliser: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """CISPO, negated: ``ℓ = -sg(clip(ρ, 1 - ε_low, 1 + ε_high)) · A · log π_θ``.
 
@@ -106,7 +115,9 @@ def cispo_loss(
     log_ratio_NT = log_probs - old_log_probs
     ratio_NT = log_ratio_NT.detach().exp()
     weight_NT = ratio_NT.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
-    loss = aggregate_loss(-weight_NT * advantages * log_probs, response_mask, loss_agg_mode, horizon=horizon)
+    loss = aggregate_loss(
+        -weight_NT * advantages * log_probs, response_mask, loss_agg_mode, horizon=horizon, normaliser=normaliser
+    )
     with torch.no_grad():
         stats = {"clip_fraction": token_mean((weight_NT != ratio_NT).float(), response_mask)}
     return loss, stats | _kl_stats(log_ratio_NT, response_mask)
@@ -121,6 +132,7 @@ def dro_loss(
     beta: float = 0.05,
     loss_agg_mode: str = "token-mean",
     horizon: int | None = None,
+    normaliser: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Direct reward optimisation, negated: ``ℓ = -(A · log π_θ - ½ β (log π_θ - log π_old)²)``.
 
@@ -132,7 +144,11 @@ def dro_loss(
     """
     log_ratio_NT = log_probs - old_log_probs
     loss = aggregate_loss(
-        -(advantages * log_probs - 0.5 * beta * log_ratio_NT.square()), response_mask, loss_agg_mode, horizon=horizon
+        -(advantages * log_probs - 0.5 * beta * log_ratio_NT.square()),
+        response_mask,
+        loss_agg_mode,
+        horizon=horizon,
+        normaliser=normaliser,
     )
     return loss, _kl_stats(log_ratio_NT, response_mask)
 
@@ -144,6 +160,7 @@ def cross_entropy_loss(
     *,
     loss_agg_mode: str = "token-mean",
     horizon: int | None = None,
+    normaliser: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Weighted negative log-likelihood: ``ℓ = -A · log π_θ``, the advantage as the token weight.
 
@@ -154,7 +171,7 @@ def cross_entropy_loss(
     Source: tinker's ``cross_entropy`` loss (``-(weights * target_logprobs)``), with the
     advantage in the place of ``weights``.
     """
-    loss = aggregate_loss(-advantages * log_probs, response_mask, loss_agg_mode, horizon=horizon)
+    loss = aggregate_loss(-advantages * log_probs, response_mask, loss_agg_mode, horizon=horizon, normaliser=normaliser)
     with torch.no_grad():
         stats = {"nll": token_mean(-log_probs, response_mask)}
     return loss, stats
@@ -172,6 +189,7 @@ def policy_loss(
     beta: float = 0.05,
     loss_agg_mode: str = "token-mean",
     horizon: int | None = None,
+    normaliser: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Dispatch on ``name`` (one of :data:`LOSS_FNS`); each loss takes the options it uses.
 
@@ -185,7 +203,7 @@ def policy_loss(
         >>> [policy_loss(name, logp, logp, adv, mask)[0].item() for name in LOSS_FNS]
         [-2.0, -2.0, 2.0, 2.0, 2.0]
     """
-    agg = {"loss_agg_mode": loss_agg_mode, "horizon": horizon}
+    agg = {"loss_agg_mode": loss_agg_mode, "horizon": horizon, "normaliser": normaliser}
     clip = {"clip_ratio_low": clip_ratio_low, "clip_ratio_high": clip_ratio_high}
     if name == "ppo":
         return ppo_clip_loss(log_probs, old_log_probs, advantages, response_mask, **clip, **agg)
