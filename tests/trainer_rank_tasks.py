@@ -85,10 +85,16 @@ def one_update(data: list[dict], dotlist: list[str], distributed: bool) -> tuple
         await backend.update_policy(state)
 
     asyncio.run(step())
-    weights = {k: v.detach().clone() for k, v in backend.model.state_dict().items()}
+    weights = {k: _full(v) for k, v in backend.model.state_dict().items()}
     # the last mini-batch's gradient is still in .grad (zero_grad runs before each backward)
-    grads = {k: p.grad.detach().clone() for k, p in backend.model.named_parameters() if p.grad is not None}
+    grads = {k: _full(p.grad) for k, p in backend.model.named_parameters() if p.grad is not None}
     return weights, state.metrics | {"grads": grads}
+
+
+def _full(tensor: torch.Tensor) -> torch.Tensor:
+    """A plain copy of ``tensor``; an FSDP shard (DTensor) is gathered whole first."""
+    tensor = tensor.detach()
+    return (tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor).clone()
 
 
 def AlgorithmConfigFrom(config):  # noqa: N802 - reads like the class it builds
@@ -122,7 +128,7 @@ def local_normaliser_update(data: list[dict]) -> tuple[dict, dict]:
         backend_module.torch.distributed.all_reduce = original
 
 
-def initial_weights() -> dict:
+def initial_weights(*dotlist: str) -> dict:
     """The policy's weights before any update (the same seed as :func:`one_update`)."""
-    backend = TorchBackend(backend_config(), alphabet=ALPHABET)
+    backend = TorchBackend(backend_config(*dotlist), alphabet=ALPHABET)
     return {k: v.detach().clone() for k, v in backend.model.state_dict().items()}

@@ -171,6 +171,15 @@ class BackendProtocol(ABC):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned (called on every rank before training resumes)."""
 
+    def sharded_state_dict(self) -> dict[str, Any] | None:
+        """State that each rank holds a shard of (e.g. an FSDP model and optimizer), as a
+        ``torch.distributed.checkpoint`` state dict: every rank writes its shards with ``dcp.save``
+        and a resume loads into this structure with ``dcp.load``. The default: None (nothing sharded)."""
+        return None
+
+    def load_sharded_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`sharded_state_dict`'s structure, filled from a checkpoint."""
+
     def rank_state_dict(self) -> dict[str, Any]:
         """What differs from rank to rank (e.g. each rank's sampling generator); every rank's is
         saved. The default: nothing."""

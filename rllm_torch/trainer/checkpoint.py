@@ -2,7 +2,7 @@
 
 Layout under ``root`` (``RUN_DIR/checkpoints``)::
 
-    step_000032/            a complete checkpoint: its files, then manifest.json (written last)
+    step_000032/            a complete checkpoint: its files (and subdirectories), then manifest.json (written last)
     .tmp-step_000040-1234/  being written by process 1234 (never read; removed when found stale)
 
 A checkpoint is written into its ``.tmp-*`` directory, every file is fsynced, ``manifest.json``
@@ -119,14 +119,39 @@ class CheckpointStore:
                 cannot be pickled); the temporary directory is removed and every earlier
                 checkpoint is left as it was.
         """
-        final = self.root / checkpoint_name(step)
-        tmp = self.root / f".tmp-{final.name}-{os.getpid()}"
+        tmp = self.begin(step)
+        try:
+            write(tmp)
+        except Exception as exc:  # noqa: BLE001 - whatever stopped the write, the half directory goes
+            raise self.abort(step, tmp, exc) from exc
+        return self.commit(step, tmp, metadata)
+
+    def begin(self, step: int) -> Path:
+        """The empty temporary directory checkpoint ``step`` is written into (the first phase of
+        :meth:`save`, for writers that are several processes: they all fill this directory).
+
+        Raises:
+            CheckpointError: it cannot be created.
+        """
+        tmp = self.root / f".tmp-{checkpoint_name(step)}-{os.getpid()}"
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir()
-            write(tmp)
-            files = {p.name: p.stat().st_size for p in sorted(tmp.iterdir()) if p.is_file()}
+        except OSError as exc:
+            raise self.abort(step, tmp, exc) from exc
+        return tmp
+
+    def commit(self, step: int, tmp: Path, metadata: dict[str, Any]) -> Path:
+        """Fsync every file under ``tmp`` (subdirectories too), write the manifest last and move
+        ``tmp`` into place as checkpoint ``step``; prune old checkpoints.
+
+        Raises:
+            CheckpointError: as :meth:`save`; ``tmp`` is removed.
+        """
+        final = self.root / checkpoint_name(step)
+        try:
+            files = {str(p.relative_to(tmp)): p.stat().st_size for p in sorted(tmp.rglob("*")) if p.is_file()}
             for name in files:
                 _fsync(tmp / name)
             manifest = {"format": _FORMAT, "step": step, "files": files, "metadata": metadata}
@@ -134,20 +159,26 @@ class CheckpointStore:
             _fsync(tmp / MANIFEST)
             self._move_into_place(tmp, final)
         except Exception as exc:  # noqa: BLE001 - whatever stopped the write, the half directory goes
-            shutil.rmtree(tmp, ignore_errors=True)
-            previous = [i for i in self._quiet_complete() if i.step != step]
-            intact = (
-                f"the previous checkpoint {previous[-1].path} is intact and a restart resumes from it"
-                if previous
-                else "no earlier checkpoint exists"
-            )
-            if isinstance(exc, OSError):
-                raise CheckpointError(
-                    f"saving checkpoint {final} failed: {exc.strerror or exc} (errno {exc.errno}); {intact}. Free disk space (or fix the path) and start the same command again."
-                ) from exc
-            raise CheckpointError(f"saving checkpoint {final} failed: {type(exc).__name__}: {exc}; {intact}.") from exc
+            raise self.abort(step, tmp, exc) from exc
         self.prune()
         return final
+
+    def abort(self, step: int, tmp: Path, exc: BaseException) -> CheckpointError:
+        """Remove ``tmp`` and return the :class:`CheckpointError` that says what failed and which
+        earlier checkpoint is intact."""
+        final = self.root / checkpoint_name(step)
+        shutil.rmtree(tmp, ignore_errors=True)
+        previous = [i for i in self._quiet_complete() if i.step != step]
+        intact = (
+            f"the previous checkpoint {previous[-1].path} is intact and a restart resumes from it"
+            if previous
+            else "no earlier checkpoint exists"
+        )
+        if isinstance(exc, OSError):
+            return CheckpointError(
+                f"saving checkpoint {final} failed: {exc.strerror or exc} (errno {exc.errno}); {intact}. Free disk space (or fix the path) and start the same command again."
+            )
+        return CheckpointError(f"saving checkpoint {final} failed: {type(exc).__name__}: {exc}; {intact}.")
 
     def _move_into_place(self, tmp: Path, final: Path) -> None:
         old = final.with_name(f".old-{final.name}-{os.getpid()}")

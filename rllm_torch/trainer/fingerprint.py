@@ -38,6 +38,7 @@ FINGERPRINT_KEYS = (
     "rllm.rejection_sample.enable",
     "backend.name",
     "backend.seed",
+    "backend.parallelism",
     "seed",
 )
 
@@ -59,7 +60,8 @@ def check_fingerprint(saved: dict[str, Any], current: dict[str, Any], checkpoint
         CheckpointMismatchError: some key differs; the message lists each key with the
             checkpoint's value and the current one, and the ways out.
     """
-    saved = {"world_size": 1, **saved}  # checkpoints from before the key existed were one process
+    # checkpoints from before these keys existed were one process with no sharding
+    saved = {"world_size": 1, "backend.parallelism": "ddp", **saved}
     changed = {
         k: (saved.get(k), current.get(k)) for k in sorted(set(saved) | set(current)) if saved.get(k) != current.get(k)
     }

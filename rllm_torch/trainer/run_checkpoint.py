@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed.checkpoint as dcp
 from omegaconf import DictConfig
 
 from rllm_torch.errors import CheckpointError, ConfigError
@@ -40,6 +41,7 @@ from rllm_torch.trainer.state import TrainerState
 __all__ = ["RunCheckpointer", "capture_rng_states", "restore_rng_states", "RESUME_MODES"]
 
 RESUME_MODES = ("auto", "disable", "resume_path")
+SHARDED = "sharded"  # the subdirectory of a checkpoint where torch.distributed.checkpoint writes shards
 
 
 def capture_rng_states() -> dict[str, Any]:
@@ -119,16 +121,33 @@ class RunCheckpointer:
 
     def save(self, state: TrainerState, val_history: list) -> Path | None:
         """Write the checkpoint of ``state.global_step`` (every rank must call; rank 0 writes and
-        returns its path, the others None).
+        returns its path, the others None). A backend with sharded state (FSDP) has every rank
+        write its shards into the checkpoint's ``sharded/`` with ``torch.distributed.checkpoint``.
 
         Raises:
             CheckpointError: the write failed (on every rank); earlier checkpoints are intact.
         """
+        step, main = state.global_step, self.ranks.is_main
         per_rank = self.ranks.gather({"rng": capture_rng_states(), "backend": self.backend.rank_state_dict()})
-        path, error = None, None
-        if self.ranks.is_main:
+        sharded = self.backend.sharded_state_dict()
+        tmp, error = None, None
+        if main:
+            try:
+                tmp = self.store.begin(step)
+            except CheckpointError as exc:
+                error = exc
+        self.ranks.agree(error)
+        if sharded is not None:
+            tmp = Path(self.ranks.gather(str(tmp))[0])  # rank 0's directory, for every rank
+            try:
+                dcp.save(sharded, checkpoint_id=tmp / SHARDED)
+            except Exception as exc:  # noqa: BLE001 - any failure of the collective write fails the checkpoint
+                error = self.store.abort(step, tmp, exc) if main else CheckpointError(f"writing shards failed: {exc}")
+            self.ranks.agree(error)
+        path = None
+        if main:
             trainer_state = {
-                "global_step": state.global_step,
+                "global_step": step,
                 "epoch": state.epoch,
                 "batch_in_epoch": state.batch_in_epoch,
                 "last_validation_step": state.last_validation_step,
@@ -136,17 +155,15 @@ class RunCheckpointer:
                 "val_history": val_history,
                 "ranks": per_rank,
             }
-            backend_state = self.backend.state_dict()
-
-            def write(directory: Path) -> None:
-                torch.save(backend_state, directory / "backend.pt")
-                torch.save(trainer_state, directory / "trainer.pt")
-
             metadata = {"fingerprint": self.fingerprint, "epoch": state.epoch, "batch_in_epoch": state.batch_in_epoch}
             try:
-                path = self.store.save(state.global_step, write, metadata)
+                torch.save(self.backend.state_dict(), tmp / "backend.pt")
+                torch.save(trainer_state, tmp / "trainer.pt")
+                path = self.store.commit(step, tmp, metadata)
             except CheckpointError as exc:
                 error = exc
+            except Exception as exc:  # noqa: BLE001 - e.g. ENOSPC or an object that cannot be pickled
+                error = self.store.abort(step, tmp, exc)
         self.ranks.agree(error)
         return path
 
@@ -172,6 +189,10 @@ class RunCheckpointer:
                 warnings.warn(f"skipping checkpoint {info.path}: unreadable ({exc}); trying an older one", stacklevel=2)
                 continue
             self.backend.load_state_dict(backend_state)
+            sharded = self.backend.sharded_state_dict()
+            if sharded is not None:  # every rank reads its shards (resharded if the layout allows)
+                dcp.load(sharded, checkpoint_id=info.path / SHARDED)
+                self.backend.load_sharded_state_dict(sharded)
             self._restore(trainer_state, state, val_history)
             return info
         return None

@@ -12,6 +12,7 @@ the gradient of the global loss, and the weights stay identical on every rank.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,7 @@ class TorchBackend(BackendProtocol):
         self.tokenizer = load_tokenizer(config.model.path, alphabet)
         self.model = build_policy(config.model, self.tokenizer, seed=self.settings.seed).to(self.device)
         self.parallelism = self.settings.get("parallelism", "ddp")
+        self.sharded = self.ranks.distributed and self.parallelism == "fsdp"
         self.train_model = self._wrap(self.model)
         self.loss_fn = rllm.algorithm.loss_fn or "ppo"
         self.loss_agg_mode = rllm.algorithm.get("loss_agg_mode", "token-mean")
@@ -144,9 +146,25 @@ class TorchBackend(BackendProtocol):
         n = self.config.rllm.rollout.n_val if is_validation else self.config.rllm.rollout.n
         self.rollout_engine.validation = is_validation
         tasks = [(task_id, task, k) for task_id, task in batch for k in range(n)]
-        return await agent_workflow_engine.execute_tasks(
-            [t for _, t, _ in tasks], [i for i, _, _ in tasks], [k for _, _, k in tasks]
-        )
+        with self._sampling_weights():
+            return await agent_workflow_engine.execute_tasks(
+                [t for _, t, _ in tasks], [i for i, _, _ in tasks], [k for _, _, k in tasks]
+            )
+
+    def _sampling_weights(self):
+        """FSDP: the whole policy gathered for a sampling phase (ranks sample different numbers of
+        tokens, so their forwards must not communicate); otherwise nothing to do."""
+        if not self.sharded:
+            return nullcontext()
+        from rllm_torch.backends.torch_backend.sharding import gathered_weights
+
+        return gathered_weights(self.model)
+
+    def _dummy_forward(self) -> torch.Tensor:
+        """A one-token forward through the training module: a rank with no row takes part in the
+        collectives that the others' forwards (FSDP) and backwards (DDP, FSDP) run."""
+        dummy = torch.full((1, 1), self.tokenizer.pad_token_id, dtype=torch.int64, device=self.device)
+        return self.train_model(input_ids=dummy).logits.sum() * 0.0
 
     def transform_to_backend_batch(self, trainer_state: TrainerState):
         use_pre = bool(self.config.rllm.algorithm.use_precomputed_advantage)
@@ -164,11 +182,13 @@ class TorchBackend(BackendProtocol):
 
     async def process_backend_batch(self, trainer_state: TrainerState) -> None:
         batch = trainer_state.backend_batch
-        if batch.input_ids.shape[0]:
-            with torch.no_grad():
-                batch.old_log_probs = self._log_probs(self.model, batch)
-        else:  # this rank has no row in this step (its prompts were filtered out)
-            batch.old_log_probs = torch.zeros_like(batch.rollout_log_probs)
+        with torch.no_grad():
+            if batch.input_ids.shape[0]:
+                batch.old_log_probs = self._log_probs(self.train_model if self.sharded else self.model, batch)
+            else:  # this rank has no row in this step (its prompts were filtered out)
+                batch.old_log_probs = torch.zeros_like(batch.rollout_log_probs)
+                if self.sharded:  # the other ranks' forwards all-gather weights: take part
+                    self._dummy_forward()
         diff, tokens = self.ranks.reduce(
             [
                 float(((batch.old_log_probs - batch.rollout_log_probs).abs() * batch.response_mask).sum()),
@@ -230,9 +250,8 @@ class TorchBackend(BackendProtocol):
             torch.distributed.all_reduce(normaliser, group=self.ranks.process_group)
         if rows.numel():
             log_probs, anchor = self._log_probs(self.train_model, batch, rows), 0.0
-        else:  # no row here: a zero loss through the same forward, so DDP's all-reduce still runs
-            dummy = torch.full((1, 1), self.tokenizer.pad_token_id, dtype=torch.int64, device=self.device)
-            log_probs, anchor = batch.old_log_probs[rows], self.train_model(input_ids=dummy).logits.sum() * 0.0
+        else:  # no row here: a zero loss through the same forward, so the gradient collectives still run
+            log_probs, anchor = batch.old_log_probs[rows], self._dummy_forward()
         loss, extra = policy_loss(
             self.loss_fn,
             log_probs,
@@ -267,20 +286,38 @@ class TorchBackend(BackendProtocol):
         if self.ranks.distributed:
             torch.distributed.all_reduce(table, group=self.ranks.process_group)
         loss_M, tokens_M = table[:, 0], table[:, 1].clamp(min=1.0)
-        out = {"actor/loss": loss_M.mean(), "actor/grad_norm": torch.stack(grad_norms).float().mean()}
+        norms = [g.full_tensor() if hasattr(g, "full_tensor") else g for g in grad_norms]  # FSDP: a DTensor
+        out = {"actor/loss": loss_M.mean(), "actor/grad_norm": torch.stack(norms).float().mean()}
         out |= {f"actor/{k}": (table[:, 2 + i] / tokens_M).mean() for i, k in enumerate(keys)}
         return {k: float(v) for k, v in out.items()}
 
     def state_dict(self) -> dict[str, Any]:
-        """Model, optimizer and lr-scheduler state dicts (the same on every rank)."""
+        """Model, optimizer and lr-scheduler state dicts (the same on every rank); with FSDP the
+        scheduler only (the model and optimizer shards are :meth:`sharded_state_dict`)."""
         scheduler = self.scheduler.state_dict() if self.scheduler is not None else self._pending_scheduler_state
+        if self.sharded:
+            return {"scheduler": scheduler}
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "scheduler": scheduler}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s dict; the lr scheduler, built at the first update, gets its state then."""
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        if not self.sharded:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler, self._pending_scheduler_state = None, state["scheduler"]
+
+    def sharded_state_dict(self) -> dict[str, Any] | None:
+        """FSDP: this rank's model and optimizer shards, for ``torch.distributed.checkpoint``."""
+        if not self.sharded:
+            return None
+        from rllm_torch.backends.torch_backend.sharding import sharded_state
+
+        return sharded_state(self.model, self.optimizer)
+
+    def load_sharded_state_dict(self, state: dict[str, Any]) -> None:
+        from rllm_torch.backends.torch_backend.sharding import load_sharded_state
+
+        load_sharded_state(self.model, self.optimizer, state)
 
     def rank_state_dict(self) -> dict[str, Any]:
         """This rank's sampling generator."""
@@ -289,15 +326,27 @@ class TorchBackend(BackendProtocol):
     def load_rank_state_dict(self, state: dict[str, Any]) -> None:
         self.rollout_engine.generator.set_state(state["rollout_generator"])
 
-    def save_checkpoint(self, name: str) -> Path:
-        """Save the model and tokenizer to ``{run_dir}/checkpoints/{name}`` (``save_pretrained``)."""
+    def save_checkpoint(self, name: str) -> Path | None:
+        """Save the model and tokenizer to ``{run_dir}/checkpoints/{name}`` (``save_pretrained``;
+        rank 0 writes and returns the path; with FSDP every rank must call, to gather the weights)."""
         path = self.run_dir / "checkpoints" / name
-        self.model.save_pretrained(path)
+        if self.sharded:
+            from rllm_torch.backends.torch_backend.sharding import full_model_state
+
+            state = full_model_state(self.model)
+            if not self.ranks.is_main:
+                return None
+            unsharded = build_policy(self.config.model, self.tokenizer, seed=self.settings.seed)
+            unsharded.load_state_dict(state)
+            unsharded.save_pretrained(path)
+        elif self.ranks.is_main:
+            self.model.save_pretrained(path)
+        else:
+            return None
         self.tokenizer.save_pretrained(path)
         return path
 
     async def on_train_end(self, trainer_state: TrainerState) -> None:
         """Export the trained model as ``checkpoints/final`` (``model.path=`` loads it; rank 0
         writes it); the trainer's resumable checkpoints are ``checkpoints/step_*``."""
-        if self.ranks.is_main:
-            self.save_checkpoint("final")
+        self.save_checkpoint("final")
