@@ -10,9 +10,10 @@ Numerics, defined here once for the whole package (every estimator goes through
 * **Accumulation dtype**: float64 for float64 input, float32 for everything else (bool, integer,
   float16, bfloat16, float32). Results have the accumulation dtype.
 * **Variance is two-pass (centred)**: ``var = sum((x - mean)^2) / (n - correction)``, never
-  ``E[x^2] - E[x]^2``. The data are first shifted by a value of their group (its first member;
-  its maximum when the group is split over ranks), so a constant group has centred values and
-  variance exactly 0, and large offsets lose no precision.
+  ``E[x^2] - E[x]^2``. The mean of float32 values is a float64 sum (exact for a constant group,
+  whose mean is then its value); float64 values are first shifted by a value of their group
+  (its first member; its maximum when the group is split over ranks). Either way a constant
+  group has centred values and variance exactly 0, and large offsets lose no precision.
 * **Across ranks** (a process group, :mod:`rllm_torch.distributed`): per-rank sums of the
   shifted values, the counts and the centred squares are all-reduced (``O(G)`` payload, a fixed
   number of collectives); the result equals one process's on the concatenated batch up to the
@@ -96,12 +97,12 @@ def segment_var_mean(src: Tensor, index: Tensor, dim_size: int, *, correction: i
     return stats.var(correction), stats.mean
 
 
-def _gemv_is_exact(x: Tensor) -> bool:
+def _gemv_is_exact(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether a row sum may go through ``torch.mv``: eager CPU only, and never where TF32/bf16
     matmuls are allowed (they would round the rewards). Compiled code fuses the plain sum."""
-    if torch.compiler.is_compiling() or x.device.type != "cpu":
+    if torch.compiler.is_compiling() or device.type != "cpu":
         return False
-    return x.dtype == torch.float64 or torch.get_float32_matmul_precision() == "highest"
+    return dtype == torch.float64 or torch.get_float32_matmul_precision() == "highest"
 
 
 class SegmentLayout:
@@ -125,8 +126,9 @@ class SegmentLayout:
     * ``batch_comm``: the process group batch statistics (:meth:`whole_batch`) are reduced over,
       or ``None`` for one process.
 
-    Collectives per call, with a process group (on the values' device): :meth:`center` 2
-    ``all_reduce`` (the shift, a ``max`` of ``[G]``; sums and counts, a ``sum`` of ``[2G]``),
+    Collectives per call, with a process group (on the values' device): :meth:`center` 1
+    ``all_reduce`` for float32 values (float64 sums and counts, ``[2G]``), 2 for float64 values
+    (the shift, a ``max`` of ``[G]``, then sums and counts),
     :meth:`Centered.var` 1 (``[G]``), :meth:`sum` 1, :attr:`counts` 1 (``[G]`` int64, only if
     asked before :meth:`center`; :meth:`mean` is :meth:`sum` and :attr:`counts`); on the
     :meth:`whole_batch` layout, :meth:`center` is one ``all_gather`` of 3 values per rank and
@@ -246,7 +248,7 @@ class SegmentLayout:
     def _local_sum(self, x: Tensor) -> Tensor:
         if self.group_size is None:
             return x.new_zeros(self.num_groups).scatter_add_(0, self.index, x)
-        if _gemv_is_exact(x):  # BLAS gemv beats eager's reduction over a short inner dimension
+        if _gemv_is_exact(x.device, x.dtype):  # BLAS gemv beats eager's reduction over a short inner dimension
             return torch.mv(x, x.new_ones(self.group_size)).unsqueeze(1)
         return x.sum(dim=1, keepdim=True)
 
@@ -324,10 +326,20 @@ class SegmentLayout:
             high = x.new_full((self.num_groups,), -torch.inf).scatter_reduce_(0, self.index, x, "amax")
         return all_reduce_(high, self.group_comm, op="max")
 
-    def _sum_and_counts(self, x: Tensor) -> tuple[Tensor, Tensor | int]:
-        """Per-group sums and counts over every rank; one ``sum`` all-reduce of ``[2G]`` when split
-        (counts travel in ``x``'s dtype, exact below ``2**24`` members per group in float32)."""
-        local_G = self._local_sum(x)
+    def _sum_and_counts(self, x: Tensor, dtype: torch.dtype | None = None) -> tuple[Tensor, Tensor | int]:
+        """Per-group sums (in ``dtype``, default ``x``'s) and counts over every rank; one ``sum``
+        all-reduce of ``[2G]`` when split (counts travel in the sums' dtype: exact below ``2**24``
+        members per group in float32, ``2**53`` in float64)."""
+        if dtype is None or dtype == x.dtype:
+            local_G = self._local_sum(x)
+        elif self.group_size is not None:  # dense: one row reduction, accumulating in dtype
+            local_G = (
+                torch.mv(x.to(dtype), x.new_ones(self.group_size, dtype=dtype)).unsqueeze(1)
+                if _gemv_is_exact(x.device, dtype)
+                else x.sum(dim=1, keepdim=True, dtype=dtype)
+            )
+        else:
+            local_G = x.new_zeros(self.num_groups, dtype=dtype).scatter_add_(0, self.index, x.to(dtype))
         if self.group_comm is None or self._counts is not None:
             return all_reduce_(local_G, self.group_comm), self.counts
         both = all_reduce_(torch.cat([local_G, self._local_counts().to(local_G.dtype)]), self.group_comm)
@@ -361,17 +373,25 @@ class SegmentLayout:
     def center(self, x: Tensor, *, singleton_baseline: float | None = 0.0) -> Centered:
         """Two-pass centring on the group mean (see :class:`Centered`).
 
-        The mean is taken of ``x - shift``, with ``shift`` a value of each group (see
-        :meth:`_shift`), so a constant group gives exactly 0, also when its members are on
-        several ranks, and large offsets lose no precision. With ``singleton_baseline`` a number,
+        For float64 values the mean is taken of ``x - shift``, with ``shift`` a value of each
+        group (see :meth:`_shift`); for float32 values it is a float64 sum (exact for a constant
+        group). Either way a constant group gives exactly 0, also when its members are on
+        several ranks, large offsets lose no precision, and ``x - mean`` is rounded once. With ``singleton_baseline`` a number,
         a group of one uses that value as its mean (0: its centred value is its reward; its
         variance is then meaningless and callers override it with :meth:`where_singleton`);
         with ``None`` it is treated like any group.
         """
         sum_sq = None  # the centred sum of squares, when the moments come with it
+        centered = None
         if self._gather_moments and self.group_comm is not None:
             shift_G, mean_shifted_G, sum_sq = self._merged_moments(x)
-            centered = x - self.expand(shift_G)
+        elif x.dtype != torch.float64:
+            # float32 values summed in float64 are exact for a constant group (k * c needs at
+            # most 24 + 29 bits for k < 2**29), so its mean is its value: no shift pass needed,
+            # and the mean of any group is accurate to float32 rounding.
+            sum_G, counts = self._sum_and_counts(x, torch.float64)
+            mean_shifted_G = sum_G.div_(counts).to(x.dtype)
+            shift_G = torch.zeros_like(mean_shifted_G)
         else:
             shift_G = self._shift(x)
             centered = x - self.expand(shift_G)  # exactly 0 in a constant group
@@ -381,7 +401,11 @@ class SegmentLayout:
         if singleton_baseline is not None and self.singletons() is not False:
             mean_shifted_G = self.where_singleton(mean_shifted_G, singleton_baseline - shift_G)
             sum_sq = None
-        centered.sub_(self.expand(mean_shifted_G))
+        # x - mean in one rounding, at the scale of the result: (x - shift) - (mean - shift)
+        # would round x - shift first, at the scale of the distance to the shift (a far-away
+        # first member costs float32 digits). A constant group has mean = shift exactly: still 0.
+        mean_G = shift_G + mean_shifted_G
+        centered = torch.sub(x, self.expand(mean_G), out=centered) if centered is not None else x - self.expand(mean_G)
         return Centered(centered, mean_shifted_G, shift_G, self, sum_sq)
 
 

@@ -53,7 +53,11 @@ def count_collectives(spec: dict, estimator: str, options: dict) -> list[tuple[s
         def call(obj, *args, **kwargs):
             sent = args[0] if name == "all_gather" else obj  # all_gather(outputs, input)
             numel = sent.numel() if isinstance(sent, torch.Tensor) else -1
-            calls.append((name, numel, str(getattr(sent, "dtype", type(sent).__name__))))
+            calls.append(
+                (name, numel, str(getattr(sent, "dtype", type(sent).__name__)))
+                if name != "all_gather"
+                else (name, numel, str(sent.dtype))
+            )
             return originals[name](obj, *args, **kwargs)
 
         return call

@@ -1,0 +1,67 @@
+"""float32 estimators are as accurate as a float32 per-group loop on large groups with large
+rewards: the class of verl's ``test_rloo_and_vectorized_equivalence`` (512 rows of 512 tokens in
+10 groups, sequence scores summed over about 256 random-normal token rewards), at its tolerance
+(rtol 1e-5, atol 1e-6), against a float64 reference of the same float32 scores."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from reference import reference_advantages
+
+from rllm_torch import GroupedRewards, compute_advantages
+
+
+def _scores(batch: int, seq: int, num_groups: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """float32 sequence scores (token rewards summed under a random mask) and a shuffled group
+    index with at least 2 members per group."""
+    g = torch.Generator().manual_seed(seed)
+    counts = torch.full((num_groups,), 2) + torch.bincount(
+        torch.randint(0, num_groups, (batch - 2 * num_groups,), generator=g), minlength=num_groups
+    )
+    index = torch.repeat_interleave(torch.arange(num_groups), counts)[torch.randperm(batch, generator=g)]
+    mask = torch.randint(0, 2, (batch, seq), generator=g).float()
+    rewards = torch.randn(batch, seq, generator=g) * mask
+    return rewards.sum(-1), index
+
+
+@pytest.mark.parametrize(
+    "case", [(64, 128, 5, 0), (128, 256, 8, 1), (512, 512, 10, 2), (512, 512, 10, 3), (2048, 512, 4, 4)]
+)
+@pytest.mark.parametrize("estimator", ["rloo", "grpo"])
+def test_large_float32_groups_are_as_accurate_as_a_float32_loop(case, estimator):
+    scores, index = _scores(*case)
+    got, _ = compute_advantages(GroupedRewards.from_flat(scores, index, num_groups=case[2]), estimator)
+    groups = [scores[index == g].double().numpy() for g in range(case[2])]
+    want_by_group = reference_advantages(estimator, groups)
+    want = np.empty(len(scores))
+    for g, values in enumerate(want_by_group):
+        want[(index == g).numpy()] = values
+    np.testing.assert_allclose(got.double().numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_the_largest_verl_case_has_members_far_from_their_mean():
+    """The input is the hard kind: the first member of a group (the shift) is far from its mean."""
+    scores, index = _scores(512, 512, 10, 2)
+    spread = max(float((scores[index == g] - scores[index == g].mean()).abs().max()) for g in range(10))
+    assert spread > 30
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "rloo", "reinforce_plus_plus_baseline"])
+@pytest.mark.parametrize("layout", ["dense", "ragged"])
+def test_constant_groups_of_values_float32_cannot_sum_exactly_are_exactly_zero(estimator, layout):
+    """A float32 running sum of 0.1 seven times is not 7 * 0.1: the group mean must not come
+    from a float32 sum (ours is float64, exact here), or these groups get tiny non-zero advantages."""
+    values = [0.1, 1 / 3, 1e4 + 0.1, -7e5 + 0.3]
+    size = 7
+    rewards = torch.tensor([[v] * size for v in values], dtype=torch.float32)
+    if layout == "dense":
+        batch = GroupedRewards.from_padded(rewards)
+    else:  # the same groups interleaved, with a singleton group
+        flat = torch.cat([rewards.T.reshape(-1), torch.tensor([0.5])])
+        index = torch.cat([torch.arange(4).repeat(size), torch.tensor([4])])
+        batch = GroupedRewards.from_flat(flat, index, num_groups=5)
+    adv, _ = compute_advantages(batch, estimator)
+    constant = adv if layout == "dense" else adv[:-1]
+    assert torch.equal(constant, torch.zeros_like(constant)), constant
