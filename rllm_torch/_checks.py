@@ -10,7 +10,15 @@ from torch import Tensor
 
 from rllm_torch.errors import InvalidGroupIndexError, InvalidRewardsError, InvalidRewardTypeError
 
-__all__ = ["REWARD_DTYPES", "check_reward_tensor", "group_to_array", "check_group_index", "inspect_group_index"]
+__all__ = [
+    "REWARD_DTYPES",
+    "check_reward_tensor",
+    "group_to_array",
+    "check_group_index",
+    "inspect_group_index",
+    "check_reward",
+    "all_rewards_are_numbers",
+]
 
 _NUMERIC_KINDS = "biuf"  # numpy kinds: bool, signed int, unsigned int, float
 REWARD_DTYPES = (
@@ -120,3 +128,32 @@ def inspect_group_index(group_index: Tensor, num_groups: int | None) -> tuple[in
             f"group_index[{pos}] = {int(group_index[pos])} is outside [0, {num_groups}); group ids must be dense 0..num_groups-1 (see factorize_group_labels)."
         )
     return num_groups, bool(ascending)
+
+
+_REWARD_SCALARS = (numbers.Real, np.bool_)  # Python and numpy reals and bools; not arrays, tensors, strings
+
+
+def check_reward(value: object, where: str) -> float:
+    """A trajectory's reward as a float: a real number or a bool (Python or numpy scalar).
+
+    Raises:
+        InvalidRewardsError: ``value`` is None.
+        InvalidRewardTypeError: anything else that is not a real scalar: a list, an array or a
+            tensor (even of one element), a string, a complex number. ``where`` names the
+            trajectory (task, group, trajectory name).
+    """
+    if value is None:
+        raise InvalidRewardsError(
+            f"{where}: reward is None; every trained trajectory needs a reward (set trajectory.reward, or a last-step reward before the transform)."
+        )
+    if not isinstance(value, _REWARD_SCALARS):
+        raise InvalidRewardTypeError(
+            f"{where}: reward {value!r} of type {type(value).__name__} is not a real number; a trajectory has one "
+            "scalar reward (a float, int or bool; convert a one-element array or tensor with float(...))."
+        )
+    return float(value)
+
+
+def all_rewards_are_numbers(values: list) -> bool:
+    """Whether every value would pass :func:`check_reward` (one pass over the distinct types)."""
+    return all(issubclass(t, _REWARD_SCALARS) for t in set(map(type, values)))

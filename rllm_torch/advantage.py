@@ -9,7 +9,10 @@ Two modes per group, as rLLM decides them:
   (with one ``UserWarning`` per call that counts them).
 * **RL**: otherwise. The role's estimator (``estimator_map[role]``, else ``estimator``) turns
   trajectory rewards into one advantage per trajectory, and each step of the trajectory gets it
-  as a Python float (``step.advantage = a``). The backend multiplies it by each step's own
+  as a Python float (``step.advantage = a``). A trajectory with no trained token
+  (:meth:`~rllm_torch.types.Trajectory.is_trained`) takes no part in the statistics (nor in the
+  ``reward/*`` metrics; its reward is not read) and gets ``0.0``; ``advantage/{role}/num_untrained``
+  counts them. The backend multiplies it by each step's own
   response mask (:meth:`~rllm_torch.types.Step.token_advantages`), so every step of a
   multi-step trajectory gets the advantage exactly at its own response tokens.
 
@@ -28,8 +31,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from rllm_torch._checks import all_rewards_are_numbers, check_reward
 from rllm_torch.config import AlgorithmConfig
-from rllm_torch.distributed import ONE_PROCESS, agree_across_ranks, resolve_process_group
+from rllm_torch.distributed import ONE_PROCESS, agree_across_ranks, gather_objects, resolve_process_group
 from rllm_torch.errors import InvalidRewardsError, InvalidRewardTypeError, RLLMTorchError, UnknownEstimatorError
 from rllm_torch.estimators import compute_advantages, get_rllm_adv_estimator
 from rllm_torch.metrics import difficulty_metrics, summary_metrics
@@ -45,40 +49,40 @@ def _where(group: TrajectoryGroup, traj: Trajectory, step_index: int | None = No
 
 
 def _locate_bad_reward(groups: list[TrajectoryGroup]) -> None:
-    """Raise the error for the first reward that is not a real number (slow path, on failure only)."""
+    """Raise the error for the first trained trajectory's reward that is not a real number
+    (slow path, on failure only)."""
     for group in groups:
         for traj in group.trajectories:
-            r = traj.reward
-            if r is None:
-                raise InvalidRewardsError(
-                    f"{_where(group, traj)}: reward is None; in RL (broadcast) mode every trajectory needs a reward (set trajectory.reward, or a last-step reward before the transform)."
-                )
-            if not isinstance(r, (numbers.Real, np.bool_)) or isinstance(r, complex):
-                raise InvalidRewardTypeError(
-                    f"{_where(group, traj)}: reward {r!r} of type {type(r).__name__} is not a real number."
-                )
+            if traj.is_trained():
+                check_reward(traj.reward, _where(group, traj))
 
 
 def pack_role_rewards(
     groups: list[TrajectoryGroup], *, process_group: dist.ProcessGroup | None = None
 ) -> tuple[GroupedRewards, list[Trajectory]]:
     """Pack the trajectory rewards of some groups as float64 tensors, in one go (with a
-    ``process_group``: this rank's share of a rank-local batch, unchecked across ranks).
+    ``process_group``: this rank's share of a rank-local batch, unchecked across ranks). Only
+    trained trajectories (:meth:`Trajectory.is_trained`) are packed: an untrained one takes no
+    part in its group's statistics (a group left with one member follows the singleton rule; one
+    left with none is empty).
 
     Returns:
         ``(batch, trajectories)``: the :class:`~rllm_torch.GroupedRewards` (dense ``[G, K]`` view
-        when every group has ``K`` members, else ragged) and the trajectories in its flat order.
+        when every group has ``K`` members, else ragged) and the trained trajectories in its flat
+        order.
 
     Raises:
         InvalidRewardsError: a reward is None. InvalidRewardTypeError: a reward is not a real
-        number. Both name the task id and the trajectory.
+        number or bool (a list, array or tensor, even of one element; a string). Both name the
+        task id and the trajectory.
     """
-    trajs = [t for g in groups for t in g.trajectories]
-    rewards = np.array([t.reward for t in trajs])
-    if rewards.dtype.kind not in "biuf":
+    members = [[t for t in g.trajectories if t.is_trained()] for g in groups]
+    trajs = [t for group_members in members for t in group_members]
+    values = [t.reward for t in trajs]
+    if not all_rewards_are_numbers(values):  # a list, array, string, None...: never read as a number
         _locate_bad_reward(groups)
-    rewards_N = torch.from_numpy(rewards.astype(np.float64, copy=False)).reshape(-1)
-    sizes = [len(g.trajectories) for g in groups]
+    rewards_N = torch.from_numpy(np.array(values, dtype=np.float64)).reshape(len(values))
+    sizes = [len(group_members) for group_members in members]
     ranks = {} if process_group is None else dict(process_group=process_group, local_groups=True)
     if sizes and sizes[0] > 0 and sizes.count(sizes[0]) == len(sizes):
         return GroupedRewards.from_padded(rewards_N.view(len(sizes), sizes[0]), validate=False, **ranks), trajs
@@ -214,8 +218,16 @@ def collect_reward_and_advantage_from_trajectory_groups(
     metrics: dict[str, float] = {}
     advantages_by_role: dict[str, list[torch.Tensor]] = defaultdict(list)
     writes: list[tuple[list[Trajectory], list[float]]] = []
+    untrained = {
+        role: [t for g in rl_groups.get(role, []) for t in g.trajectories if not t.is_trained()] for role in rl_roles
+    }
     for role in rl_roles:
         batch, trajs = packed[role]
+        if collect_advantage:
+            writes.append((untrained[role], [0.0] * len(untrained[role])))
+            count = sum(gather_objects(len(untrained[role]), group))
+            if count:
+                metrics[f"advantage/{role}/num_untrained"] = float(count)
         reward_metrics = (
             summary_metrics(batch.rewards, f"reward/{role}", process_group=group)
             if (group is not None or batch.num_trajectories)

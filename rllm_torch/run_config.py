@@ -78,7 +78,8 @@ class RejectionSampleSection:
     multiplier: int = 1
     min_partial_solve_tasks: int = 1
     min_trajs_per_group: int = 2
-    filter_uniform_groups: bool = False
+    filter_uniform_groups: bool = False  # drop groups with no signal (by uniform_filter_metric)
+    uniform_filter_metric: str = "reward"  # reward (raw rewards all equal) | is_correct (all right or all wrong, DAPO)
 
 
 @dataclass

@@ -157,6 +157,21 @@ class Trajectory:
     info: dict = field(default_factory=dict)
     uid: str = field(default_factory=lambda: uuid.uuid4().hex)
 
+    def is_trained(self) -> bool:
+        """Whether some step has a trained response token: a response token where its
+        ``response_mask`` is 1, or any response token of a step without a mask. A trajectory
+        with none (every mask all 0, e.g. truncated or masked at termination) takes no part in
+        its group's statistics and gets advantage 0; one whose steps disagree counts as trained
+        (its untrained steps get the advantage times their zero mask: nothing)."""
+        for step in self.steps:
+            mask = step.response_mask
+            if mask is None:
+                if len(step.response_ids):
+                    return True
+            elif bool(mask.any()) if isinstance(mask, Tensor) else any(mask):
+                return True
+        return False
+
 
 @dataclass(slots=True, eq=False)
 class TrajectoryGroup:

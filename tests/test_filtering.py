@@ -12,6 +12,7 @@ from rllm_torch import (
     apply_rejection_sampling_and_filtering,
     transform_episodes_to_trajectory_groups,
 )
+from rllm_torch.errors import InvalidRewardTypeError
 
 
 def _batch(task_rewards):
@@ -87,6 +88,20 @@ def test_the_uniform_filter_drops_groups_of_equal_raw_rewards_within_the_toleran
     assert metrics["batch/fraction_groups_dropped_uniform"] == 0.5  # 2 of 4 groups
 
 
+def test_at_tolerance_zero_the_uniform_filter_drops_exactly_equal_rewards_only():
+    config = RejectionSamplingConfig(
+        mode="episode",
+        min_trajs_per_group=1,
+        min_partial_solve_tasks=0,
+        filter_uniform_groups=True,
+        uniform_reward_tolerance=0.0,
+    )
+    episodes, groups = _batch({"same": [0.3, 0.3, 0.3], "close": [0.3, 0.30000001], "bools": [True, True]})
+    kept, _, metrics = apply_rejection_sampling_and_filtering(episodes, groups, config, RejectionSamplingState())
+    assert [g.task_id for g in kept] == ["close"]  # a spread of 1e-8 > 0 is not uniform
+    assert metrics["batch/fraction_groups_dropped_uniform"] == pytest.approx(2 / 3)
+
+
 def test_episode_mode_needs_a_state_and_bad_configs_are_refused():
     episodes, groups = _batch({"a": [1.0, 0.0]})
     with pytest.raises(ValueError, match="RejectionSamplingState"):
@@ -101,5 +116,46 @@ def test_the_uniform_filter_names_the_task_and_trajectory_of_a_reward_that_is_no
     episodes, groups = _batch({"a": [1.0, 0.0]})
     groups[0].trajectories[1].reward = "zero"
     config = RejectionSamplingConfig(mode="episode", filter_uniform_groups=True)
-    with pytest.raises(ValueError, match="task 'a', trajectory 's' \\(position 1"):
+    with pytest.raises(InvalidRewardTypeError, match="task 'a', trajectory 's' \\(position 1"):
         apply_rejection_sampling_and_filtering(episodes, groups, config, RejectionSamplingState())
+
+
+def test_the_correctness_filter_drops_groups_all_right_or_all_wrong_whatever_their_shaped_rewards():
+    """DAPO's dynamic sampling: a group whose rollouts are all correct has no signal even when a
+    length penalty makes its rewards differ; one with mixed correctness keeps it even when the
+    rewards tie."""
+    config = RejectionSamplingConfig(
+        mode="episode",
+        min_trajs_per_group=1,
+        min_partial_solve_tasks=0,
+        filter_uniform_groups=True,
+        uniform_filter_metric="is_correct",
+    )
+    episodes, groups = _batch(
+        {"all right": [0.9, 0.7, 0.8], "all wrong": [-0.1, -0.3], "mixed": [0.5, 0.0], "one": [1.0]}
+    )
+    for group, correct in zip(groups[:2], ([True] * 3, [False] * 2), strict=True):
+        assert [m["is_correct"] for m in group.metadata] == correct
+    groups[2].metadata[1]["is_correct"] = True  # "mixed": rewards 0.5 and 0.0, both correct -> uniform
+    episodes2, groups2 = _batch({"tie": [1.0, 1.0]})
+    groups2[0].metadata[0]["is_correct"] = False  # equal rewards, mixed correctness -> kept
+    kept, _, metrics = apply_rejection_sampling_and_filtering(
+        episodes + episodes2, groups + groups2, config, RejectionSamplingState()
+    )
+    assert [g.task_id for g in kept] == ["one", "tie"]
+    assert metrics["batch/fraction_groups_dropped_uniform"] == pytest.approx(3 / 5)
+    by_reward = RejectionSamplingConfig(**{**vars(config), "uniform_filter_metric": "reward"})
+    kept, _, _ = apply_rejection_sampling_and_filtering(
+        episodes + episodes2, groups + groups2, by_reward, RejectionSamplingState()
+    )
+    assert [g.task_id for g in kept] == ["all right", "all wrong", "mixed", "one"]  # today's rule: the tie goes
+
+
+def test_the_correctness_filter_names_a_group_without_is_correct():
+    config = RejectionSamplingConfig(mode="episode", filter_uniform_groups=True, uniform_filter_metric="is_correct")
+    episodes, groups = _batch({"a": [1.0, 0.0]})
+    groups[0].metadata = [{}, {}]  # a custom grouping hook that fills no metadata
+    with pytest.raises(ValueError, match="task 'a', group 'a:s': trajectory at position 0 has no is_correct"):
+        apply_rejection_sampling_and_filtering(episodes, groups, config, RejectionSamplingState())
+    with pytest.raises(ValueError, match="'reward' or 'is_correct'"):
+        RejectionSamplingConfig(uniform_filter_metric="acc")

@@ -49,19 +49,28 @@ def test_the_largest_verl_case_has_members_far_from_their_mean():
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "rloo", "reinforce_plus_plus_baseline"])
-@pytest.mark.parametrize("layout", ["dense", "ragged"])
-def test_constant_groups_of_values_float32_cannot_sum_exactly_are_exactly_zero(estimator, layout):
-    """A float32 running sum of 0.1 seven times is not 7 * 0.1: the group mean must not come
-    from a float32 sum (ours is float64, exact here), or these groups get tiny non-zero advantages."""
+@pytest.mark.parametrize("layout", ["dense", "interleaved", "group-major ragged"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_constant_groups_of_values_float_cannot_sum_exactly_are_exactly_zero(estimator, layout, dtype):
+    """A running float32 sum of 0.1 seven times is not 7 * 0.1: the group mean must not come from
+    a plain float32 sum (float32 values are summed in float64, exact here; float64 values are
+    shifted by their group's first member). Each constant group sits next to groups that differ,
+    so a shift taken from the wrong group (an off-by-one in the group starts) shows."""
     values = [0.1, 1 / 3, 1e4 + 0.1, -7e5 + 0.3]
     size = 7
-    rewards = torch.tensor([[v] * size for v in values], dtype=torch.float32)
+    rewards = torch.tensor([[v] * size for v in values], dtype=dtype)
     if layout == "dense":
         batch = GroupedRewards.from_padded(rewards)
-    else:  # the same groups interleaved, with a singleton group
-        flat = torch.cat([rewards.T.reshape(-1), torch.tensor([0.5])])
+        constant = slice(None)
+    elif layout == "interleaved":  # the same groups interleaved, with a singleton group
+        flat = torch.cat([rewards.T.reshape(-1), torch.tensor([0.5], dtype=dtype)])
         index = torch.cat([torch.arange(4).repeat(size), torch.tensor([4])])
         batch = GroupedRewards.from_flat(flat, index, num_groups=5)
+        constant = slice(0, 4 * size)
+    else:  # from_groups: group-major, ragged, a non-constant group between constant ones
+        groups = [rewards[0], torch.tensor([1.0, 2.0], dtype=dtype), *rewards[1:]]
+        batch = GroupedRewards.from_groups(groups)
+        assert batch.group_major and not batch.layout.is_dense
+        constant = torch.cat([torch.arange(size), torch.arange(size + 2, 4 * size + 2)])
     adv, _ = compute_advantages(batch, estimator)
-    constant = adv if layout == "dense" else adv[:-1]
-    assert torch.equal(constant, torch.zeros_like(constant)), constant
+    assert torch.equal(adv[constant], torch.zeros_like(adv[constant])), adv

@@ -3,6 +3,7 @@ plus the on-policy gradient they all share."""
 
 from __future__ import annotations
 
+import math
 from math import log
 
 import pytest
@@ -34,6 +35,17 @@ def test_ppo_clips_the_ratio_where_it_would_raise_the_objective():
     loss, stats = ppo_clip_loss(LOGP, OLD, ADV, MASK)
     assert loss.item() == pytest.approx(-0.8, abs=1e-6)
     assert stats["clip_fraction"].item() == pytest.approx(1 / 3)  # only (0,0) is clipped
+
+
+def test_ppo_uses_the_high_bound_above_one_and_the_low_bound_below():
+    # ε_low 0.1, ε_high 0.3: clip(ρ, 0.9, 1.3).  (0,0) ρ 1.5, A 2: -min(3.0, 2.6) = -2.6 (high bound);
+    # (0,1) ρ 0.5, A -1: -min(-0.5, -0.9) = 0.9 (low bound).  mean -0.85; swapping or equating the
+    # bounds gives -0.65 (high = 0.1) or -0.95 (low = 0.3)
+    logp, ratio = torch.tensor([[-1.0, -2.0]]), torch.tensor([[1.5, 0.5]])
+    adv, mask = torch.tensor([[2.0, -1.0]]), torch.ones(1, 2)
+    loss, stats = ppo_clip_loss(logp, logp - ratio.log(), adv, mask, clip_ratio_low=0.1, clip_ratio_high=0.3)
+    assert loss.item() == pytest.approx(-0.85, abs=1e-6)
+    assert stats["clip_fraction"].item() == pytest.approx(1.0)  # both tokens take the clipped term
 
 
 def test_importance_sampling_is_minus_ratio_times_advantage():
@@ -145,4 +157,4 @@ def test_each_loss_fn_and_aggregation_mode_runs_a_real_training_step_of_the_back
     (row,) = [
         json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines() if "actor/loss" in line
     ]
-    assert row["actor/grad_norm"] >= 0 and row["actor/loss"] == row["actor/loss"]  # finite, not NaN
+    assert math.isfinite(row["actor/loss"]) and math.isfinite(row["actor/grad_norm"])  # no inf, no NaN

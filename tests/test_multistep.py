@@ -87,8 +87,15 @@ def test_every_step_is_a_row_and_gets_its_trajectorys_advantage_at_its_own_respo
     assert batch.advantages.tolist() == [[0, 0, 1, 0, 0], [0, 0, 0, 0, 1], [0, 0, -1, -1, 0]]
 
 
-def test_real_training_steps_on_the_chain_task_train_on_every_turn(tmp_path):
+def test_real_training_steps_on_the_chain_task_train_on_every_turn(tmp_path, monkeypatch):
+    from rllm_torch.backends.torch_backend.backend import TorchBackend
     from rllm_torch.train import run
+
+    batches = []  # every backend batch the real backend builds (the method itself runs unchanged)
+    build = TorchBackend.transform_to_backend_batch
+    monkeypatch.setattr(
+        TorchBackend, "transform_to_backend_batch", lambda self, s: batches.append(build(self, s)) or batches[-1]
+    )
 
     config = make_config(
         tmp_path,
@@ -106,8 +113,12 @@ def test_real_training_steps_on_the_chain_task_train_on_every_turn(tmp_path):
     trainer = run(config)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     train_rows = [r for r in rows if "actor/loss" in r]
-    assert len(train_rows) == 2 and all(
-        r["batch/turns"] >= 1.0 and r["actor/rollout_logprob_abs_diff"] < 1e-4 for r in train_rows
-    )
+    assert len(train_rows) == 2 and all(r["actor/rollout_logprob_abs_diff"] < 1e-4 for r in train_rows)
+    assert len(batches) == 2
+    for row, batch in zip(train_rows, batches, strict=True):  # 8 prompts x 4 rollouts a step
+        turns_per_trajectory = torch.bincount(batch.row_index, minlength=32)
+        assert turns_per_trajectory.sum() == round(row["batch/turns"] * 32)  # every turn played is a row
+        assert int(turns_per_trajectory.min()) >= 1 and int(turns_per_trajectory.max()) == 2
+        assert bool((batch.response_mask.sum(-1) > 0).all())  # and every row has trained tokens
     assert "val/chain/pass@1" in trainer.val_history[-1][1]
     assert torch.isfinite(torch.tensor([r["actor/loss"] for r in train_rows])).all()

@@ -157,7 +157,8 @@ def test_episilon_spelling_still_works_with_a_warning():
 
 def test_rloo_per_group_on_a_group_of_one_returns_a_pair():
     adv, ret = calculate_rloo_advantages_per_group(np.array([0.7]))
-    np.testing.assert_allclose(adv, [0.7]) and np.testing.assert_allclose(ret, [0.7])
+    np.testing.assert_allclose(adv, [0.7])
+    np.testing.assert_allclose(ret, [0.7])
     adv, ret = calculate_grpo_advantages_per_group(np.array([1.0, 0.0]))
     np.testing.assert_allclose(adv, [1 / (0.5 + 1e-6) * 0.5, -1 / (0.5 + 1e-6) * 0.5])
 

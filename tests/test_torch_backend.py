@@ -4,6 +4,7 @@ real training steps of a tiny model."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -123,7 +124,8 @@ def test_a_few_real_training_steps_update_the_tiny_model_and_save_a_loadable_che
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     train_rows = [r for r in rows if "actor/loss" in r]
     assert [r["step"] for r in train_rows] == [1, 2]
-    assert all(r["actor/grad_norm"] >= 0 and r["actor/rollout_logprob_abs_diff"] < 1e-4 for r in train_rows)
+    assert all(math.isfinite(r["actor/grad_norm"]) and math.isfinite(r["actor/loss"]) for r in train_rows)
+    assert all(r["actor/rollout_logprob_abs_diff"] < 1e-4 for r in train_rows)  # sampled = recomputed log-probs
     assert [step for step, _ in trainer.val_history] == [0, 2]
     assert (tmp_path / "config.yaml").exists() and (tmp_path / "checkpoints" / "final" / "config.json").exists()
     reloaded = build_policy(OmegaConf.merge(TINY, {"path": str(tmp_path / "checkpoints" / "final")}), trainer.tokenizer)

@@ -92,10 +92,10 @@ def test_a_per_role_estimator_map_picks_each_roles_estimator_in_the_backend_batc
     adv_N = batch.advantages.sum(1) / batch.response_mask.sum(1)
     solver = torch.tensor([r == "solver" for r in roles_N])
     judge_rewards = batch.rewards[~solver]
-    torch.testing.assert_close(adv_N[~solver], judge_rewards)  # reinforce: advantage = reward
+    torch.testing.assert_close(adv_N[~solver], judge_rewards.float())  # reinforce: advantage = reward (float32 tokens)
     solver_groups = batch.group_index[solver]
     expected, _ = compute_advantages(GroupedRewards.from_labels(batch.rewards[solver], solver_groups), "grpo")
-    torch.testing.assert_close(adv_N[solver], expected)  # the default estimator
+    torch.testing.assert_close(adv_N[solver], expected.float())  # the default estimator
     assert bool((batch.advantages[batch.response_mask == 0] == 0).all())  # prompt and padding tokens get 0
 
 

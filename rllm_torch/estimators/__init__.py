@@ -19,6 +19,7 @@ from rllm_torch.estimators.prpo import prpo
 from rllm_torch.estimators.registry import (
     compute_advantages,
     get_rllm_adv_estimator,
+    get_tensor_adv_estimator,
     register_builtin,
     register_rllm_adv_estimator,
     registered_estimator_names,
@@ -34,6 +35,7 @@ __all__ = [
     "prpo",
     "compute_advantages",
     "get_rllm_adv_estimator",
+    "get_tensor_adv_estimator",
     "register_rllm_adv_estimator",
     "registered_estimator_names",
     "calculate_grpo_advantages",

@@ -28,7 +28,9 @@ _SHARED_DOCS = {
     "returns": """``(advantages, returns)``: one ``[N]`` tensor in the batch's flat order, on its
         device, float64 for float64 rewards and float32 otherwise, returned twice (as rLLM
         returns the same array for both; clone before changing one in place). Never the
-        caller's tensor: the input is not modified.""",
+        caller's tensor: the input is not modified. Detached: an advantage is a constant of the
+        policy-gradient loss, so no gradient flows back to rewards that require one (every
+        estimator, built-in or registered, run through ``compute_advantages``).""",
     "numerics": """Group statistics are two-pass (centred) and accumulate in float32 (float64 for
         float64 input), see :mod:`rllm_torch.segment`. An empty batch gives empty outputs; a
         NaN reward makes NaN only in its own group. No host-device synchronisation.""",
@@ -80,7 +82,8 @@ def check_flag(value: object, name: str) -> bool:
 def working_rewards(batch: GroupedRewards) -> tuple[Tensor, SegmentLayout]:
     """The rewards in the accumulation dtype and the layout's working shape, plus the layout."""
     layout = batch.layout
-    return layout.values(batch.rewards.to(accumulation_dtype(batch.rewards.dtype))), layout
+    rewards = batch.rewards.detach()  # advantages are constants of the policy loss: no graph
+    return layout.values(rewards.to(accumulation_dtype(rewards.dtype))), layout
 
 
 def std_plus_epsilon(std: Tensor, epsilon: float) -> Tensor:

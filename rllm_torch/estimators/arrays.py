@@ -1,5 +1,8 @@
 """rLLM's list-of-arrays estimator functions, computed through the tensor estimators.
 
+Packing and unpacking happen on the numpy side: the groups are concatenated once (equal groups
+become one ``[G, K]`` array, the dense layout) and the results come back as views of one array.
+
 Same names, arguments and results as ``rllm.experimental.common.advantage`` and
 ``rllm.experimental.common.rl_algo``: a list of per-group 1-D numpy arrays in, a pair of
 per-group lists of numpy arrays out (float64 for float64 or Python-float rewards, float32
@@ -15,6 +18,8 @@ import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
+import torch
+from torch import Tensor
 
 from rllm_torch.estimators.grpo import grpo
 from rllm_torch.estimators.prpo import prpo
@@ -30,15 +35,60 @@ __all__ = [
     "calculate_prpo_advantages",
     "calculate_grpo_advantages_per_group",
     "calculate_rloo_advantages_per_group",
+    "by_group",
 ]
 
 ArrayGroups = Sequence[np.ndarray]
 
 
+def _pack(rewards: ArrayGroups) -> tuple[GroupedRewards, np.ndarray] | None:
+    """Per-group numpy arrays (or lists) packed on the numpy side: one concatenation, and equal
+    groups as one ``[G, K]`` array (the dense layout); ``(batch, sizes)``. None when the input is
+    not plain numeric 1-D groups (tensors, ragged nesting, non-numbers): the caller then takes
+    :meth:`GroupedRewards.from_groups`, which names what is wrong."""
+    if isinstance(rewards, (np.ndarray, str, bytes)) or not isinstance(rewards, Sequence) or not rewards:
+        return None
+    if any(isinstance(g, Tensor) for g in rewards):
+        return None
+    try:
+        sizes = np.fromiter(map(len, rewards), dtype=np.int64, count=len(rewards))
+        flat = np.concatenate(rewards)
+    except (TypeError, ValueError):
+        return None
+    if flat.ndim != 1 or flat.shape[0] != sizes.sum() or flat.dtype.kind not in "biuf":
+        return None
+    rewards_N = torch.from_numpy(np.ascontiguousarray(flat))
+    if sizes[0] > 0 and (sizes == sizes[0]).all():
+        return GroupedRewards.from_padded(rewards_N.view(len(sizes), int(sizes[0]))), sizes
+    index_N = torch.from_numpy(np.repeat(np.arange(len(sizes)), sizes))
+    batch = GroupedRewards(rewards_N, index_N, len(sizes), None, group_major=True)
+    batch.__dict__["counts"] = torch.from_numpy(sizes)
+    return batch, sizes
+
+
+def _unpack(values_N: np.ndarray, sizes: np.ndarray) -> list[np.ndarray]:
+    """Flat values back to one view per group (rows of one ``[G, K]`` array for equal groups)."""
+    if len(sizes) and sizes[0] > 0 and (sizes == sizes[0]).all():
+        return list(values_N.reshape(len(sizes), int(sizes[0])))
+    return np.split(values_N, np.cumsum(sizes)[:-1])
+
+
+def by_group(estimator: Callable, rewards: ArrayGroups, **options) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """``estimator(batch, **options)`` (a tensor estimator) on rLLM's per-group arrays, its
+    advantages back as per-group arrays, returned twice (as rLLM returns the same lists)."""
+    return _by_group(estimator, rewards, **options)
+
+
 def _by_group(estimator: Callable, rewards: ArrayGroups, **options) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    batch = GroupedRewards.from_groups(rewards)
+    packed = _pack(rewards)
+    if packed is None:  # the general path: any sequences or tensors, with checks that name the group
+        batch = GroupedRewards.from_groups(rewards)
+        advantages, _ = estimator(batch, **options)
+        by_group = [values.cpu().numpy() for values in batch.split(advantages)]
+        return by_group, by_group
+    batch, sizes = packed
     advantages, _ = estimator(batch, **options)
-    by_group = [values.cpu().numpy() for values in batch.split(advantages)]
+    by_group = _unpack(advantages.numpy(), sizes)
     return by_group, by_group
 
 

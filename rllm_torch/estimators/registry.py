@@ -35,6 +35,7 @@ from rllm_torch.segment import accumulation_dtype
 __all__ = [
     "register_rllm_adv_estimator",
     "get_rllm_adv_estimator",
+    "get_tensor_adv_estimator",
     "registered_estimator_names",
     "compute_advantages",
 ]
@@ -143,14 +144,58 @@ def _entry(name: object) -> _Entry:
 
 
 def get_rllm_adv_estimator(name: str | Enum) -> Callable:
-    """The function registered under ``name`` (rLLM's API).
+    """The estimator registered under ``name``, callable the rLLM way: per-group arrays in,
+    ``(advantages_by_group, returns_by_group)`` out (rLLM's API).
 
-    For a built-in this is rLLM's arrays-form function (e.g. ``calculate_grpo_advantages``).
+    For a built-in this is rLLM's arrays-form function (e.g. ``calculate_grpo_advantages``); for
+    an ``"arrays"`` registration, the function itself; for a ``"tensors"`` registration, an
+    adapter that packs the arrays, runs the tensor function and returns per-group arrays (float64
+    for float64 or Python-float rewards, float32 otherwise); options it does not declare are
+    ignored, as rLLM's functions ignore extra keywords. For the tensor form of any name, see
+    :func:`get_tensor_adv_estimator`.
 
     Raises:
         UnknownEstimatorError: ``name`` is not registered; the message lists the registered names.
     """
-    return _entry(name).fn
+    entry = _entry(name)
+    if entry.form == "arrays":
+        return entry.fn
+    key = _key(name)
+
+    def rllm_form(rewards, **kwargs):
+        from rllm_torch.estimators.arrays import by_group
+
+        options = {k: v for k, v in kwargs.items() if entry.options is None or k in entry.options}
+        return by_group(lambda batch: compute_advantages(batch, key, **options), rewards)
+
+    rllm_form.__name__ = rllm_form.__qualname__ = f"{getattr(entry.fn, '__name__', key)}_by_group"
+    rllm_form.__doc__ = f"rLLM form of the tensor estimator {key!r}: per-group arrays in, per-group lists out."
+    return rllm_form
+
+
+def get_tensor_adv_estimator(name: str | Enum) -> Callable[[GroupedRewards], tuple[Tensor, Tensor]]:
+    """The estimator registered under ``name`` as a function of packed rewards:
+    ``fn(batch: GroupedRewards, **options) -> (advantages [N], returns [N])``.
+
+    For a built-in, its tensor implementation (e.g. :func:`~rllm_torch.grpo`); for a
+    ``"tensors"`` registration, the function itself; for an ``"arrays"`` registration, an adapter
+    through :func:`compute_advantages` (which gives it the groups as per-group arrays).
+
+    Raises:
+        UnknownEstimatorError: ``name`` is not registered; the message lists the registered names.
+    """
+    entry = _entry(name)
+    if entry.tensor_fn is not None:
+        return entry.tensor_fn
+    if entry.form == "tensors":
+        return entry.fn
+    key = _key(name)
+
+    def tensor_form(batch: GroupedRewards, **options) -> tuple[Tensor, Tensor]:
+        return compute_advantages(batch, key, **options)
+
+    tensor_form.__name__ = tensor_form.__qualname__ = f"{getattr(entry.fn, '__name__', key)}_on_tensors"
+    return tensor_form
 
 
 def compute_advantages(
@@ -181,7 +226,8 @@ def compute_advantages(
             declare them.
 
     Returns:
-        ``(advantages [N], returns [N])`` in the batch's flat order, on its device.
+        ``(advantages [N], returns [N])`` in the batch's flat order, on its device, detached
+        (the autograd contract of every estimator: advantages are constants of the loss).
 
     Raises:
         UnknownEstimatorError: ``estimator`` is not registered.
@@ -202,7 +248,7 @@ def compute_advantages(
         return _check_tensor_pair(out, batch, name)
     whole, mine = batch.all_ranks()  # the whole batch on every rank: the function sees every group
     dtype = accumulation_dtype(whole.rewards.dtype)
-    groups = [g.cpu().numpy() for g in whole.split(whole.rewards.to(dtype))]
+    groups = [g.cpu().numpy() for g in whole.split(whole.rewards.detach().to(dtype))]
     out = entry.fn(rewards=groups, **options)
     advantages, returns = _pack_array_pair(out, whole, name, dtype)
     return advantages[mine], returns[mine]
@@ -222,7 +268,11 @@ def _check_tensor_pair(out: object, batch: GroupedRewards, name: str) -> tuple[T
             raise EstimatorOutputError(
                 f"estimator {name!r} returned {what} of shape {tuple(t.shape)}; expected ({batch.num_trajectories},), one per trajectory in flat order."
             )
-    return out
+    advantages, returns = out
+    if advantages is returns:  # keep rLLM's one object for both
+        detached = advantages.detach()
+        return detached, detached
+    return advantages.detach(), returns.detach()
 
 
 def _pack_array_pair(out: object, batch: GroupedRewards, name: str, dtype: torch.dtype) -> tuple[Tensor, Tensor]:

@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 
 from rllm_torch.advantage import _estimator_of
 from rllm_torch.config import AlgorithmConfig
-from rllm_torch.distributed import ONE_PROCESS, agree_across_ranks, resolve_process_group
+from rllm_torch.distributed import ONE_PROCESS, agree_across_ranks, gather_objects, resolve_process_group
 from rllm_torch.estimators import compute_advantages
 from rllm_torch.metrics import summary_metrics
 from rllm_torch.packing import GroupedRewards
@@ -55,6 +55,14 @@ def _keep_precomputed(batch: TokenBatch, pre_G: list[bool], pre_roles: list[str]
     return metrics
 
 
+def _trained_trajectories(batch: TokenBatch) -> torch.Tensor:
+    """``[N]`` bool: whether a trajectory has a trained token in any of its rows."""
+    row_trained_R = (batch.response_mask.sum(-1) > 0).to(batch.rewards.dtype)
+    if batch.row_index is None:
+        return row_trained_R > 0
+    return torch.zeros_like(batch.rewards).index_add_(0, batch.row_index, row_trained_R) > 0
+
+
 def compute_token_advantages(
     batch: TokenBatch, algorithm_config: AlgorithmConfig, *, process_group: object = ONE_PROCESS
 ) -> dict[str, float]:
@@ -64,10 +72,13 @@ def compute_token_advantages(
 
     Each role's RL trajectories are packed with ``GroupedRewards.from_flat(rewards_N,
     group_index_N, num_groups=G, validate=False)`` and the role's estimator (``estimator_map[role]``,
-    else ``estimator``) is called once with ``algorithm_config.estimator_kwargs``. With one role
-    and no precomputed group the whole path stays on the batch's device with no host sync;
-    otherwise selecting each role's rows costs one sync per role. Advantages never pass through
-    Python floats.
+    else ``estimator``) is called once with ``algorithm_config.estimator_kwargs``. A trajectory
+    none of whose rows has a trained token (response mask all 0) takes no part in the
+    statistics and gets advantage 0 (``advantage/{role}/num_untrained`` counts them). The path
+    stays on the batch's device: one host sync to find untrained trajectories, and, with
+    several roles, precomputed groups or untrained trajectories, one per role to select its rows.
+    Statistics are computed in the rewards' dtype (float64 from the trainer); the token-level
+    advantages are float32. Advantages never pass through Python floats.
 
     Args:
         batch: this rank's batch.
@@ -95,19 +106,24 @@ def compute_token_advantages(
         roles = sorted({r for facts in everyone for r in facts["rl"]})
         pre_roles = sorted({r for facts in everyone for r in facts["pre"]})
     ranks = {} if group is None else {"process_group": group, "local_groups": True}
+    trained_N = _trained_trajectories(batch)
+    all_trained = bool(trained_N.all())  # one host sync
     adv_N = torch.zeros_like(batch.rewards)
     metrics: dict[str, float] = {}
     for role in roles:
         estimator = _estimator_of(role, algorithm_config)
-        if len(roles) == 1 and not any(pre_G):
+        if len(roles) == 1 and not any(pre_G) and all_trained:
             rows_N, rewards_N, group_index_N, num_groups = None, batch.rewards, batch.group_index, batch.num_groups
+            untrained = 0
         else:
             role_groups = [
                 g for g, (r, p) in enumerate(zip(batch.group_roles, pre_G, strict=True)) if r == role and not p
             ]
             remap_G = torch.full((batch.num_groups,), -1, dtype=torch.int64, device=batch.rewards.device)
             remap_G[role_groups] = torch.arange(len(role_groups), device=remap_G.device)
-            rows_N = torch.nonzero(remap_G[batch.group_index] >= 0).squeeze(1)
+            in_role_N = remap_G[batch.group_index] >= 0
+            untrained = int((in_role_N & ~trained_N).sum())
+            rows_N = torch.nonzero(in_role_N & trained_N).squeeze(1)  # untrained: out of the statistics, advantage 0
             rewards_N, group_index_N, num_groups = (
                 batch.rewards[rows_N],
                 remap_G[batch.group_index[rows_N]],
@@ -120,8 +136,10 @@ def compute_token_advantages(
         if group is not None or rewards_N.numel():
             metrics |= summary_metrics(rewards_N, f"reward/{role}", process_group=group)
             metrics |= summary_metrics(role_adv_N, f"advantage/{role}", fraction_zero=True, process_group=group)
-    row_adv_R = adv_N if batch.row_index is None else adv_N[batch.row_index]
-    batch.advantages = row_adv_R[:, None] * batch.response_mask
+        if count := sum(gather_objects(untrained, group)):
+            metrics[f"advantage/{role}/num_untrained"] = float(count)
+    row_adv_R = (adv_N if batch.row_index is None else adv_N[batch.row_index]).to(batch.response_mask.dtype)
+    batch.advantages = row_adv_R[:, None] * batch.response_mask  # float32 tokens; float64 statistics above
     if pre_roles:
         metrics |= _keep_precomputed(batch, pre_G, pre_roles, group)
     return metrics

@@ -19,10 +19,12 @@ import numbers
 from dataclasses import astuple, dataclass, field, replace
 from typing import Literal
 
+import numpy as np
 import torch.distributed as dist
 
+from rllm_torch._checks import check_reward
 from rllm_torch.distributed import ONE_PROCESS, gather_objects, resolve_process_group
-from rllm_torch.errors import ConfigError, InvalidRewardsError
+from rllm_torch.errors import ConfigError, InvalidTrajectoryError
 from rllm_torch.types import Episode, TrajectoryGroup
 
 __all__ = ["RejectionSamplingConfig", "RejectionSamplingState", "apply_rejection_sampling_and_filtering"]
@@ -36,8 +38,15 @@ class RejectionSamplingConfig:
         mode: ``"none"`` (pass-through) or ``"episode"`` (filter and accumulate).
         min_trajs_per_group: groups with fewer trajectories are dropped (episode mode).
         min_partial_solve_tasks: partially solved tasks needed before a batch is released.
-        filter_uniform_groups: drop groups whose raw rewards are all equal (episode mode).
+        filter_uniform_groups: drop groups that carry no learning signal (episode mode): by
+            ``uniform_filter_metric``, groups whose raw rewards are all equal, or whose
+            trajectories are all correct or all wrong.
         uniform_reward_tolerance: rewards within this distance (max − min) count as equal.
+        uniform_filter_metric: ``"reward"`` (the raw trajectory rewards, within the tolerance)
+            or ``"is_correct"`` (each trajectory's episode ``is_correct``, as DAPO's dynamic
+            sampling filters on accuracy rather than on a shaped reward, Yu et al. 2025,
+            arXiv:2503.14476; read from ``TrajectoryGroup.metadata``, which the default grouping
+            fills).
 
     Raises:
         ValueError: an unknown mode, a negative count or tolerance.
@@ -48,6 +57,7 @@ class RejectionSamplingConfig:
     min_partial_solve_tasks: int = 1
     filter_uniform_groups: bool = False
     uniform_reward_tolerance: float = 1e-6
+    uniform_filter_metric: Literal["reward", "is_correct"] = "reward"
 
     def __post_init__(self) -> None:
         if self.mode not in ("none", "episode"):
@@ -59,6 +69,10 @@ class RejectionSamplingConfig:
                 raise ConfigError(f"RejectionSamplingConfig.{name} must be a non-negative int, got {value!r}.")
         if not isinstance(self.filter_uniform_groups, bool):
             raise ConfigError(f"filter_uniform_groups must be a bool, got {self.filter_uniform_groups!r}.")
+        if self.uniform_filter_metric not in ("reward", "is_correct"):
+            raise ConfigError(
+                f"uniform_filter_metric must be 'reward' or 'is_correct', got {self.uniform_filter_metric!r}."
+            )
         tol = self.uniform_reward_tolerance
         if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not tol >= 0:
             raise ConfigError(f"uniform_reward_tolerance must be a non-negative number, got {tol!r}.")
@@ -111,11 +125,8 @@ class RejectionSamplingState:
 def _group_rewards(group: TrajectoryGroup) -> list[float]:
     rewards = []
     for position, traj in enumerate(group.trajectories):
-        if traj.reward is None or isinstance(traj.reward, bool) or not isinstance(traj.reward, numbers.Real):
-            raise InvalidRewardsError(
-                f"task {group.task_id!r}, trajectory {traj.name!r} (position {position} of group {group.group_id!r}): reward {traj.reward!r} is not a number; the uniform-group filter compares raw rewards."
-            )
-        rewards.append(float(traj.reward))
+        where = f"task {group.task_id!r}, trajectory {traj.name!r} (position {position} of group {group.group_id!r})"
+        rewards.append(check_reward(traj.reward, where))
     return rewards
 
 
@@ -127,17 +138,35 @@ def _filter_groups(
         size = len(group.trajectories)
         if size < config.min_trajs_per_group:
             counts.groups_dropped_insufficient_trajs += 1
-        elif (
-            config.filter_uniform_groups
-            and size >= 2
-            and max(r := _group_rewards(group)) - min(r) <= config.uniform_reward_tolerance
-        ):
+        elif config.filter_uniform_groups and size >= 2 and _is_uniform(group, config):
             counts.groups_dropped_uniform += 1
         else:
             kept.append(group)
             continue
         dropped_ids.update(id(t) for t in group.trajectories)
     return kept, dropped_ids
+
+
+def _is_uniform(group: TrajectoryGroup, config: RejectionSamplingConfig) -> bool:
+    if config.uniform_filter_metric == "is_correct":
+        return len(set(_group_correctness(group))) == 1
+    rewards = _group_rewards(group)
+    return max(rewards) - min(rewards) <= config.uniform_reward_tolerance
+
+
+def _group_correctness(group: TrajectoryGroup) -> list[bool]:
+    """Each trajectory's ``is_correct`` from the group's metadata (a clear error when absent)."""
+    metadata = group.metadata
+    values = [m.get("is_correct") if isinstance(m, dict) else None for m in metadata]
+    if len(metadata) != len(group.trajectories) or any(not isinstance(v, (bool, np.bool_)) for v in values):
+        position = next((i for i, v in enumerate(values) if not isinstance(v, (bool, np.bool_))), len(values))
+        raise InvalidTrajectoryError(
+            f"task {group.task_id!r}, group {group.group_id!r}: trajectory at position {position} has no is_correct "
+            f"(metadata {metadata[position] if position < len(metadata) else 'missing'!r}); uniform_filter_metric='is_correct' "
+            "reads TrajectoryGroup.metadata[i]['is_correct'], which the default grouping fills from Episode.is_correct. "
+            "Fill it in your grouping hook, or use uniform_filter_metric='reward'."
+        )
+    return [bool(v) for v in values]
 
 
 def _count_solves(episodes: list[Episode], counts: _Counts) -> None:

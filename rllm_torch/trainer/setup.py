@@ -52,6 +52,7 @@ def build_pipeline_configs(config: DictConfig, estimator_map: dict | None = None
             min_partial_solve_tasks=rs.min_partial_solve_tasks,
             min_trajs_per_group=rs.min_trajs_per_group,
             filter_uniform_groups=rs.get("filter_uniform_groups", False),
+            uniform_filter_metric=rs.get("uniform_filter_metric", "reward"),
         )
         algorithm = AlgorithmConfig.from_config(config)
         if estimator_map:

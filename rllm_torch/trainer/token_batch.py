@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from rllm_torch._checks import check_reward
 from rllm_torch.errors import InvalidTrajectoryError
 from rllm_torch.types import TrajectoryGroup
 
@@ -35,7 +36,8 @@ class TokenBatch:
         attention_mask: ``[R, T]`` int64, 1 on real tokens.
         response_mask: ``[R, T]`` float32, 1 on the response tokens that are trained
             (``Step.response_mask``), 0 on prompt and padding.
-        rewards: ``[N]`` float32 trajectory rewards.
+        rewards: ``[N]`` float64 trajectory rewards (Python floats keep their precision up to the
+            estimator's statistics; the token-level ``advantages`` are float32).
         group_index: ``[N]`` int64 dense group ids ``0..G-1``.
         group_roles: ``G`` role names (host list), one per group: picks the estimator.
         rollout_log_probs: ``[R, T]`` float32 sampling log-probs of response tokens (0 elsewhere).
@@ -93,6 +95,8 @@ def build_token_batch(
         InvalidTrajectoryError (a ValueError): a trajectory has no step, a step has no response
             token or log-probs of the wrong length; the message names the task, group, trajectory
             and step.
+        InvalidRewardsError / InvalidRewardTypeError: an RL trajectory's reward is None / not a
+            real number or bool (see :func:`~rllm_torch._checks.check_reward`).
     """
     rows, rows_logp, rows_mask, rows_adv, row_index, rewards, group_index, group_pre = [], [], [], [], [], [], [], []
     for g, group in enumerate(groups):
@@ -121,11 +125,11 @@ def build_token_batch(
                     raise InvalidTrajectoryError(f"{_where(group, traj.name, index)}: {exc}") from exc
                 rows_adv.append(step.token_advantages() if pre else None)
                 row_index.append(len(rewards))
-            if traj.reward is None and not pre:
-                raise InvalidTrajectoryError(
-                    f"task {group.task_id!r}, group {group.group_id!r}: trajectory {traj.name!r} has reward None; an RL group needs a reward per trajectory."
-                )
-            rewards.append(0.0 if traj.reward is None else float(traj.reward))  # precomputed groups: unused
+            if traj.reward is None and pre:
+                rewards.append(0.0)  # precomputed groups: unused
+            else:
+                where = f"task {group.task_id!r}, group {group.group_id!r}, trajectory {traj.name!r}"
+                rewards.append(check_reward(traj.reward, where))
             group_index.append(g)
     num_rows, width = len(rows), max((len(r) for r in rows), default=0)
     input_ids_RT = torch.full((num_rows, width), pad_token_id, dtype=torch.int64)
@@ -144,7 +148,7 @@ def build_token_batch(
         input_ids=input_ids_RT,
         attention_mask=attention_mask_RT,
         response_mask=response_mask_RT,
-        rewards=torch.tensor(rewards, dtype=torch.float32),
+        rewards=torch.tensor(rewards, dtype=torch.float64),
         group_index=torch.tensor(group_index, dtype=torch.int64),
         group_roles=[g.group_role for g in groups],
         rollout_log_probs=rollout_logp_RT,

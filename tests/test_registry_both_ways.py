@@ -1,0 +1,80 @@
+"""Every registered estimator is reachable both ways: ``get_rllm_adv_estimator`` (per-group arrays
+in, per-group lists out, as rLLM calls it) and ``get_tensor_adv_estimator`` (packed rewards in,
+``[N]`` tensors out); both give what ``compute_advantages`` gives. The rLLM list API packs on the
+numpy side and keeps its dtypes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from rllm_torch import (
+    GroupedRewards,
+    calculate_grpo_advantages,
+    compute_advantages,
+    get_rllm_adv_estimator,
+    get_tensor_adv_estimator,
+    register_rllm_adv_estimator,
+    registered_estimator_names,
+)
+
+
+@register_rllm_adv_estimator("test_both_ways_tensor", form="tensors")
+def _tensor_form(batch, *, epsilon=1e-6):
+    layout = batch.layout
+    adv = layout.flat(layout.center(layout.values(batch.rewards.double())).values) / (1.0 + epsilon)
+    return adv, adv
+
+
+@register_rllm_adv_estimator("test_both_ways_arrays")
+def _arrays_form(rewards, **kwargs):
+    adv = [r - r.max() for r in rewards]
+    return adv, adv
+
+
+GROUPS = [np.array([1.0, 0.0, 0.5]), np.array([0.2]), np.array([0.9, 0.1])]
+
+
+@pytest.mark.parametrize("name", registered_estimator_names())
+def test_every_registered_estimator_is_callable_the_rllm_way_and_on_tensors(name):
+    batch = GroupedRewards.from_groups(GROUPS)
+    want, _ = compute_advantages(batch, name)
+    adv_by_group, ret_by_group = get_rllm_adv_estimator(name)(GROUPS)  # rLLM's call: a list of arrays
+    assert len(adv_by_group) == len(ret_by_group) == len(GROUPS)
+    assert all(isinstance(a, np.ndarray) and a.shape == g.shape for a, g in zip(adv_by_group, GROUPS, strict=True))
+    np.testing.assert_allclose(np.concatenate(adv_by_group), want.numpy(), rtol=1e-12, atol=1e-12)
+    got, _ = get_tensor_adv_estimator(name)(batch)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_the_rllm_form_of_a_tensor_estimator_passes_the_options_it_declares_and_ignores_others():
+    fn = get_rllm_adv_estimator("test_both_ways_tensor")
+    adv, _ = fn(GROUPS, epsilon=1.0, norm_adv_by_std_in_grpo=False, unknown_option=3)
+    np.testing.assert_allclose(adv[0], (GROUPS[0] - GROUPS[0].mean()) / 2.0)
+
+
+def test_the_tensor_form_of_a_builtin_is_its_tensor_implementation():
+    from rllm_torch import grpo
+
+    assert get_tensor_adv_estimator("grpo") is grpo
+
+
+@pytest.mark.parametrize(
+    ("groups", "dtype"),
+    [
+        ([np.array([1.0, 0.0]), np.array([0.5, 0.5])], np.float64),  # equal groups: one [G, K] array
+        ([np.array([1.0, 0.0], dtype=np.float32), np.array([0.5], dtype=np.float32)], np.float32),
+        ([[1.0, 0.0, 1.0], [0.0]], np.float64),  # Python floats, like numpy
+        ([np.array([True, False]), np.array([True])], np.float32),
+        ([np.array([3, 1]), np.array([2, 2])], np.float32),
+    ],
+)
+def test_the_list_api_packs_on_numpy_and_keeps_rllm_dtypes(groups, dtype):
+    adv, ret = calculate_grpo_advantages(groups)
+    assert adv is ret and len(adv) == len(groups)
+    for a, g in zip(adv, groups, strict=True):
+        assert a.dtype == dtype and a.shape == (len(g),)
+    general = GroupedRewards.from_groups([np.asarray(g) for g in groups])
+    want, _ = compute_advantages(general, "grpo")
+    np.testing.assert_allclose(np.concatenate(adv), want.numpy(), rtol=1e-6)
