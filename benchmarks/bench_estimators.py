@@ -33,6 +33,7 @@ import rllm_torch  # noqa: E402
 from rllm_torch import GroupedRewards, compute_advantages  # noqa: E402
 
 ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline")
+TOKEN_LEVEL_SECTION = "<!-- token-level: written by bench_token_level.py -->"
 SIZES = (8 * 1024, 64 * 1024, 1024 * 1024, 4 * 1024 * 1024)
 
 
@@ -165,7 +166,9 @@ def write_results(path: Path, rows: list[dict], device: str, command: str) -> No
         *[format_row(r) for r in rows],
         "",
     ]
-    path.write_text("\n".join(lines))
+    old = path.read_text() if path.exists() else ""
+    kept = old[old.index(TOKEN_LEVEL_SECTION) :] if TOKEN_LEVEL_SECTION in old else ""  # bench_token_level.py's
+    path.write_text("\n".join(lines) + ("\n" + kept if kept else ""))
 
 
 def sync_check(device: str) -> str:

@@ -26,6 +26,7 @@ from rllm_torch.estimators.registry import (
 )
 from rllm_torch.estimators.reinforce import reinforce, reinforce_plus_plus_baseline
 from rllm_torch.estimators.rloo import rloo
+from rllm_torch.estimators.token_level import broadcast_to_tokens, sequence_scores
 
 __all__ = [
     "grpo",
@@ -34,6 +35,8 @@ __all__ = [
     "reinforce_plus_plus_baseline",
     "prpo",
     "compute_advantages",
+    "sequence_scores",
+    "broadcast_to_tokens",
     "get_rllm_adv_estimator",
     "get_tensor_adv_estimator",
     "register_rllm_adv_estimator",

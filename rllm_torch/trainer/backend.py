@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 from rllm_torch.advantage import _estimator_of
 from rllm_torch.config import AlgorithmConfig
 from rllm_torch.distributed import ONE_PROCESS, agree_across_ranks, gather_objects, resolve_process_group
-from rllm_torch.estimators import compute_advantages
+from rllm_torch.estimators import broadcast_to_tokens, compute_advantages
 from rllm_torch.metrics import summary_metrics
 from rllm_torch.packing import GroupedRewards
 from rllm_torch.trainer.ranks import RunRanks
@@ -138,8 +138,8 @@ def compute_token_advantages(
             metrics |= summary_metrics(role_adv_N, f"advantage/{role}", fraction_zero=True, process_group=group)
         if count := sum(gather_objects(untrained, group)):
             metrics[f"advantage/{role}/num_untrained"] = float(count)
-    row_adv_R = (adv_N if batch.row_index is None else adv_N[batch.row_index]).to(batch.response_mask.dtype)
-    batch.advantages = row_adv_R[:, None] * batch.response_mask  # float32 tokens; float64 statistics above
+    row_adv_R = adv_N if batch.row_index is None else adv_N[batch.row_index]
+    batch.advantages = broadcast_to_tokens(row_adv_R, batch.response_mask)  # float32 tokens; float64 statistics above
     if pre_roles:
         metrics |= _keep_precomputed(batch, pre_G, pre_roles, group)
     return metrics
