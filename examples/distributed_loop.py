@@ -62,4 +62,5 @@ if __name__ == "__main__":
     before, after = train(*sys.argv[1:2])
     if dist.get_rank() == 0:
         print(f"world size {dist.get_world_size()}: expected reward {before:.3f} -> {after:.3f}")
+    dist.barrier()  # no rank tears the group down while another still uses it
     dist.destroy_process_group()

@@ -35,6 +35,7 @@ __all__ = [
     "resolve_process_group",
     "check_backend_carries",
     "all_reduce_",
+    "require_live",
     "world_position",
     "gather_objects",
     "agree_across_ranks",
@@ -84,6 +85,12 @@ def resolve_process_group(process_group: object) -> dist.ProcessGroup | None:
             "process_group out for a batch that is all on this process."
         )
     group = dist.group.WORLD if process_group is None else process_group
+    if group is dist.GroupMember.NON_GROUP_MEMBER:  # what new_group returns on a rank outside it
+        raise DistributedSetupError(
+            f"this process (global rank {dist.get_rank()}) is not a member of the process group it was given "
+            "(torch.distributed.new_group returns a placeholder on the ranks it leaves out); pass its batch "
+            "only on the group's ranks, or pass a group this rank belongs to."
+        )
     if not isinstance(group, dist.ProcessGroup):
         raise DistributedSetupError(
             f"process_group must be a torch.distributed.ProcessGroup (e.g. torch.distributed.group.WORLD), "
@@ -111,12 +118,28 @@ def world_position(group: dist.ProcessGroup | None) -> tuple[int, int]:
     return (0, 1) if group is None else (dist.get_rank(group), dist.get_world_size(group))
 
 
+def require_live(group: dist.ProcessGroup) -> None:
+    """Raise :class:`DistributedSetupError` when ``torch.distributed`` was shut down since ``group``
+    was given (a collective on a destroyed group would quietly do nothing, and a batch would get
+    this rank's statistics only). A Python check: no synchronisation."""
+    if not dist.is_initialized():
+        raise DistributedSetupError(
+            "this batch was built with a process group, but torch.distributed has been shut down since "
+            "(destroy_process_group); build the batch again without process_group, or compute before shutting down."
+        )
+
+
 def all_reduce_(tensor: Tensor, group: dist.ProcessGroup | None, op: str = "sum") -> Tensor:
     """``tensor`` reduced in place over ``group`` (``op`` ``"sum"`` or ``"max"``); unchanged for one process.
 
     One ``torch.distributed.all_reduce`` call on ``tensor``'s device, asynchronous with respect
-    to the host (no synchronisation on CUDA)."""
+    to the host (no synchronisation on CUDA).
+
+    Raises:
+        DistributedSetupError: ``torch.distributed`` was shut down (see :func:`require_live`).
+    """
     if group is not None:
+        require_live(group)
         dist.all_reduce(tensor, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM, group=group)
     return tensor
 
@@ -126,6 +149,7 @@ def gather_objects(obj: Any, group: dist.ProcessGroup | None) -> list[Any]:
     one process (``group`` None)."""
     if group is None:
         return [obj]
+    require_live(group)
     out: list[Any] = [None] * dist.get_world_size(group)
     dist.all_gather_object(out, obj, group=group)
     return out
@@ -154,6 +178,7 @@ def agree_across_ranks(
         rank; else :class:`~rllm_torch.errors.DistributedBatchError` for the first key of
         ``must_match`` that differs, naming the value on each rank.
     """
+    require_live(group)
     rank, world = world_position(group)
     mine = (None if error is None else (type(error).__name__, str(error)), facts)
     gathered: list = [None] * world

@@ -103,6 +103,7 @@ class GroupedRewards:
         self.rewards, self._group_index, self.num_groups = rewards, group_index, num_groups
         self.group_size, self.group_major = group_size, group_major
         self.process_group, self.local_groups = process_group, local_groups
+        self.validated = False  # the cross-rank checks ran (GroupedRewards built with validate=True)
 
     def __repr__(self) -> str:
         layout = f"group_size={self.group_size}" if self.group_size is not None else "ragged"
@@ -150,7 +151,7 @@ class GroupedRewards:
             dtype = next((f["reward dtype"] for f in everyone if "reward dtype" in f), packed.rewards.dtype)
             if packed.rewards.dtype != dtype:
                 packed.rewards = packed.rewards.to(dtype)
-        packed.process_group, packed.local_groups = group, local_groups
+        packed.process_group, packed.local_groups, packed.validated = group, local_groups, validate
         return packed
 
     def all_ranks(self) -> tuple[GroupedRewards, slice]:

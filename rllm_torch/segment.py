@@ -36,7 +36,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from rllm_torch.distributed import all_reduce_, world_position
+from rllm_torch.distributed import all_reduce_, require_live, world_position
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
@@ -347,20 +347,22 @@ class SegmentLayout:
         return sum_G, self._counts
 
     def _merged_moments(self, x_1N: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """``(shift, mean - shift, M2)`` of one group spread over the ranks, each ``[1, 1]``: every
-        rank's count, two-pass mean and centred sum of squares ``M2`` gathered once and merged
-        (Chan, Golub and LeVeque's pairwise update, 1979), with ``shift`` the mean of the first
-        rank that holds a member, so that a constant group has ``mean - shift`` and ``M2``
-        exactly 0. The same on every rank (same inputs, same operations)."""
-        n = x_1N.shape[1]
-        if n:
-            local = SegmentLayout.dense_layout(1, n).center(x_1N, singleton_baseline=None)
+        """``(mean, 0, M2)`` of one group spread over the ranks, each ``[1, 1]`` in ``x``'s dtype:
+        every rank's count, two-pass mean and centred sum of squares ``M2`` (in float64) gathered
+        once and merged (Chan, Golub and LeVeque's pairwise update, 1979) relative to the mean of
+        the first rank that holds a member, so that a constant group has its value as mean and
+        ``M2`` exactly 0. The same on every rank (same inputs, same operations)."""
+        n, dtype = x_1N.shape[1], x_1N.dtype
+        x64 = x_1N.to(torch.float64)  # the moments travel and merge in float64: a rank's float32
+        if n:  # mean would drop the low bits that a large offset leaves to the spread
+            local = SegmentLayout.dense_layout(1, n).center(x64, singleton_baseline=None)
             mean_r, m2_r = local.mean.reshape(()), local.layout.sum_of_squares(local.values).reshape(())
         else:
-            mean_r = m2_r = x_1N.new_zeros(())
-        mine = torch.stack([x_1N.new_full((), n), mean_r, m2_r])
+            mean_r = m2_r = x64.new_zeros(())
+        mine = torch.stack([x64.new_full((), n), mean_r, m2_r])
         _, world = world_position(self.group_comm)
         parts = [torch.empty_like(mine) for _ in range(world)]
+        require_live(self.group_comm)
         dist.all_gather(parts, mine, group=self.group_comm)
         n_W, mean_W, m2_W = torch.stack(parts).unbind(1)
         self._counts = n_W.sum().reshape(1, 1)
@@ -368,7 +370,10 @@ class SegmentLayout:
         weight_W = n_W / self._counts.reshape(())
         mean_shifted = (weight_W * (mean_W - shift)).sum()
         m2 = m2_W.sum() + (n_W * (mean_W - shift - mean_shifted).square()).sum()
-        return shift.reshape(1, 1), mean_shifted.reshape(1, 1), m2.reshape(1, 1)
+        # a constant batch: every mean_r is its value (float64 sums of float32 values are exact),
+        # so mean_shifted and m2 are 0 and the shift, cast back, is the value itself
+        mean = (shift + mean_shifted).to(dtype)
+        return mean.reshape(1, 1), torch.zeros_like(mean).reshape(1, 1), m2.to(dtype).reshape(1, 1)
 
     def center(self, x: Tensor, *, singleton_baseline: float | None = 0.0) -> Centered:
         """Two-pass centring on the group mean (see :class:`Centered`).

@@ -153,3 +153,24 @@ def not_a_process_group() -> str:
     return build_only(
         dict(kind="flat", rewards=[1.0], index=[0], num_groups=1, dtype="float32", local=False, process_group="world")
     )
+
+
+def estimate_with(spec: dict, estimator_by_rank: list[str]) -> str:
+    """Each rank calls its own estimator (a caller's bug the validated check must catch)."""
+    batch = build_batch(spec)
+    compute_advantages(batch, estimator_by_rank[dist.get_rank()])
+    return "ran"
+
+
+def register_on_rank_0_only_and_estimate(spec: dict) -> str:
+    if dist.get_rank() == 0:
+        register_rllm_adv_estimator("test_only_on_rank_0", form="tensors")(
+            lambda b: (b.rewards.float(), b.rewards.float())
+        )
+    compute_advantages(build_batch(spec), "test_only_on_rank_0")
+    return "ran"
+
+
+def build_in_a_group_without_this_rank(spec: dict) -> str:
+    group = dist.new_group([0])  # every rank must call new_group; rank 1 gets the non-member placeholder
+    return build_only(dict(spec, process_group=group))

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from hydra import compose, initialize_config_module
 
-from rllm_torch.config_checks import check_run_config
+from rllm_torch.cli.config_checks import check_run_config
+from rllm_torch.cli.run_config import register_configs
 from rllm_torch.errors import ConfigError
-from rllm_torch.run_config import register_configs
 
 
 def compose_train(*overrides: str):

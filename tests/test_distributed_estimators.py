@@ -251,6 +251,33 @@ def test_custom_estimators_are_correct_across_ranks(pool, data, estimator, local
 
 
 @pytest.mark.parametrize("estimator", ["prpo", "reinforce_plus_plus_baseline"])
+def test_batch_statistics_keep_float32_precision_under_a_large_offset(pool, estimator):
+    """Rewards around 1e4 in float32: the merged batch moments must be as accurate as one process's
+    (per-rank float32 means would drop the low bits the spread lives in)."""
+    g = torch.Generator().manual_seed(3)
+    rewards = (1e4 + torch.rand(pool.world_size * 24, generator=g)).float()
+    index = torch.arange(rewards.numel()) // 4
+    specs = [
+        dict(
+            kind="flat",
+            rewards=rewards[r :: pool.world_size].double().tolist(),
+            index=index[r :: pool.world_size].tolist(),
+            num_groups=int(index.max()) + 1,
+            dtype="float32",
+            local=False,
+        )
+        for r in range(pool.world_size)
+    ]
+    results = pool.run_ok(rank_tasks.estimate, [(s, estimator, {}) for s in specs])
+    one = compute_advantages(GroupedRewards.from_flat(rewards, index), estimator)[0].double()
+    exact = compute_advantages(GroupedRewards.from_flat(rewards.double(), index), estimator)[0]
+    single_error = float((one - exact).abs().max())
+    for r, (adv, _, _) in enumerate(results):
+        error = float((torch.tensor(adv) - exact[r :: pool.world_size]).abs().max())
+        assert error <= 4 * single_error + 1e-6, (error, single_error)
+
+
+@pytest.mark.parametrize("estimator", ["prpo", "reinforce_plus_plus_baseline"])
 def test_a_constant_batch_is_exactly_zero_with_an_empty_rank_0(pool, estimator):
     """Batch statistics merge per-rank moments; their reference must come from a rank with data
     (with rank 0's empty mean, 2/7 * 0.1 + 5/7 * 0.1 is not 0.1 in float32)."""
@@ -274,7 +301,7 @@ GROUP_CENTER = {F32: [("all_reduce", 10, F64)], F64: [("all_reduce", 5, F64), ("
 def _expected(estimator: str, dtype: str, local: bool) -> list[tuple]:
     center = [] if local else GROUP_CENTER[dtype]
     var = [] if local else [("all_reduce", 5, dtype)]
-    batch = [("all_gather", 3, dtype)]  # every rank's (count, mean, M2), merged
+    batch = [("all_gather", 3, F64)]  # every rank's (count, mean, M2), merged in float64
     return {
         "grpo": center + var,
         "rloo": center,
@@ -303,9 +330,13 @@ def test_one_estimator_call_makes_a_fixed_number_of_small_collectives(pool, esti
         else:
             specs = [dict(kind="padded", padded=[[1.0, float(r)]] * 5, shape=(5, 2)) for r in range(world)]
         for local in (False, True):
-            ranked = [dict(spec, dtype=dtype, local=local) for spec in specs]
+            ranked = [dict(spec, dtype=dtype, local=local, validate=False) for spec in specs]
             for rank_calls in pool.run_ok(rank_tasks.count_collectives, [(s, estimator, {}) for s in ranked]):
                 assert rank_calls == _expected(estimator, f"torch.{dtype}", local)
+            # a validated batch adds one small agreement on the estimator and its options
+            validated = [dict(s, validate=True) for s in ranked]
+            for rank_calls in pool.run_ok(rank_tasks.count_collectives, [(s, estimator, {}) for s in validated]):
+                assert rank_calls == [("all_gather_object", -1, "list")] + _expected(estimator, f"torch.{dtype}", local)
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "rloo", "reinforce_plus_plus_baseline", "prpo"])
@@ -381,6 +412,22 @@ def test_a_process_group_needs_torch_distributed_initialised():
         collect_reward_and_advantage_from_trajectory_groups([], AlgorithmConfig(), process_group=None)
 
 
+def test_a_batch_used_after_the_process_group_was_destroyed_is_refused(tmp_path):
+    """torch's collectives quietly do nothing on a destroyed group: the batch would get this
+    rank's statistics only."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        batch = GroupedRewards.from_flat(
+            torch.tensor([1.0, 0.0]), torch.tensor([0, 0]), num_groups=1, process_group=None
+        )
+    finally:
+        dist.destroy_process_group()
+    with pytest.raises(DistributedSetupError, match="shut down"):
+        compute_advantages(batch, "grpo")
+
+
 def test_local_groups_without_a_process_group_is_refused():
     with pytest.raises(InvalidGroupIndexError, match="local_groups=True describes a batch spread over a process group"):
         GroupedRewards.from_groups([[1.0, 0.0]], local_groups=True)
@@ -389,6 +436,23 @@ def test_local_groups_without_a_process_group_is_refused():
 def test_something_else_than_a_process_group_is_refused(pool):
     for err in _errors(pool.run(rank_tasks.not_a_process_group, [()] * pool.world_size)):
         assert err.type_name == "DistributedSetupError" and "got str" in err.message
+
+
+def test_different_estimators_on_the_ranks_of_a_validated_batch_fail_on_every_rank(pool):
+    estimators = ["grpo", "prpo", "rloo"][: pool.world_size]
+    for err in _errors(pool.run(rank_tasks.estimate_with, [(_flat_spec(), estimators)] * pool.world_size)):
+        assert err.type_name == "DistributedBatchError" and "estimator differs" in err.message
+
+
+def test_an_estimator_registered_on_one_rank_only_fails_on_every_rank(pool):
+    for err in _errors(pool.run(rank_tasks.register_on_rank_0_only_and_estimate, [(_flat_spec(),)] * pool.world_size)):
+        assert err.type_name == "UnknownEstimatorError" and "test_only_on_rank_0" in err.message
+
+
+def test_a_rank_outside_the_process_group_is_told_so(pool):
+    results = pool.run(rank_tasks.build_in_a_group_without_this_rank, [(_flat_spec(local=True),)] * pool.world_size)
+    assert isinstance(results[1], RankError) and results[1].type_name == "DistributedSetupError"
+    assert "not a member of the process group" in results[1].message
 
 
 def test_the_pool_still_works_after_the_errors(pool):

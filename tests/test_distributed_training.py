@@ -57,10 +57,11 @@ def test_one_update_on_two_ranks_gives_the_weights_of_one_process(pool, split, d
     for key, want in want_w.items():
         assert torch.equal(w0[key], w1[key]), f"{key}: the ranks' weights differ"
         # Adam's first step is lr * g / (|g| + eps): a gradient component near 0 (float-order noise
-        # of ~1e-9 is then O(1) of it) can move by a few 1e-6 in a step of lr = 1e-3
-        step = (want - initial[key]).abs().max()
+        # of ~1e-9 is then O(1) of it) can move by ~1e-5 in a step of lr = 1e-3, so the update is
+        # compared as a whole: its difference from one process's is under 0.1% of its norm
+        step = (want - initial[key]).norm()
         assert step > 0, f"{key}: the update changed nothing"
-        assert (w0[key] - want).abs().max() <= 1e-2 * step, f"{key} differs from one process"
+        assert (w0[key] - want).norm() <= 1e-3 * step, f"{key} differs from one process"
     assert m0 == m1, "metrics differ across ranks"
     for key, want in want_m.items():  # actor/grad_norm pins the gradient's scale, which Adam's step hides
         assert math.isclose(m0[key], want, rel_tol=1e-5, abs_tol=1e-6), (key, m0[key], want)

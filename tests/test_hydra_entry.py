@@ -10,6 +10,8 @@ import pytest
 from hydra import compose, initialize_config_module
 from hydra.errors import ConfigCompositionException
 
+from rllm_torch.cli.run_config import register_configs
+from rllm_torch.cli.train import run
 from rllm_torch.errors import (
     CheckpointMismatchError,
     ConfigError,
@@ -18,8 +20,6 @@ from rllm_torch.errors import (
     UnknownBackendError,
     UnknownEstimatorError,
 )
-from rllm_torch.run_config import register_configs
-from rllm_torch.train import run
 
 
 def compose_train(*overrides: str):
@@ -121,11 +121,12 @@ def test_a_missing_dataset_file_fails_before_training_starts(tmp_path):
 
 def test_a_user_jsonl_dataset_and_reward_function_train(tmp_path):
     rows = [{"question": f"{i}?", "solution": str(i)} for i in range(4)]
-    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for split in ("train", "val"):
+        (tmp_path / f"sums_{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     config = compose_train(
         "task=file",
-        f"task.train_path={tmp_path / 'train.jsonl'}",
-        f"task.val_path={tmp_path / 'train.jsonl'}",
+        f"task.train_path={tmp_path / 'sums_train.jsonl'}",
+        f"task.val_path={tmp_path / 'sums_val.jsonl'}",
         "task.prompt_key=question",
         "task.answer_key=solution",
         "task.reward_fn=rllm_torch.tasks.base:exact_match_reward",
@@ -136,8 +137,15 @@ def test_a_user_jsonl_dataset_and_reward_function_train(tmp_path):
         f"rllm.trainer.default_local_dir={tmp_path / 'run'}",
         "rllm.trainer.logger=[jsonl]",
     )
+    assert config.rllm.trainer.experiment_name == "file-sums"  # not the arithmetic run's directory
     trainer = run(config)
-    assert "val/train/pass@1" in trainer.val_history[-1][1]
+    assert "val/sums/pass@1" in trainer.val_history[-1][1]  # one data source for both splits
+
+
+def test_each_task_runs_in_its_own_default_directory():
+    for task, name in (("arithmetic", "arithmetic"), ("chain", "chain"), ("distill", "distill")):
+        config = compose_train(f"task={task}")
+        assert config.rllm.trainer.experiment_name == name
 
 
 def test_python_m_rllm_torch_train_runs_a_short_training_in_a_subprocess(tmp_path):

@@ -12,7 +12,7 @@ from trainer_fakes import make_config
 from rllm_torch import AlgorithmConfig, GroupedRewards, UnifiedTrainer, compute_advantages
 from rllm_torch.backends.torch_backend import TorchBackend
 from rllm_torch.errors import ConfigError
-from rllm_torch.tasks.base import build_task
+from rllm_torch.tasks import build_task
 from rllm_torch.trainer import build_token_batch, compute_token_advantages
 from rllm_torch.types import Step, Trajectory, TrajectoryGroup
 
@@ -126,7 +126,7 @@ def test_distillation_alone_trains_the_policy_towards_the_teacher(tmp_path):
 
 
 def test_a_task_that_writes_advantages_refuses_to_run_without_use_precomputed_advantage(tmp_path):
-    from rllm_torch.train import run
+    from rllm_torch.cli.train import run
 
     with pytest.raises(ConfigError, match="use_precomputed_advantage=true"):
         run(make_config(tmp_path, "task.name=distill"))

@@ -6,7 +6,7 @@ import pytest
 from trainer_fakes import make_config
 
 from rllm_torch.errors import ConfigError
-from rllm_torch.tasks.base import build_task
+from rllm_torch.tasks import build_task
 
 reasoning_gym = pytest.importorskip("reasoning_gym")
 
@@ -30,7 +30,7 @@ def test_an_unknown_dataset_name_is_a_config_error_naming_it():
 
 
 def test_task_reasoning_gym_trains_a_step_with_the_datasets_scorer(tmp_path):
-    from rllm_torch.train import run
+    from rllm_torch.cli.train import run
 
     config = make_config(
         tmp_path,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from omegaconf import OmegaConf
 
-from rllm_torch.run_config import TrainConfig
+from rllm_torch.cli.run_config import TrainConfig
 from rllm_torch.trainer.backend import BackendProtocol
 from rllm_torch.trainer.token_batch import build_token_batch
 from rllm_torch.types import Episode, Step, TerminationReason, Trajectory

@@ -10,7 +10,7 @@ import torch.distributed as dist
 from omegaconf import OmegaConf
 
 from rllm_torch.backends.torch_backend.backend import TorchBackend
-from rllm_torch.run_config import TrainConfig
+from rllm_torch.cli.run_config import TrainConfig
 from rllm_torch.trainer.ranks import RunRanks
 from rllm_torch.trainer.state import TrainerState
 from rllm_torch.types import Step, Trajectory, TrajectoryGroup

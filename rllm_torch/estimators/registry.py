@@ -27,7 +27,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from rllm_torch.errors import ConfigError, EstimatorOutputError, EstimatorRegistrationError, UnknownEstimatorError
+from rllm_torch.distributed import agree_across_ranks
+from rllm_torch.errors import (
+    ConfigError,
+    EstimatorOutputError,
+    EstimatorRegistrationError,
+    RLLMTorchError,
+    UnknownEstimatorError,
+)
 from rllm_torch.estimators._common import check_correction, check_epsilon, check_flag
 from rllm_torch.packing import GroupedRewards
 from rllm_torch.segment import accumulation_dtype
@@ -138,7 +145,8 @@ def _entry(name: object) -> _Entry:
     if key not in _REGISTRY:
         raise UnknownEstimatorError(
             f"unknown advantage estimator {key!r}; registered: {', '.join(registered_estimator_names())}. "
-            "Register a custom one with @register_rllm_adv_estimator(name) before it is used."
+            "Register a custom one with @register_rllm_adv_estimator(name) before it is used (from rllm-torch-train: "
+            "imports=[your_module])."
         )
     return _REGISTRY[key]
 
@@ -229,20 +237,36 @@ def compute_advantages(
         ``(advantages [N], returns [N])`` in the batch's flat order, on its device, detached
         (the autograd contract of every estimator: advantages are constants of the loss).
 
+    Across ranks, with a batch built with ``validate=True``: one ``all_gather_object`` first
+    checks that every rank calls the same estimator with the same options (and raises on every
+    rank an error that any rank hit, e.g. a name registered on one rank only); with
+    ``validate=False`` that is the caller's to ensure.
+
     Raises:
         UnknownEstimatorError: ``estimator`` is not registered.
+        DistributedBatchError: the ranks call different estimators or options (validated batches).
         EstimatorOutputError: a custom estimator returned something else than a pair with one
             value per trajectory.
     """
-    entry = _entry(estimator)
-    options = {
-        "norm_adv_by_std_in_grpo": check_flag(norm_adv_by_std_in_grpo, "norm_adv_by_std_in_grpo"),
-        "epsilon": check_epsilon(epsilon),
-        "std_correction": check_correction(std_correction),
-    }
-    if entry.options is not None:
-        options = {k: v for k, v in options.items() if k in entry.options}
-    name = _key(estimator)
+    checked = batch.process_group is not None and getattr(batch, "validated", False)
+    try:
+        entry = _entry(estimator)
+        options = {
+            "norm_adv_by_std_in_grpo": check_flag(norm_adv_by_std_in_grpo, "norm_adv_by_std_in_grpo"),
+            "epsilon": check_epsilon(epsilon),
+            "std_correction": check_correction(std_correction),
+        }
+        if entry.options is not None:
+            options = {k: v for k, v in options.items() if k in entry.options}
+        name = _key(estimator)
+    except RLLMTorchError as exc:
+        if not checked:
+            raise
+        agree_across_ranks(batch.process_group, exc, {}, must_match=())
+    if checked:  # every rank must run the same estimator with the same options, or collectives cross
+        agree_across_ranks(
+            batch.process_group, None, {"estimator": name, "options": options}, must_match=("estimator", "options")
+        )
     if entry.tensor_fn is not None or entry.form == "tensors":
         out = (entry.tensor_fn or entry.fn)(batch, **options)
         return _check_tensor_pair(out, batch, name)

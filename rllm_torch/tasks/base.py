@@ -1,16 +1,13 @@
-"""The task interface: datasets of prompt/answer dicts plus a reward function."""
+"""The task interface: datasets of prompt/answer dicts plus a reward function. Each task module
+builds a :class:`Task` from its config section; :mod:`rllm_torch.tasks.catalog` picks one by name."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-from rllm_torch.errors import ConfigError
 from rllm_torch.workflows.single_turn import RewardFn
 
-__all__ = ["Task", "exact_match_reward", "alphabet_of", "build_task", "TASK_NAMES"]
-
-TASK_NAMES = ("arithmetic", "chain", "distill", "file", "reasoning_gym")
+__all__ = ["Task", "exact_match_reward", "alphabet_of"]
 
 
 @dataclass
@@ -52,34 +49,3 @@ def exact_match_reward(task: dict, response: str) -> float:
 def alphabet_of(*datasets: list[dict]) -> str:
     """The sorted distinct characters of every prompt and answer."""
     return "".join(sorted({ch for rows in datasets for row in rows for ch in f"{row['prompt']}{row['answer']}"}))
-
-
-def build_task(task_config: Any) -> Task:
-    """The task named by ``task_config.name``: ``arithmetic`` (the default, generated),
-    ``chain`` (multi-turn arithmetic), ``distill`` (precomputed advantages from a teacher),
-    ``file`` (JSONL/Parquet files of prompts and answers) or ``reasoning_gym`` (optional extra).
-
-    Raises:
-        ConfigError: an unknown task name; see also the builders.
-    """
-    if task_config.name == "arithmetic":
-        from rllm_torch.tasks.arithmetic import arithmetic_task
-
-        return arithmetic_task(task_config)
-    if task_config.name == "chain":
-        from rllm_torch.tasks.chain import chain_task
-
-        return chain_task(task_config)
-    if task_config.name == "distill":
-        from rllm_torch.tasks.distill import distill_task
-
-        return distill_task(task_config)
-    if task_config.name == "reasoning_gym":
-        from rllm_torch.tasks.reasoning_gym import reasoning_gym_task
-
-        return reasoning_gym_task(task_config)
-    if task_config.name == "file":
-        from rllm_torch.tasks.file_task import file_task
-
-        return file_task(task_config)
-    raise ConfigError(f"task.name={task_config.name!r} is not one of {TASK_NAMES}.")

@@ -57,16 +57,23 @@ class ConsoleSink:
         self.bar = tqdm(
             total=total_steps, initial=initial_step, desc="train", unit="step", dynamic_ncols=True, file=sys.stderr
         )
+        pass1 = [v for k, v in self.validation.items() if k.endswith("pass@1")]
+        if pass1:  # a resumed run's last validation
+            self.bar.set_postfix({"val_pass@1": f"{pass1[0]:.3f}"})
 
     def _write(self, text: str) -> None:
         tqdm.write(text.rstrip("\n"), file=sys.stdout)
         sys.stdout.flush()
 
+    def restore_validation(self, step: int, metrics: dict[str, Any]) -> None:
+        """Keep a validation done before a resume (shown on the bar and in the next table)."""
+        self.validation = {k: v for k, v in metrics.items() if "pass@" in k and isinstance(v, (int, float))} | {
+            "step": step
+        }
+
     def log(self, row: dict[str, Any], step: int) -> None:
         if any(k.startswith("val/") for k in row):
-            self.validation = {k: v for k, v in row.items() if "pass@" in k and isinstance(v, (int, float))} | {
-                "step": step
-            }
+            self.restore_validation(step, row)
             shown = ", ".join(f"{k}={v:.3f}" for k, v in sorted(self.validation.items()) if k != "step")
             self._write(f"step {step} validation: {shown}")
         else:

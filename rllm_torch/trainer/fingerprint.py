@@ -69,7 +69,8 @@ def check_fingerprint(saved: dict[str, Any], current: dict[str, Any], checkpoint
         lines = "; ".join(f"{k}: {old!r} in the checkpoint, {new!r} now" for k, (old, new) in changed.items())
         ranks = (
             " Launch the same number of processes as the run that wrote it (torchrun --nnodes x --nproc_per_node);"
-            " resuming on another world size is not supported, because each rank's data share and generator belong to it."
+            " resuming on another world size is not supported, because each rank's data share and generator belong to it"
+            " (to go on with another world size, start a new run from the exported model: model.path=<run>/checkpoints/final)."
             if "world_size" in changed
             else ""
         )

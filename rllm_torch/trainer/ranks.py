@@ -25,7 +25,7 @@ import torch.distributed as dist
 from rllm_torch.distributed import ONE_PROCESS, agree_across_ranks
 from rllm_torch.errors import DistributedSetupError
 
-__all__ = ["RunRanks", "init_run_ranks", "torchrun_world_size"]
+__all__ = ["RunRanks", "init_run_ranks", "shutdown", "torchrun_world_size"]
 
 
 @dataclass(frozen=True)
@@ -92,6 +92,17 @@ class RunRanks:
         metrics.update(zip(keys, self.reduce([float(metrics[k]) for k in keys], "max"), strict=True))
 
 
+def shutdown(ranks: RunRanks, *, clean: bool) -> None:
+    """Destroy the run's process group (no-op for one process). After a clean run every rank
+    first waits at a barrier, so none tears the group down while another still talks on it;
+    after an error it is destroyed at once (a barrier would wait for ranks that are gone)."""
+    if not ranks.distributed or not dist.is_initialized():
+        return
+    if clean:
+        dist.barrier(group=ranks.process_group)
+    dist.destroy_process_group()
+
+
 def torchrun_world_size() -> int | None:
     """``WORLD_SIZE`` when this process was started by ``torchrun`` (``RANK`` is set), else None."""
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
@@ -128,6 +139,10 @@ def init_run_ranks(device: str, timeout_s: float) -> RunRanks:
             )
         count = torch.cuda.device_count()
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        if count == 0:
+            raise DistributedSetupError(
+                f"backend.device={device} but CUDA is not available on this machine; use backend.device=auto or cpu."
+            )
         if local_rank >= count or local_world > count:
             raise DistributedSetupError(
                 f"backend.device={device} with {count} GPU(s) on this machine but {local_world} local ranks "

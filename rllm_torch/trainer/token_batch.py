@@ -15,13 +15,14 @@ rows carry :meth:`Step.token_advantages <rllm_torch.types.Step.token_advantages>
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
 from rllm_torch._checks import check_reward
-from rllm_torch.errors import InvalidTrajectoryError
+from rllm_torch.errors import InvalidRewardsError, InvalidTrajectoryError
 from rllm_torch.types import TrajectoryGroup
 
 __all__ = ["TokenBatch", "build_token_batch"]
@@ -95,8 +96,10 @@ def build_token_batch(
         InvalidTrajectoryError (a ValueError): a trajectory has no step, a step has no response
             token or log-probs of the wrong length; the message names the task, group, trajectory
             and step.
-        InvalidRewardsError / InvalidRewardTypeError: an RL trajectory's reward is None / not a
-            real number or bool (see :func:`~rllm_torch._checks.check_reward`).
+        InvalidRewardsError / InvalidRewardTypeError: an RL trajectory's reward is None or not
+            finite / not a real number or bool (see :func:`~rllm_torch._checks.check_reward`).
+            The estimators keep a NaN in its group; a training batch refuses it, since one
+            NaN advantage makes the loss, and so every weight, NaN.
     """
     rows, rows_logp, rows_mask, rows_adv, row_index, rewards, group_index, group_pre = [], [], [], [], [], [], [], []
     for g, group in enumerate(groups):
@@ -129,7 +132,13 @@ def build_token_batch(
                 rewards.append(0.0)  # precomputed groups: unused
             else:
                 where = f"task {group.task_id!r}, group {group.group_id!r}, trajectory {traj.name!r}"
-                rewards.append(check_reward(traj.reward, where))
+                reward = check_reward(traj.reward, where)
+                if not math.isfinite(reward):  # it would reach every weight through the update
+                    raise InvalidRewardsError(
+                        f"{where}: reward {reward} is not finite; training needs finite rewards: check the "
+                        "reward function (task.reward_fn, or the workflow's) for a division by zero or a missing score."
+                    )
+                rewards.append(reward)
             group_index.append(g)
     num_rows, width = len(rows), max((len(r) for r in rows), default=0)
     input_ids_RT = torch.full((num_rows, width), pad_token_id, dtype=torch.int64)

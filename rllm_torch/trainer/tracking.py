@@ -129,6 +129,11 @@ class Tracking:
         if self.console is not None:
             self.console.start(total_steps, initial_step)
 
+    def restore_validation(self, step: int, metrics: dict[str, Any]) -> None:
+        """Show the last validation of a resumed run (``console``: the bar and the next table)."""
+        if self.console is not None:
+            self.console.restore_validation(step, metrics)
+
     def log(self, data: dict[str, Any], step: int, **kwargs: Any) -> None:
         """Record ``data`` (numbers; other values are written as strings) at ``step``."""
         if self._sinks is None:

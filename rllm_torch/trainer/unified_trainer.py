@@ -43,6 +43,7 @@ from rllm_torch.trainer.rejection_sampling import apply_rejection_sampling_and_f
 from rllm_torch.trainer.run_checkpoint import RunCheckpointer
 from rllm_torch.trainer.setup import build_pipeline_configs
 from rllm_torch.trainer.state import TrainerState
+from rllm_torch.trainer.summary import StepPlan, plan_steps, startup_summary
 from rllm_torch.trainer.tracking import Tracking
 from rllm_torch.trainer.transform import transform_episodes_to_trajectory_groups
 from rllm_torch.trainer.validation import validation_pass_metrics
@@ -150,32 +151,40 @@ class UnifiedTrainer:
         asyncio.run(self.fit_async())
 
     async def fit_async(self) -> None:
-        """Validate (if configured), train for the configured epochs/batches, validate at the end."""
+        """Validate (if configured), train for the planned steps, validate at the end. Rank 0
+        prints the start-up summary first; a run whose checkpoint already holds every planned
+        step says so and stops."""
         await self.agent_workflow_engine.initialize_pool()
         state = TrainerState()
         resumed = self.checkpointer.resume(state, self.val_history)
-        self.logger.open(resume_step=resumed.step if resumed is not None else -1)
-        if resumed is not None and self.ranks.is_main:
-            print(f"resuming from {resumed.path} (step {state.global_step}, epoch {state.epoch})", flush=True)
-        await self.backend.on_train_start(state)
         trainer = self.rllm_config.trainer
+        dataloader = self.backend.get_dataloader(self.train_dataset, state)
+        plan = plan_steps(len(dataloader), trainer.total_epochs, trainer.total_batches)
+        state.total_steps = plan.total_steps
+        if self.ranks.is_main:
+            print("\n".join(startup_summary(self, state, resumed, plan)), flush=True)
+        if resumed is not None and state.global_step >= plan.total_steps and not trainer.val_only:
+            return  # already complete: nothing to train, nothing to write again
+        self.logger.open(resume_step=resumed.step if resumed is not None else -1)
+        if self.val_history:  # the bar and the next metrics table show the last validation
+            self.logger.restore_validation(*self.val_history[-1])
+        await self.backend.on_train_start(state)
         if (trainer.val_before_train and resumed is None) or trainer.val_only:
             await self._validate_async(state)
             if trainer.val_only:
                 return
-        await self._fit_async(state)
+        await self._fit_async(state, dataloader, plan)
         await self._validate_async(state)  # final validation (skipped if this step was just validated)
         if state.global_step > 0:
             self.checkpointer.save(state, self.val_history)
         await self.backend.on_train_end(state)
+        if plan.note and self.ranks.is_main:
+            print(f"trained {state.global_step} steps over {state.epoch} epochs: {plan.note}", flush=True)
 
-    async def _fit_async(self, state: TrainerState) -> None:
+    async def _fit_async(self, state: TrainerState, dataloader: Any, plan: StepPlan) -> None:
         trainer = self.rllm_config.trainer
-        dataloader = self.backend.get_dataloader(self.train_dataset, state)
-        max_batches = trainer.total_batches if trainer.total_batches is not None and trainer.total_batches > 0 else None
-        state.total_steps = max_batches or len(dataloader) * trainer.total_epochs
         self.logger.start_progress(state.total_steps, state.global_step)
-        for epoch in range(state.epoch, trainer.total_epochs):
+        for epoch in range(state.epoch, plan.epochs):
             state.epoch = epoch
             await self.backend.on_epoch_start(state)
             if hasattr(dataloader, "set_epoch"):
@@ -183,7 +192,7 @@ class UnifiedTrainer:
             for batch in itertools.islice(
                 dataloader, state.batch_in_epoch, None
             ):  # a resumed epoch skips its done batches
-                if max_batches is not None and state.global_step >= max_batches:
+                if state.global_step >= plan.total_steps:
                     break
                 state.reset_batch()
                 state.global_step += 1
@@ -200,7 +209,7 @@ class UnifiedTrainer:
                 if self.checkpointer.due(state):
                     self.checkpointer.save(state, self.val_history)
             await self.backend.on_epoch_end(state)
-            if max_batches is not None and state.global_step >= max_batches:
+            if state.global_step >= plan.total_steps:
                 break
             state.epoch, state.batch_in_epoch = epoch + 1, 0  # where a checkpoint taken now resumes
 

@@ -1,6 +1,6 @@
 """Demo: advantages of every built-in estimator on a generated batch of trajectory groups.
 
-Run with ``rllm-torch-demo`` or ``python -m rllm_torch.demo [--groups G] [--seed S] [--device D]``.
+Run with ``rllm-torch-demo`` or ``python -m rllm_torch.cli.demo [--groups G] [--seed S] [--device D]``.
 """
 
 from __future__ import annotations

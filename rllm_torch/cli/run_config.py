@@ -4,9 +4,11 @@ give the defaults of each group (``model``, ``task``, ``backend``)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
 
 from rllm_torch.trainer.compact_filtering import CompactFilteringFlags
 
@@ -60,7 +62,7 @@ class TrainerSection:
     resume_from_path: str | None = None  # the checkpoint directory of resume_mode=resume_path (verl's spelling)
     log_table_every: int = 32  # the console logger prints a metrics table every this many steps (<= 0: never)
     project_name: str = "rllm_torch"
-    experiment_name: str = "arithmetic"
+    experiment_name: str = "${rllm_torch_default_experiment:${task.name},${task.train_path}}"  # the task's name; file-<dataset> for task=file
     logger: list[str] = field(default_factory=lambda: ["console", "jsonl"])  # also: tensorboard, wandb (offline)
     default_local_dir: str | None = None  # the run directory (set to Hydra's output dir by the CLI)
 
@@ -162,9 +164,35 @@ class TrainConfig:
     data: DataConfig = field(default_factory=DataConfig)
     rllm: RllmConfig = field(default_factory=RllmConfig)
     seed: int = 0
+    imports: list[str] = field(default_factory=list)  # modules imported at start-up, e.g. ones registering estimators
+
+
+def default_experiment_name(task_name: str, train_path: str | None) -> str:
+    """The default ``rllm.trainer.experiment_name`` (and so run directory): the task's name, or
+    ``file-<dataset>`` for a file task (:func:`~rllm_torch.tasks.file_task.dataset_name`), so runs
+    of different tasks do not resume each other's checkpoints."""
+    if task_name == "file" and train_path:
+        from rllm_torch.tasks.file_task import dataset_name
+
+        return f"file-{dataset_name(train_path)}"
+    return str(task_name)
 
 
 def register_configs() -> None:
     """Register :class:`TrainConfig` in Hydra's ConfigStore as ``train_schema`` (the first entry
-    of ``configs/train.yaml``'s defaults list, so every group merges into typed fields)."""
+    of ``configs/train.yaml``'s defaults list, so every group merges into typed fields), and the
+    resolvers the configs use: ``rllm_torch_default_experiment`` and ``rllm_torch_rank_zero``
+    (a value on rank 0, null on the other ranks of a torchrun launch: Hydra's ``.hydra/`` is
+    written once)."""
     ConfigStore.instance().store(name="train_schema", node=TrainConfig)
+    _register_resolvers()
+
+
+def _register_resolvers() -> None:
+    OmegaConf.register_new_resolver("rllm_torch_default_experiment", default_experiment_name, replace=True)
+    OmegaConf.register_new_resolver(
+        "rllm_torch_rank_zero", lambda value: value if os.environ.get("RANK", "0") == "0" else None, replace=True
+    )
+
+
+_register_resolvers()  # OmegaConf.structured(TrainConfig) resolves without Hydra too

@@ -1,0 +1,146 @@
+"""The command line of ``rllm-torch-train`` before and around Hydra: every key a run is given must
+be one the schema (:mod:`~rllm_torch.cli.run_config`) knows, whichever way it came (``key=v``,
+``+key=v``, a YAML file), with the nearest known key suggested; an experiment that does not exist
+lists the ones that do; the package's own errors print as one block, without a traceback."""
+
+from __future__ import annotations
+
+import difflib
+import importlib.resources
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from rllm_torch.cli.run_config import TrainConfig
+from rllm_torch.errors import ConfigError, RLLMTorchError
+
+__all__ = [
+    "known_keys",
+    "experiment_names",
+    "check_command_line",
+    "check_known_keys",
+    "report_error",
+    "remove_empty_run_dir",
+]
+
+CONFIG_PACKAGE = "rllm_torch.configs"
+
+
+def _walk(node: Any, prefix: str, out: set[str], open_prefixes: set[str] | None) -> None:
+    """Every dotted key under ``node`` into ``out``. With ``open_prefixes`` (walking the schema),
+    a dict-typed field is recorded there and not walked: any key may go below it."""
+    for key in node:
+        path = f"{prefix}{key}"
+        out.add(path)
+        child = node._get_node(key)
+        if isinstance(child, DictConfig):
+            if open_prefixes is not None and OmegaConf.get_type(child) is dict:  # e.g. estimator_map
+                open_prefixes.add(path)
+            else:
+                _walk(child, f"{path}.", out, open_prefixes)
+
+
+def known_keys() -> tuple[set[str], set[str]]:
+    """``(keys, open_prefixes)``: every dotted key of :class:`TrainConfig`, and the dict-typed
+    ones under which any key is allowed (e.g. ``rllm.algorithm.estimator_map``)."""
+    keys: set[str] = set()
+    open_prefixes: set[str] = set()
+    _walk(OmegaConf.structured(TrainConfig), "", keys, open_prefixes)
+    return keys, open_prefixes
+
+
+def _is_known(key: str, keys: set[str], open_prefixes: set[str]) -> bool:
+    return key in keys or any(key.startswith(f"{prefix}.") for prefix in open_prefixes)
+
+
+def _unknown_key_error(key: str, keys: set[str], how: str) -> ConfigError:
+    close = difflib.get_close_matches(key, sorted(keys), n=1, cutoff=0.6)
+    hint = f"; did you mean `{close[0]}`?" if close else ""
+    return ConfigError(
+        f"`{key}` ({how}) is not a setting of rllm-torch-train{hint} A run reads only the keys of its schema "
+        "(rllm_torch/cli/run_config.py), so an unknown one would be ignored: `+` does not add a setting."
+    )
+
+
+def experiment_names() -> list[str]:
+    """The example experiments shipped in ``configs/`` (names for ``--config-name``)."""
+    root = importlib.resources.files(CONFIG_PACKAGE)
+    return sorted(p.name[: -len(".yaml")] for p in root.iterdir() if p.name.endswith(".yaml"))
+
+
+def _config_groups() -> set[str]:
+    root = importlib.resources.files(CONFIG_PACKAGE)
+    return {p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("_")}
+
+
+def check_command_line(argv: list[str]) -> None:
+    """Check ``rllm-torch-train``'s arguments before Hydra composes them.
+
+    Raises:
+        ConfigError: ``--config-name`` names no shipped experiment (the message lists them), or
+            an override names a key the schema does not know (``key=v`` or ``+key=v``; the
+            message suggests the nearest known key). Keys under ``hydra.`` and config-group
+            choices (``model=...``) are Hydra's to check. With ``--config-path``/``--config-dir``
+            (your own configs) only the keys are checked.
+    """
+    from hydra._internal.utils import get_args_parser  # Hydra's own command-line grammar
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        args, _ = get_args_parser().parse_known_args(argv)
+        overrides = OverridesParser.create().parse_overrides(args.overrides)
+    except (SystemExit, Exception):  # noqa: BLE001 - a malformed line: Hydra reports it itself
+        return
+    own_configs = bool(args.config_path or args.config_dir)
+    if args.config_name and not own_configs and args.config_name not in experiment_names():
+        raise ConfigError(
+            f"--config-name {args.config_name}: no such experiment; the shipped ones are {', '.join(experiment_names())} "
+            "(configs/ in the repository), or give your own with --config-dir."
+        )
+    keys, open_prefixes = known_keys()
+    groups = _config_groups()
+    for override in overrides:
+        key = override.key_or_group
+        if override.is_delete() or key == "hydra" or key.startswith(("hydra.", "hydra/")):
+            continue
+        if "." not in key and "/" not in key and (key in groups or own_configs):
+            continue  # a config-group choice, e.g. model=tiny_llama
+        if not _is_known(key, keys, open_prefixes):
+            how = "added with +" if override.is_add() or override.is_force_add() else "given on the command line"
+            raise _unknown_key_error(key, keys, how)
+
+
+def check_known_keys(config: DictConfig) -> None:
+    """Every key of a composed config is one the schema knows (keys a YAML file or ``+`` put there).
+
+    Raises:
+        ConfigError: naming the first unknown key and the nearest known one.
+    """
+    keys, open_prefixes = known_keys()
+    found: set[str] = set()
+    _walk(config, "", found, None)
+    unknown = [k for k in sorted(found) if k.split(".")[0] != "hydra" and not _is_known(k, keys, open_prefixes)]
+    leaves = [k for k in unknown if not any(other.startswith(f"{k}.") for other in unknown)]
+    if leaves:  # name the whole key (rllm.rolout.n), not its first unknown node
+        raise _unknown_key_error(leaves[0], keys, "in the composed config")
+
+
+def report_error(exc: RLLMTorchError, stream=None) -> None:
+    """One block on stderr: the error's type and message (which says the fix), no traceback."""
+    stream = stream or sys.stderr
+    print(f"rllm-torch-train: {type(exc).__name__}: {exc}", file=stream)
+    print("  (set HYDRA_FULL_ERROR=1 to see the traceback)", file=stream, flush=True)
+
+
+def remove_empty_run_dir(run_dir: str | os.PathLike | None) -> None:
+    """Remove a run directory that holds nothing but Hydra's ``.hydra/`` (made by a launch that
+    failed at start-up); a directory with anything else in it (an earlier run) is kept."""
+    if run_dir is None:
+        return
+    path = Path(run_dir)
+    if path.is_dir() and {p.name for p in path.iterdir()} <= {".hydra"}:
+        shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,126 @@
+"""What a run is about to do, said once before it starts: the step plan and the start-up summary."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from omegaconf import OmegaConf
+
+__all__ = ["StepPlan", "plan_steps", "startup_summary"]
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """The training steps of a run.
+
+    Attributes:
+        total_steps: steps the run trains in all (a resumed run counts the ones already done).
+        epochs: passes over the data the loop may make (more than ``total_epochs`` when
+            ``total_batches`` asks for more steps than those epochs hold).
+        steps_per_epoch: batches in one pass over the training data.
+        note: what was decided when the two settings disagree, else None.
+    """
+
+    total_steps: int
+    epochs: int
+    steps_per_epoch: int
+    note: str | None = None
+
+
+def plan_steps(steps_per_epoch: int, total_epochs: int, total_batches: int | None) -> StepPlan:
+    """The step plan of ``rllm.trainer.total_epochs`` and ``total_batches``.
+
+    ``total_batches`` (when set, > 0) is the number of steps to train: fewer than the epochs
+    hold stops early; more trains further epochs, and the plan says so (the run never stops
+    short of a step count it was given without a word).
+
+    Example:
+        >>> plan_steps(4, 1, 5).note
+        'rllm.trainer.total_batches=5 is more than rllm.trainer.total_epochs=1 holds (4 steps of 4 a pass): training 5 steps, over 2 epochs'
+        >>> plan_steps(64, 4, None)
+        StepPlan(total_steps=256, epochs=4, steps_per_epoch=64, note=None)
+    """
+    if not total_batches or total_batches <= 0:
+        return StepPlan(steps_per_epoch * total_epochs, total_epochs, steps_per_epoch)
+    if steps_per_epoch == 0:
+        return StepPlan(0, total_epochs, 0, "the training set is empty: nothing to train")
+    epochs = math.ceil(total_batches / steps_per_epoch)
+    if total_batches <= steps_per_epoch * total_epochs:
+        return StepPlan(total_batches, epochs, steps_per_epoch)
+    note = (
+        f"rllm.trainer.total_batches={total_batches} is more than rllm.trainer.total_epochs={total_epochs} holds "
+        f"({steps_per_epoch * total_epochs} steps of {steps_per_epoch} a pass): training {total_batches} steps, over {epochs} epochs"
+    )
+    return StepPlan(total_batches, epochs, steps_per_epoch, note)
+
+
+def _select(config: Any, key: str, default: Any = None) -> Any:
+    return OmegaConf.select(config, key, default=default)
+
+
+def _model_line(config: Any, backend: Any) -> str:
+    model = getattr(backend, "model", None)
+    arch = _select(config, "model.arch", type(model).__name__ if model is not None else "?")
+    parts = [str(_select(config, "model.path") or arch)]
+    if _select(config, "model.path") is None and _select(config, "model.num_layers") is not None:
+        parts.append(
+            f"{_select(config, 'model.num_layers')} layers, d = {_select(config, 'model.hidden_size')}, random weights"
+        )
+    if model is not None:
+        parts.append(f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters")
+    return ", ".join(parts)
+
+
+def _task_line(config: Any, train: list | None, val: list | None) -> str:
+    sources = sorted({str(row.get("data_source", "?")) for row in (train or []) if isinstance(row, dict)})
+    line = f"{_select(config, 'task.name', 'custom')}: {len(train or [])} training prompts"
+    line += f" ({', '.join(sources)})" if sources else ""
+    if val:
+        return f"{line}, {len(val)} validation prompts"
+    hint = " (task.val_path is not set)" if _select(config, "task.name") == "file" else ""
+    return f"{line}; no validation{hint}"
+
+
+def startup_summary(trainer: Any, state: Any, resumed: Any, plan: StepPlan) -> list[str]:
+    """The lines the trainer prints (rank 0) before it trains: run directory, resume state,
+    model, task, algorithm, steps, devices."""
+    config, rllm = trainer.config, trainer.rllm_config
+    ranks, backend = trainer.ranks, trainer.backend
+    if resumed is None:
+        run_state = "new run"
+    elif state.global_step >= plan.total_steps:
+        run_state = (
+            f"already complete: step {state.global_step} of {plan.total_steps} in {resumed.path}; nothing to train "
+            "(raise rllm.trainer.total_epochs or total_batches to train longer)"
+        )
+    else:
+        run_state = (
+            f"resuming from {resumed.path} (step {state.global_step} of {plan.total_steps}, epoch {state.epoch})"
+        )
+    algorithm = rllm.algorithm
+    estimator = algorithm.adv_estimator + ("" if algorithm.get("norm_adv_by_std_in_grpo", True) else " (no std)")
+    if algorithm.get("estimator_map"):
+        estimator += f", by role {dict(algorithm.estimator_map)}"
+    steps = f"{plan.total_steps} ({plan.epochs} epoch{'s' if plan.epochs != 1 else ''} of {plan.steps_per_epoch} steps)"
+    device = str(getattr(backend, "device", "?"))
+    devices = f"{device}, {torch.get_num_threads()} thread(s)"
+    if ranks.distributed:
+        devices += f"; world size {ranks.world_size} ({torch.distributed.get_backend(ranks.process_group)})"
+    rows = [
+        ("run directory", str(trainer.run_dir)),
+        ("state", run_state),
+        ("model", _model_line(config, backend)),
+        ("task", _task_line(config, trainer.train_dataset, trainer.val_dataset)),
+        (
+            "algorithm",
+            f"{estimator} advantages, {algorithm.get('loss_fn', 'ppo')} loss ({algorithm.get('loss_agg_mode', 'token-mean')}), "
+            f"{rllm.rollout.n} rollouts per prompt, {_select(config, 'data.train_batch_size', '?')} prompts per step",
+        ),
+        ("steps", steps + (f"; {plan.note}" if plan.note else "")),
+        ("devices", devices),
+    ]
+    width = max(len(name) for name, _ in rows)
+    return ["rllm_torch run"] + [f"  {name:<{width}}  {value}" for name, value in rows]
