@@ -15,6 +15,7 @@ Rank 0 alone prints and writes the run directory.
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import random
 import sys
@@ -191,6 +192,23 @@ def main() -> None:
         report_error(exc)
         sys.exit(2)
     _hydra_main()
+    if torchrun_world_size() is not None:
+        end_rank_process()
+
+
+def end_rank_process() -> None:
+    """End a torchrun rank after a clean run without interpreter finalization (``os._exit(0)``).
+
+    The process group is destroyed and every file is closed by now, but the model's DDP reducer
+    or FSDP device mesh still references gloo's backend; finalizing the interpreter can then
+    destroy gloo's worker threads and tensors in an order that aborts the process
+    ("terminate called without an active exception", SIGABRT; see pytorch/pytorch#179291),
+    which torchrun reports as a failed run. Seen about once in a few dozen CPU runs under load.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(0)
 
 
 if __name__ == "__main__":
