@@ -66,6 +66,27 @@ def make_batch(n: int, layout: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return rng.random(int(sizes.sum()), dtype=np.float32), sizes
 
 
+def check_against_float64(estimator: str, ours: np.ndarray, labels: np.ndarray, rewards: np.ndarray) -> None:
+    """Our float32 advantages against the float64 reference, within what float32 allows: 1e-3,
+    plus for ``grpo`` the rounding of the group mean (a few float32 ulps of the rewards) divided
+    by the group's std, which is large for a group of near-equal rewards (std ~1e-6)."""
+    reference = factorize_bincount(estimator, labels, rewards.astype(np.float64))
+    tolerance = np.full_like(reference, 1e-3)
+    if estimator == "grpo":
+        counts = np.bincount(labels)
+        mean = np.bincount(labels, rewards.astype(np.float64)) / counts
+        m2 = np.bincount(labels, (rewards - mean[labels]) ** 2)
+        std = np.sqrt(m2 / np.maximum(counts - 1, 1))
+        tolerance += 4 * np.finfo(np.float32).eps * np.abs(rewards).max() / (std[labels] + 1e-6)
+    error = np.abs(ours - reference)
+    if not np.all(error <= tolerance):
+        worst = int(np.argmax(error - tolerance))
+        raise AssertionError(
+            f"{estimator}: trajectory {worst} is {ours[worst]!r}, the float64 reference {reference[worst]!r} "
+            f"(tolerance {tolerance[worst]:.3g})"
+        )
+
+
 def compiled_dense(estimator: str):
     """``estimator`` on a ``[G, K]`` reward tensor, compiled whole (what a user's compiled loop gets)."""
     fn = getattr(rllm_torch, estimator)
@@ -96,9 +117,7 @@ def run(sizes: tuple[int, ...], device: str, slow_limit: int, compile_dense: boo
             labels_list, rewards_list = labels_np.tolist(), rewards_np.astype(np.float64).tolist()
             for est in ESTIMATORS:
                 ours_adv = compute_advantages(packed, est)[0].cpu().numpy()
-                np.testing.assert_allclose(
-                    ours_adv, factorize_bincount(est, labels_np, rewards_np.astype(np.float64)), rtol=1e-3, atol=1e-3
-                )
+                check_against_float64(est, ours_adv, labels_np, rewards_np)
                 row = dict(n=int(rewards_np.size), layout=layout, estimator=est, floor=floor)
                 row["ours"] = timed(lambda: compute_advantages(packed, est), device)
                 row["ours+pack"] = timed(lambda: compute_advantages(pack(), est), device)

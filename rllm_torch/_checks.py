@@ -18,6 +18,7 @@ __all__ = [
     "inspect_group_index",
     "check_reward",
     "all_rewards_are_numbers",
+    "check_weights",
 ]
 
 _NUMERIC_KINDS = "biuf"  # numpy kinds: bool, signed int, unsigned int, float
@@ -157,3 +158,37 @@ def check_reward(value: object, where: str) -> float:
 def all_rewards_are_numbers(values: list) -> bool:
     """Whether every value would pass :func:`check_reward` (one pass over the distinct types)."""
     return all(issubclass(t, _REWARD_SCALARS) for t in set(map(type, values)))
+
+
+def check_weights(weights: object, rewards: Tensor, *, read_values: bool) -> Tensor:
+    """Per-trajectory weights shaped like ``rewards`` (e.g. response lengths, for OPO), as float
+    values on the rewards' device; with ``read_values`` (one host sync) also finite and >= 0.
+
+    Raises:
+        InvalidRewardTypeError: not a tensor, or not of an integer or floating dtype.
+        InvalidRewardsError: another shape or device, or (``read_values``) a negative, NaN or
+            infinite weight, named by position.
+    """
+    if not isinstance(weights, Tensor):
+        raise InvalidRewardTypeError(
+            f"weights must be a torch.Tensor with one weight per trajectory, got {type(weights).__name__}."
+        )
+    if weights.dtype == torch.bool or weights.is_complex() or weights.dtype not in REWARD_DTYPES:
+        raise InvalidRewardTypeError(f"weights must have an integer or floating dtype, got {weights.dtype}.")
+    if weights.shape != rewards.shape:
+        raise InvalidRewardsError(
+            f"weights has shape {tuple(weights.shape)} but rewards has shape {tuple(rewards.shape)}; give one weight per trajectory."
+        )
+    if weights.device != rewards.device:
+        raise InvalidRewardsError(
+            f"weights is on {weights.device} but rewards is on {rewards.device}; move both to one device."
+        )
+    if read_values and weights.numel():
+        bad = ~torch.isfinite(weights) | (weights < 0) if weights.is_floating_point() else weights < 0
+        if bool(bad.any()):
+            pos = tuple(int(i) for i in bad.nonzero()[0])
+            where = pos[0] if len(pos) == 1 else pos
+            raise InvalidRewardsError(
+                f"weights[{where}] = {weights[pos].item()!r}; weights must be finite and >= 0 (e.g. response token counts)."
+            )
+    return weights

@@ -34,8 +34,14 @@ import torch.distributed as dist
 from rllm_torch._checks import all_rewards_are_numbers, check_reward
 from rllm_torch.config import AlgorithmConfig
 from rllm_torch.distributed import ONE_PROCESS, agree_across_ranks, gather_objects, resolve_process_group
-from rllm_torch.errors import InvalidRewardsError, InvalidRewardTypeError, RLLMTorchError, UnknownEstimatorError
-from rllm_torch.estimators import compute_advantages, get_rllm_adv_estimator
+from rllm_torch.errors import (
+    ConfigError,
+    InvalidRewardsError,
+    InvalidRewardTypeError,
+    RLLMTorchError,
+    UnknownEstimatorError,
+)
+from rllm_torch.estimators import compute_advantages, is_token_level
 from rllm_torch.metrics import difficulty_metrics, summary_metrics
 from rllm_torch.packing import GroupedRewards
 from rllm_torch.types import Step, Trajectory, TrajectoryGroup
@@ -82,14 +88,21 @@ def pack_role_rewards(
     if not all_rewards_are_numbers(values):  # a list, array, string, None...: never read as a number
         _locate_bad_reward(groups)
     rewards_N = torch.from_numpy(np.array(values, dtype=np.float64)).reshape(len(values))
+    lengths_N = torch.tensor([t.trained_tokens() for t in trajs], dtype=torch.float64).reshape(len(trajs))
     sizes = [len(group_members) for group_members in members]
-    ranks = {} if process_group is None else dict(process_group=process_group, local_groups=True)
+    common = (
+        dict(validate=False)
+        if process_group is None
+        else dict(validate=False, process_group=process_group, local_groups=True)
+    )
     if sizes and sizes[0] > 0 and sizes.count(sizes[0]) == len(sizes):
-        return GroupedRewards.from_padded(rewards_N.view(len(sizes), sizes[0]), validate=False, **ranks), trajs
+        shape = (len(sizes), sizes[0])
+        return GroupedRewards.from_padded(rewards_N.view(shape), weights=lengths_N.view(shape), **common), trajs
     group_index_N = torch.repeat_interleave(
         torch.arange(len(sizes)), torch.tensor(sizes, dtype=torch.int64), output_size=len(trajs)
     )
-    return GroupedRewards.from_flat(rewards_N, group_index_N, num_groups=len(sizes), validate=False, **ranks), trajs
+    batch = GroupedRewards.from_flat(rewards_N, group_index_N, num_groups=len(sizes), weights=lengths_N, **common)
+    return batch, trajs
 
 
 def _precomputed_values(group: TrajectoryGroup, missing: list[str]) -> list[tuple[Step, list]]:
@@ -131,12 +144,25 @@ def _precomputed_values(group: TrajectoryGroup, missing: list[str]) -> list[tupl
 def _estimator_of(role: str, config: AlgorithmConfig) -> str:
     name = config.estimator_for(role)
     try:
-        get_rllm_adv_estimator(name)
+        is_token_level(name)
     except UnknownEstimatorError as exc:
         source = f"estimator_map[{role!r}]" if role in config.estimator_map else "estimator"
         raise UnknownEstimatorError(
             f"role {role!r}: {source} = {getattr(name, 'value', name)!r} is not registered. {exc}"
         ) from exc
+    return name
+
+
+def _outcome_estimator_of(role: str, config: AlgorithmConfig) -> str:
+    """The role's estimator, which the collector (one advantage per trajectory) can run."""
+    name = _estimator_of(role, config)
+    if is_token_level(name):
+        raise ConfigError(
+            f"role {role!r}: estimator {getattr(name, 'value', name)!r} is token-level (one advantage per response "
+            "token, from token rewards and values): the trajectory-level collector cannot run it. Use a backend's "
+            "compute_advantages on its token batch (rllm_torch.trainer.compute_token_advantages; the torch backend "
+            "does), or an outcome estimator (grpo, rloo, opo, ...)."
+        )
     return name
 
 
@@ -151,7 +177,7 @@ def collect_reward_and_advantage_from_trajectory_groups(
 
     See the module docstring for the two modes. RL groups of one role are packed into one
     :class:`~rllm_torch.GroupedRewards` (float64) and the role's estimator is called once
-    (:func:`~rllm_torch.compute_advantages` with ``algorithm_config.estimator_kwargs``).
+    (:func:`~rllm_torch.compute_advantages` with ``algorithm_config.estimator_call_kwargs``).
 
     Args:
         groups: trajectory groups; ``group_role`` picks the estimator.
@@ -198,7 +224,7 @@ def collect_reward_and_advantage_from_trajectory_groups(
     try:
         if collect_advantage:
             roles = {*algorithm_config.estimator_map, *rl_groups}
-            estimators = {role: _estimator_of(role, algorithm_config) for role in roles}
+            estimators = {role: _outcome_estimator_of(role, algorithm_config) for role in roles}
             token_writes, pre_tokens = _precomputed_writes(pre_groups)
         packed = {role: pack_role_rewards(role_groups, process_group=group) for role, role_groups in rl_groups.items()}
     except (RLLMTorchError, ValueError, TypeError) as exc:
@@ -213,7 +239,7 @@ def collect_reward_and_advantage_from_trajectory_groups(
         for role in set(rl_roles) - set(packed):
             packed[role] = pack_role_rewards([], process_group=group)
             if collect_advantage:
-                estimators[role] = _estimator_of(role, algorithm_config)
+                estimators[role] = _outcome_estimator_of(role, algorithm_config)
 
     metrics: dict[str, float] = {}
     advantages_by_role: dict[str, list[torch.Tensor]] = defaultdict(list)
@@ -237,7 +263,9 @@ def collect_reward_and_advantage_from_trajectory_groups(
             continue
         metrics |= reward_metrics
         if collect_advantage:
-            adv_N, _ = compute_advantages(batch, estimators[role], **algorithm_config.estimator_kwargs)
+            adv_N, _ = compute_advantages(
+                batch, estimators[role], **algorithm_config.estimator_call_kwargs(estimators[role])
+            )
             metrics |= difficulty_metrics(batch, f"difficulty/{role}")
             advantages_by_role[role].append(adv_N.double())
             writes.append((trajs, adv_N.tolist()))

@@ -19,7 +19,8 @@ _LR_SCHEDULES = ("linear", "cosine", "constant")
 
 
 class rLLMAdvantageEstimator(str, Enum):  # noqa: N801 - rLLM's public name
-    """The built-in advantage estimators (rLLM's enum, plus ``PRPO``).
+    """The built-in advantage estimators (rLLM's enum, plus ``PRPO``, ``OPO``, ``PASS_AT_K`` and the
+    token-level ``REINFORCE_PLUS_PLUS`` and ``GAE``).
 
     ``rLLMAdvantageEstimator("anything else")`` gives ``OTHER``, as in rLLM (``_missing_``).
     :class:`AlgorithmConfig` does not go through that fallback: a custom name stays a str.
@@ -30,6 +31,10 @@ class rLLMAdvantageEstimator(str, Enum):  # noqa: N801 - rLLM's public name
     REINFORCE_PLUS_PLUS_BASELINE = "reinforce_plus_plus_baseline"
     RLOO = "rloo"
     PRPO = "prpo"
+    OPO = "opo"
+    PASS_AT_K = "pass_at_k"
+    REINFORCE_PLUS_PLUS = "reinforce_plus_plus"
+    GAE = "gae"
     OTHER = "other"
 
     @classmethod
@@ -72,6 +77,11 @@ class AlgorithmConfig:
         warmup_steps_ratio: fraction of the steps used for warm-up, in ``[0, 1]``.
         epsilon: added to the std in GRPO / REINFORCE++ baseline / PRPO denominators.
         std_correction: 0 = population std (rLLM), 1 = sample std (verl).
+        gamma: discount of the token-level estimators (``reinforce_plus_plus``, ``gae``), in
+            ``[0, 1]`` (verl's ``algorithm.gamma``).
+        lam: GAE's ``lambda``, in ``[0, 1]`` (verl's ``algorithm.lam``).
+        estimator_options: estimator name → ``{option: value}``, the options of that estimator
+            beyond the run-wide ones (e.g. ``{"pass_at_k": {"k": 2}, "gae": {"whiten": False}}``).
     """
 
     use_rllm: bool = False
@@ -85,6 +95,9 @@ class AlgorithmConfig:
     warmup_steps_ratio: float = 0.0
     epsilon: float = 1e-6
     std_correction: int = 0
+    gamma: float = 1.0
+    lam: float = 1.0
+    estimator_options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.estimator = _estimator_name(self.estimator, "estimator")
@@ -126,15 +139,35 @@ class AlgorithmConfig:
             raise ConfigError(
                 f"std_correction must be a non-negative int (0 = population std, 1 = sample std), got {self.std_correction!r}."
             )
+        for name in ("gamma", "lam"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value <= 1:
+                raise ConfigError(f"rllm.algorithm.{name} must be a number in [0, 1] (1: no discount), got {value!r}.")
+        if not isinstance(self.estimator_options, dict) or not all(
+            isinstance(k, str) and isinstance(v, dict) for k, v in self.estimator_options.items()
+        ):
+            raise ConfigError(
+                "estimator_options must map estimator names to {option: value} dicts, e.g. "
+                f"rllm.algorithm.estimator_options.pass_at_k.k=2; got {self.estimator_options!r}."
+            )
 
     @property
     def estimator_kwargs(self) -> dict[str, Any]:
-        """The options every estimator call gets (see ``compute_advantages``)."""
+        """The run-wide options every estimator call gets; each estimator takes those it declares
+        (see ``compute_advantages``)."""
         return {
             "norm_adv_by_std_in_grpo": self.norm_adv_by_std_in_grpo,
             "epsilon": self.epsilon,
             "std_correction": self.std_correction,
+            "gamma": self.gamma,
+            "lam": self.lam,
         }
+
+    def estimator_call_kwargs(self, estimator: rLLMAdvantageEstimator | str) -> dict[str, Any]:
+        """``compute_advantages``' keywords for ``estimator``: the run-wide options and its own
+        ``estimator_options`` entry."""
+        name = estimator.value if isinstance(estimator, Enum) else estimator
+        return self.estimator_kwargs | dict(self.estimator_options.get(name, {}))
 
     def estimator_for(self, role: str) -> rLLMAdvantageEstimator | str:
         """The estimator of a group role: ``estimator_map[role]``, else ``estimator``."""
@@ -147,7 +180,8 @@ class AlgorithmConfig:
         Read keys (each optional, defaults as the dataclass): ``rllm.algorithm.adv_estimator``
         (or rLLM's top-level ``algorithm.adv_estimator``), ``rllm.algorithm.{estimator_map,
         norm_adv_by_std_in_grpo, use_precomputed_advantage, loss_fn, lr_schedule,
-        warmup_steps_ratio, epsilon, episilon (deprecated), std_correction}``,
+        warmup_steps_ratio, epsilon, episilon (deprecated), std_correction, gamma, lam,
+        estimator_options}`` (``gamma`` and ``lam`` also as verl's top-level ``algorithm.*``),
         ``rllm.stepwise_advantage.{mode, norm_adv_by_std_in_grpo, use_rllm}``.
 
         Raises:
@@ -170,6 +204,7 @@ class AlgorithmConfig:
                 )
             epsilon = episilon
         estimator_map = pick("rllm.algorithm.estimator_map", default={})
+        options = pick("rllm.algorithm.estimator_options", default={})
         return cls(
             estimator=pick("rllm.algorithm.adv_estimator", "algorithm.adv_estimator", default="grpo"),
             estimator_map=OmegaConf.to_container(estimator_map)
@@ -188,4 +223,7 @@ class AlgorithmConfig:
             warmup_steps_ratio=pick("rllm.algorithm.warmup_steps_ratio", default=0.0),
             epsilon=1e-6 if epsilon is None else epsilon,
             std_correction=pick("rllm.algorithm.std_correction", default=0),
+            gamma=pick("rllm.algorithm.gamma", "algorithm.gamma", default=1.0),
+            lam=pick("rllm.algorithm.lam", "algorithm.lam", default=1.0),
+            estimator_options=OmegaConf.to_container(options) if isinstance(options, DictConfig) else dict(options),
         )

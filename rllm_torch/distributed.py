@@ -21,6 +21,7 @@ a few Python values, once, before any statistic.
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 import torch
@@ -42,26 +43,21 @@ __all__ = [
 ]
 
 
-class _OneProcess:
-    """The default of every ``process_group`` argument: the batch is all on this process."""
+class _OneProcess(enum.Enum):
+    """The default of every ``process_group`` argument: the batch is all on this process. An
+    enum member: one instance (``is ONE_PROCESS`` holds after copy and pickling), and a constant
+    ``torch.compile`` traces through (an object built inside a compiled function, such as a
+    ``TokenRewards``, takes it as a default)."""
 
-    _instance = None
-
-    def __new__(cls):  # one instance, so ``is ONE_PROCESS`` works after copy / pickling
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
+    ONE_PROCESS = "ONE_PROCESS"
 
     def __repr__(self) -> str:
         return "ONE_PROCESS"
 
-    def __reduce__(self):
-        return (_OneProcess, ())
-
 
 _BUILTIN_ERRORS = {"ValueError": ValueError, "TypeError": TypeError}
 
-ONE_PROCESS = _OneProcess()
+ONE_PROCESS = _OneProcess.ONE_PROCESS
 """``process_group=ONE_PROCESS`` (the default): no collective, the batch is all on this process.
 
 ``process_group=None`` means what it means in ``torch.distributed``: the default (WORLD) group,

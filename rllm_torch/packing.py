@@ -20,7 +20,13 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from rllm_torch._checks import check_group_index, check_reward_tensor, group_to_array, inspect_group_index
+from rllm_torch._checks import (
+    check_group_index,
+    check_reward_tensor,
+    check_weights,
+    group_to_array,
+    inspect_group_index,
+)
 from rllm_torch.distributed import (
     ONE_PROCESS,
     agree_across_ranks,
@@ -68,6 +74,10 @@ class GroupedRewards:
             this rank's share; estimators compute statistics over all ranks.
         local_groups: True for the rank-local layout (each group wholly on one rank, ids and
             ``G`` per rank); False for split groups (global ids, the same ``G`` on every rank).
+        weights: ``[N]`` non-negative per-trajectory weights in flat order (e.g. each response's
+            token count, for :func:`~rllm_torch.estimators.opo`), same device, or ``None``.
+            Every constructor takes ``weights=`` shaped like its rewards; estimators that do not
+            use weights ignore them.
 
     Build it with :meth:`from_groups` (lists / arrays / tensors per group), :meth:`from_flat`
     (a flat tensor and a dense group index), :meth:`from_padded` (a ``[G, K]`` tensor and an
@@ -97,12 +107,14 @@ class GroupedRewards:
         *,
         process_group: dist.ProcessGroup | None = None,
         local_groups: bool = False,
+        weights: Tensor | None = None,
     ) -> None:
         if group_index is None and group_size is None:
             raise InvalidGroupIndexError("group_index may only be omitted for equal groups (group_size given).")
         self.rewards, self._group_index, self.num_groups = rewards, group_index, num_groups
         self.group_size, self.group_major = group_size, group_major
         self.process_group, self.local_groups = process_group, local_groups
+        self.weights = weights
         self.validated = False  # the cross-rank checks ran (GroupedRewards built with validate=True)
 
     def __repr__(self) -> str:
@@ -111,7 +123,8 @@ class GroupedRewards:
         if self.process_group is not None:
             rank, world = world_position(self.process_group)
             ranks = f", rank {rank} of {world}, {'rank-local' if self.local_groups else 'split'} groups"
-        return f"GroupedRewards(N={self.num_trajectories}, G={self.num_groups}, {layout}, dtype={self.rewards.dtype}, device={self.device}{ranks})"
+        weighted = ", weighted" if self.weights is not None else ""
+        return f"GroupedRewards(N={self.num_trajectories}, G={self.num_groups}, {layout}{weighted}, dtype={self.rewards.dtype}, device={self.device}{ranks})"
 
     @classmethod
     def _on_ranks(
@@ -166,14 +179,17 @@ class GroupedRewards:
             return self, slice(0, self.num_trajectories)
         rank, world = world_position(self.process_group)
         parts: list = [None] * world
-        mine = (self.rewards.cpu(), self.group_index.cpu(), self.num_groups)
+        weights = None if self.weights is None else self.weights.cpu()
+        mine = (self.rewards.cpu(), self.group_index.cpu(), self.num_groups, weights)
         dist.all_gather_object(parts, mine, group=self.process_group)
         starts_N = np.cumsum([0] + [p[0].shape[0] for p in parts])
         starts_G = np.cumsum([0] + [p[2] for p in parts]) if self.local_groups else np.zeros(world + 1, dtype=int)
         rewards = torch.cat([p[0] for p in parts]).to(self.device)
         index = torch.cat([p[1] + int(starts_G[r]) for r, p in enumerate(parts)]).to(self.device)
         num_groups = int(starts_G[-1]) if self.local_groups else self.num_groups
-        whole = GroupedRewards.from_flat(rewards, index, num_groups=num_groups, validate=False)
+        weighted = all(p[3] is not None for p in parts)
+        weights = torch.cat([p[3] for p in parts]).to(self.device) if weighted else None
+        whole = GroupedRewards.from_flat(rewards, index, num_groups=num_groups, validate=False, weights=weights)
         return whole, slice(int(starts_N[rank]), int(starts_N[rank + 1]))
 
     @property
@@ -189,6 +205,7 @@ class GroupedRewards:
         cls,
         groups: Sequence[Sequence[float] | np.ndarray | Tensor],
         *,
+        weights: Sequence[Sequence[float] | np.ndarray | Tensor] | None = None,
         device: torch.device | str | None = None,
         process_group: object = ONE_PROCESS,
         local_groups: bool = False,
@@ -199,14 +216,41 @@ class GroupedRewards:
         all groups (Python floats give float64, as numpy does). ``device`` defaults to the first
         tensor group's device, else CPU. Under a process group with split groups, every rank
         lists all ``G`` groups, each with this rank's members (possibly none); checked across
-        ranks (see the class).
+        ranks (see the class). ``weights``, when given, lists one weight per reward in the same
+        nesting (finite, >= 0).
 
         Raises:
             InvalidRewardTypeError: a group is not a sequence, or a reward is not a real number.
-            InvalidRewardsError: a reward is ``None``, or a group is not 1-D.
+            InvalidRewardsError: a reward is ``None``, or a group is not 1-D; ``weights`` do not
+                match the groups, or one is negative or not finite.
             DistributedSetupError, DistributedBatchError: see :mod:`rllm_torch.distributed` and the class.
         """
-        return cls._on_ranks(lambda: cls._from_groups(groups, device), process_group, local_groups, True)
+
+        def build() -> GroupedRewards:
+            packed = cls._from_groups(groups, device)
+            if weights is not None:
+                packed.weights = cls._weights_from_groups(weights, packed)
+            return packed
+
+        return cls._on_ranks(build, process_group, local_groups, True)
+
+    @classmethod
+    def _weights_from_groups(cls, weights: object, packed: GroupedRewards) -> Tensor:
+        if isinstance(weights, (Tensor, np.ndarray, str, bytes)) or not isinstance(weights, Sequence):
+            raise InvalidRewardsError(
+                f"weights must be a list with one sequence of weights per group, like the rewards, got {type(weights).__name__}."
+            )
+        flat = cls._from_groups(weights, packed.device)
+        if flat.num_groups != packed.num_groups or not torch.equal(flat.counts, packed.counts):
+            sizes = flat.counts.tolist()
+            for g, size in enumerate(packed.counts.tolist()):
+                got = sizes[g] if g < len(sizes) else "no"
+                if got != size:
+                    raise InvalidRewardsError(
+                        f"weights of group {g}: {got} value(s) for {size} reward(s); give one weight per trajectory."
+                    )
+            raise InvalidRewardsError(f"weights has {flat.num_groups} groups but rewards has {packed.num_groups}.")
+        return check_weights(flat.rewards, packed.rewards, read_values=True)
 
     @classmethod
     def _from_groups(cls, groups, device) -> GroupedRewards:
@@ -240,6 +284,7 @@ class GroupedRewards:
         group_index: Tensor,
         *,
         num_groups: int | None = None,
+        weights: Tensor | None = None,
         validate: bool = True,
         process_group: object = ONE_PROCESS,
         local_groups: bool = False,
@@ -250,6 +295,8 @@ class GroupedRewards:
             rewards: ``[N]`` bool/int/float rewards, any device.
             group_index: ``[N]`` integer group ids in ``[0, num_groups)``, same device.
             num_groups: ``G``; when ``None`` it is ``group_index.max() + 1``.
+            weights: optional ``[N]`` per-trajectory weights (integer or float, same device),
+                e.g. response token counts; checked finite and >= 0 when ``validate``.
             validate: check that every id is in ``[0, num_groups)``, and note whether ids are
                 sorted (group-major order, which makes later steps cheaper). This reads
                 ``group_index``: one host sync on an accelerator, also taken when ``num_groups``
@@ -274,10 +321,11 @@ class GroupedRewards:
                 raise InvalidGroupIndexError(
                     "num_groups is required for groups split over a process group: pass the global number of groups, the same on every rank."
                 )
+            checked_weights = None if weights is None else check_weights(weights, checked, read_values=validate)
             if validate or num_groups is None:
                 size, ascending = inspect_group_index(index, num_groups)
-                return cls(checked, index, size, None, group_major=ascending)
-            return cls(checked, index, num_groups, None)
+                return cls(checked, index, size, None, group_major=ascending, weights=checked_weights)
+            return cls(checked, index, num_groups, None, weights=checked_weights)
 
         return cls._on_ranks(build, process_group, local_groups, validate)
 
@@ -287,6 +335,7 @@ class GroupedRewards:
         rewards: Tensor,
         mask: Tensor | None = None,
         *,
+        weights: Tensor | None = None,
         process_group: object = ONE_PROCESS,
         local_groups: bool = False,
         validate: bool = True,
@@ -301,10 +350,21 @@ class GroupedRewards:
         Under a process group, row ``g`` holds this rank's members of group ``g`` (split
         groups: every rank passes ``G`` rows, global ids; each rank may hold a different ``K``)
         or this rank's own group ``g`` (``local_groups=True``). ``validate`` runs the cross-rank
-        check of the class docstring (one host sync); ``validate=False`` skips it. Without a
-        process group ``validate`` has no effect: the checks here read no data.
+        check of the class docstring (one host sync); ``validate=False`` skips it. ``weights``
+        (optional, ``[G, K]`` like ``rewards``, read where ``mask`` is True) are checked finite
+        and >= 0 when ``validate`` (one host sync). Without a process group or weights,
+        ``validate`` has no effect: the other checks here read no data.
         """
-        return cls._on_ranks(lambda: cls._from_padded(rewards, mask), process_group, local_groups, validate)
+
+        def build() -> GroupedRewards:
+            packed = cls._from_padded(rewards, mask)
+            if weights is not None:
+                padded = check_weights(weights, rewards, read_values=validate)
+                rows = padded.reshape(-1) if mask is None else padded[mask]
+                packed.weights = rows
+            return packed
+
+        return cls._on_ranks(build, process_group, local_groups, validate)
 
     @classmethod
     def _from_padded(cls, rewards: Tensor, mask: Tensor | None) -> GroupedRewards:
@@ -333,10 +393,13 @@ class GroupedRewards:
         return packed
 
     @classmethod
-    def from_labels(cls, rewards: Tensor, labels: Sequence | np.ndarray | Tensor) -> GroupedRewards:
+    def from_labels(
+        cls, rewards: Tensor, labels: Sequence | np.ndarray | Tensor, *, weights: Tensor | None = None
+    ) -> GroupedRewards:
         """Pack a flat reward tensor whose groups are given by arbitrary labels (strings, sparse
         or negative ints); groups are numbered in order of first appearance
-        (:func:`~rllm_torch.labels.factorize_group_labels`)."""
+        (:func:`~rllm_torch.labels.factorize_group_labels`). ``weights``: as in :meth:`from_flat`
+        (checked)."""
         rewards = check_reward_tensor(rewards, "rewards", ndim=1)
         if isinstance(labels, (str, bytes)) or not hasattr(labels, "__len__"):
             raise InvalidGroupIndexError(
@@ -346,8 +409,12 @@ class GroupedRewards:
             raise InvalidGroupIndexError(
                 f"labels has {len(labels)} entries but rewards has {rewards.shape[0]}; give one label per reward."
             )
+        if weights is not None:
+            check_weights(weights, rewards, read_values=True)
         group_index, unique = factorize_group_labels(labels)
-        return cls.from_flat(rewards, group_index.to(rewards.device), num_groups=len(unique), validate=False)
+        return cls.from_flat(
+            rewards, group_index.to(rewards.device), num_groups=len(unique), validate=False, weights=weights
+        )
 
     @property
     def num_trajectories(self) -> int:
@@ -465,6 +532,7 @@ class GroupedRewards:
             self.group_major,
             process_group=self.process_group,
             local_groups=self.local_groups,
+            weights=None if self.weights is None else self.weights.to(device),
         )
         for key in ("counts", "slot_index"):
             if key in self.__dict__:

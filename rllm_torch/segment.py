@@ -47,6 +47,7 @@ __all__ = [
     "segment_sum",
     "segment_mean",
     "segment_var_mean",
+    "merge_moments",
     "SegmentLayout",
 ]
 
@@ -103,6 +104,34 @@ def _gemv_is_exact(device: torch.device, dtype: torch.dtype) -> bool:
     if torch.compiler.is_compiling() or device.type != "cpu":
         return False
     return dtype == torch.float64 or torch.get_float32_matmul_precision() == "highest"
+
+
+def merge_moments(count: Tensor, mean: Tensor, m2: Tensor, comm: ProcessGroup | None) -> tuple[Tensor, Tensor, Tensor]:
+    """The ``(count, mean, M2)`` of values spread over the ranks of ``comm``, from each rank's own.
+
+    Args:
+        count, mean, m2: 0-d float64 tensors: this rank's number of values, their mean (any value
+            when ``count`` is 0) and centred sum of squares ``M2 = sum((x - mean)^2)``.
+        comm: a process group, or ``None`` (one process: returned unchanged).
+
+    One ``all_gather`` of 3 values per rank; the merge (Chan, Golub and LeVeque's pairwise
+    update, 1979) is relative to the mean of the first rank that holds a value, so values that
+    are all equal give that value as mean and ``M2`` exactly 0. The result is the same on every
+    rank (same inputs, same operations); ``mean`` is 0 when no rank holds a value.
+    """
+    if comm is None:
+        return count, mean, m2
+    mine = torch.stack([count, mean, m2]).to(torch.float64)
+    _, world = world_position(comm)
+    parts = [torch.empty_like(mine) for _ in range(world)]
+    require_live(comm)
+    dist.all_gather(parts, mine, group=comm)
+    n_W, mean_W, m2_W = torch.stack(parts).unbind(1)
+    total = n_W.sum()
+    shift = mean_W.gather(0, (n_W > 0).to(torch.int8).argmax().reshape(1)).reshape(())  # first rank with data
+    mean_shifted = ((n_W / total.clamp(min=1.0)) * (mean_W - shift)).sum()
+    merged_m2 = m2_W.sum() + (n_W * (mean_W - shift - mean_shifted).square()).sum()
+    return total, torch.where(total > 0, shift + mean_shifted, 0.0), merged_m2
 
 
 class SegmentLayout:
@@ -348,10 +377,7 @@ class SegmentLayout:
 
     def _merged_moments(self, x_1N: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """``(mean, 0, M2)`` of one group spread over the ranks, each ``[1, 1]`` in ``x``'s dtype:
-        every rank's count, two-pass mean and centred sum of squares ``M2`` (in float64) gathered
-        once and merged (Chan, Golub and LeVeque's pairwise update, 1979) relative to the mean of
-        the first rank that holds a member, so that a constant group has its value as mean and
-        ``M2`` exactly 0. The same on every rank (same inputs, same operations)."""
+        this rank's two-pass moments in float64, merged over the ranks by :func:`merge_moments`."""
         n, dtype = x_1N.shape[1], x_1N.dtype
         x64 = x_1N.to(torch.float64)  # the moments travel and merge in float64: a rank's float32
         if n:  # mean would drop the low bits that a large offset leaves to the spread
@@ -359,21 +385,42 @@ class SegmentLayout:
             mean_r, m2_r = local.mean.reshape(()), local.layout.sum_of_squares(local.values).reshape(())
         else:
             mean_r = m2_r = x64.new_zeros(())
-        mine = torch.stack([x64.new_full((), n), mean_r, m2_r])
-        _, world = world_position(self.group_comm)
-        parts = [torch.empty_like(mine) for _ in range(world)]
-        require_live(self.group_comm)
-        dist.all_gather(parts, mine, group=self.group_comm)
-        n_W, mean_W, m2_W = torch.stack(parts).unbind(1)
-        self._counts = n_W.sum().reshape(1, 1)
-        shift = mean_W.gather(0, (n_W > 0).to(torch.int8).argmax().reshape(1))  # first rank with data
-        weight_W = n_W / self._counts.reshape(())
-        mean_shifted = (weight_W * (mean_W - shift)).sum()
-        m2 = m2_W.sum() + (n_W * (mean_W - shift - mean_shifted).square()).sum()
+        count, mean, m2 = merge_moments(x64.new_full((), n), mean_r, m2_r, self.group_comm)
+        self._counts = count.reshape(1, 1)
         # a constant batch: every mean_r is its value (float64 sums of float32 values are exact),
-        # so mean_shifted and m2 are 0 and the shift, cast back, is the value itself
-        mean = (shift + mean_shifted).to(dtype)
-        return mean.reshape(1, 1), torch.zeros_like(mean).reshape(1, 1), m2.to(dtype).reshape(1, 1)
+        # so the merged M2 is 0 and the mean, cast back, is the value itself
+        return (
+            mean.to(dtype).reshape(1, 1),
+            torch.zeros((1, 1), dtype=dtype, device=x_1N.device),
+            m2.to(dtype).reshape(1, 1),
+        )
+
+    def weighted_mean(self, x: Tensor, weights: Tensor) -> Tensor:
+        """Per-group weighted means over every rank, ``sum(w x) / sum(w)``, shaped like :meth:`sum`,
+        in ``x``'s dtype. A group whose weights sum to 0 gets its unweighted mean (the limit of
+        equal weights); an empty group NaN.
+
+        ``x`` and ``weights`` are in the layout's working shape (:meth:`values`), ``weights``
+        non-negative. The sums are of ``w (x - shift)`` in float64 with the shift of
+        :meth:`_shift`, so a constant group's mean is exactly its value. Collectives: split
+        groups, 2 (the shift's ``max`` of ``[G]``, then one ``sum`` of ``[4G]``).
+        """
+        shift_G = self._shift(x)
+        c = (x - self.expand(shift_G)).to(torch.float64)
+        w = weights.to(torch.float64)
+        parts = (w * c, w, c, torch.ones_like(c))
+        if self.group_size is not None:
+            local = torch.cat([p.sum(1, keepdim=True) for p in parts])
+        else:
+            sums = c.new_zeros(len(parts), self.num_groups)
+            for row, p in zip(sums, parts, strict=True):
+                row.scatter_add_(0, self.index, p)
+            local = sums.reshape(-1)
+        wc_G, w_G, c_G, n_G = all_reduce_(local, self.group_comm).chunk(4)
+        if self.group_comm is not None and self._counts is None:
+            self._counts = n_G  # the global counts came with the sums (as in :meth:`center`)
+        mean_G = torch.where(w_G > 0, wc_G / w_G, c_G / n_G)
+        return (shift_G.to(torch.float64) + mean_G).to(x.dtype)
 
     def center(self, x: Tensor, *, singleton_baseline: float | None = 0.0) -> Centered:
         """Two-pass centring on the group mean (see :class:`Centered`).

@@ -157,6 +157,18 @@ class Trajectory:
     info: dict = field(default_factory=dict)
     uid: str = field(default_factory=lambda: uuid.uuid4().hex)
 
+    def trained_tokens(self) -> int:
+        """The number of trained response tokens over every step (OPO's length ``l_i``): a
+        step's ``response_mask`` ones, or all its response tokens without a mask."""
+        total = 0
+        for step in self.steps:
+            mask = step.response_mask
+            if mask is None:
+                total += len(step.response_ids)
+            else:
+                total += int(mask.sum()) if isinstance(mask, Tensor) else sum(1 for m in mask if m)
+        return total
+
     def is_trained(self) -> bool:
         """Whether some step has a trained response token: a response token where its
         ``response_mask`` is 1, or any response token of a step without a mask. A trajectory

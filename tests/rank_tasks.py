@@ -174,3 +174,42 @@ def register_on_rank_0_only_and_estimate(spec: dict) -> str:
 def build_in_a_group_without_this_rank(spec: dict) -> str:
     group = dist.new_group([0])  # every rank must call new_group; rank 1 gets the non-member placeholder
     return build_only(dict(spec, process_group=group))
+
+
+def estimate_weighted(spec: dict, estimator: str, options: dict) -> np.ndarray:
+    """Advantages of this rank's flat rewards with per-trajectory weights (OPO's lengths)."""
+    batch = GroupedRewards.from_flat(
+        torch.tensor(spec["rewards"], dtype=torch.float64),
+        torch.tensor(spec["index"], dtype=torch.int64),
+        num_groups=spec["num_groups"],
+        weights=torch.tensor(spec["weights"], dtype=torch.float64),
+        process_group=None,
+        local_groups=spec["local"],
+    )
+    adv, _ = compute_advantages(batch, estimator, **options)
+    return adv.numpy()
+
+
+def estimate_tokens(rewards: list, mask: list, values: list, estimator: str, options: dict) -> tuple:
+    """``(advantages, returns)`` of this rank's ``[B, T]`` token batch, whitened over every rank."""
+    from rllm_torch.estimators import TokenRewards
+
+    width = options.pop("width")
+    shape = (-1, width)
+    batch = TokenRewards(
+        torch.tensor(rewards, dtype=torch.float64).reshape(shape),
+        torch.tensor(mask, dtype=torch.float64).reshape(shape),
+        values=torch.tensor(values, dtype=torch.float64).reshape(shape),
+        process_group=None,
+    )
+    adv, returns = compute_advantages(batch, estimator, **options)
+    return adv.numpy(), returns.numpy()
+
+
+def error_of(spec: dict, estimator: str, options: dict) -> str:
+    """The type and message of what this rank raised (``""`` if nothing)."""
+    try:
+        compute_advantages(build_batch(spec), estimator, **options)
+    except Exception as exc:  # noqa: BLE001 - the test compares what each rank raised
+        return f"{type(exc).__name__}: {exc}"
+    return ""

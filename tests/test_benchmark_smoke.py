@@ -15,3 +15,12 @@ def test_the_estimator_benchmark_runs_and_checks_its_own_results(tmp_path):
     assert {r["layout"] for r in rows} == {"equal", "ragged"}
     assert all(r["ours"] > 0 and r["loop"] > 0 for r in rows)
     assert "| 4,096 | equal | grpo |" in out.read_text()
+
+
+def test_the_returns_benchmark_runs_every_method_and_agrees_with_float64(tmp_path):
+    import bench_returns
+
+    rows = bench_returns.main(["--shapes", "8x130", "--gammas", "0.9,1.0", "--output", str(tmp_path / "r.md")])
+    assert {r["method"] for r in rows} == {"ours", "time-major scan", "batch-major scan"}
+    assert all(r["error"] < 1e-5 for r in rows)
+    assert "| 8 x 130 | 0.9 | ours |" in (tmp_path / "r.md").read_text()

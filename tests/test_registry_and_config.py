@@ -129,7 +129,13 @@ def test_from_config_reads_rllm_keys():
         1e-4,
         1,
     )
-    assert algo.estimator_kwargs == {"norm_adv_by_std_in_grpo": False, "epsilon": 1e-4, "std_correction": 1}
+    assert algo.estimator_kwargs == {
+        "norm_adv_by_std_in_grpo": False,
+        "epsilon": 1e-4,
+        "std_correction": 1,
+        "gamma": 1.0,
+        "lam": 1.0,
+    }
 
 
 def test_from_config_rejects_conflicting_values():
@@ -195,6 +201,10 @@ def test_rllm_signatures_are_pinned():
         "REINFORCE_PLUS_PLUS_BASELINE",
         "RLOO",
         "PRPO",
+        "OPO",
+        "PASS_AT_K",
+        "REINFORCE_PLUS_PLUS",
+        "GAE",
         "OTHER",
     ]
     with warnings.catch_warnings():

@@ -10,7 +10,9 @@ import pytest
 import torch
 
 from rllm_torch import (
+    ConfigError,
     GroupedRewards,
+    InvalidRewardsError,
     calculate_grpo_advantages,
     compute_advantages,
     get_rllm_adv_estimator,
@@ -36,7 +38,12 @@ def _arrays_form(rewards, **kwargs):
 GROUPS = [np.array([1.0, 0.0, 0.5]), np.array([0.2]), np.array([0.9, 0.1])]
 
 
-@pytest.mark.parametrize("name", registered_estimator_names())
+# opo needs lengths and pass_at_k its k and binary rewards (tested below); the token-level ones
+# have no per-group form
+NEED_MORE = {"opo", "pass_at_k", "reinforce_plus_plus", "gae"}
+
+
+@pytest.mark.parametrize("name", [n for n in registered_estimator_names() if n not in NEED_MORE])
 def test_every_registered_estimator_is_callable_the_rllm_way_and_on_tensors(name):
     batch = GroupedRewards.from_groups(GROUPS)
     want, _ = compute_advantages(batch, name)
@@ -46,6 +53,19 @@ def test_every_registered_estimator_is_callable_the_rllm_way_and_on_tensors(name
     np.testing.assert_allclose(np.concatenate(adv_by_group), want.numpy(), rtol=1e-12, atol=1e-12)
     got, _ = get_tensor_adv_estimator(name)(batch)
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_pass_at_k_takes_its_option_the_rllm_way_and_the_others_say_what_they_need():
+    groups = [np.array([1.0, 0.0, 0.0]), np.array([1.0, 1.0]), np.array([0.0, 1.0, 1.0, 0.0])]
+    adv_by_group, _ = get_rllm_adv_estimator("pass_at_k")(groups, k=2)
+    want, _ = compute_advantages(GroupedRewards.from_groups(groups), "pass_at_k", k=2)
+    np.testing.assert_allclose(np.concatenate(adv_by_group), want.numpy(), rtol=1e-12)
+    with pytest.raises(InvalidRewardsError, match="weights=lengths"):  # rLLM's arrays carry no lengths
+        get_rllm_adv_estimator("opo")(groups)
+    for name in ("reinforce_plus_plus", "gae"):
+        with pytest.raises(ConfigError, match="token-level"):
+            get_rllm_adv_estimator(name)
+        assert callable(get_tensor_adv_estimator(name))
 
 
 def test_the_rllm_form_of_a_tensor_estimator_passes_the_options_it_declares_and_ignores_others():

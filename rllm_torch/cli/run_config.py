@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
@@ -29,6 +30,17 @@ class AlgorithmSection:
     warmup_steps_ratio: float = 0.0
     epsilon: float = 1e-6  # added to the std in the denominators
     std_correction: int = 0  # 0 population std (rLLM), 1 sample std (verl)
+    gamma: float = 1.0  # discount of the token-level estimators (reinforce_plus_plus, gae), in [0, 1]
+    lam: float = 1.0  # GAE's lambda, in [0, 1]
+    estimator_options: dict[str, Any] = field(
+        default_factory=dict
+    )  # estimator -> its options, e.g. {pass_at_k: {k: 2}}
+    use_kl_loss: bool = False  # a KL(policy || reference) term in the loss (DeepSeekMath's GRPO)
+    kl_loss_coef: float = 0.001
+    kl_loss_type: str = "low_var_kl"  # kl (k1) | abs | mse (k2) | low_var_kl (k3)
+    use_kl_in_reward: bool = False  # subtract kl_coef * KL per token from the rewards (RLHF's penalty)
+    kl_penalty: str = "kl"  # the KL estimator in the reward: kl (k1) | abs | mse (k2) | low_var_kl (k3)
+    kl_coef: float = 0.001
 
 
 @dataclass
@@ -105,6 +117,7 @@ class RllmConfig:
 @dataclass
 class ModelConfig:
     path: str | None = None  # a local save_pretrained directory; None: build from the fields below
+    ref_path: str | None = None  # the reference policy of the KL terms; None: a frozen copy of the initial policy
     arch: str = "gpt2"  # gpt2 | llama
     num_layers: int = 2
     hidden_size: int = 64
@@ -130,6 +143,16 @@ class TaskConfig:
 
 
 @dataclass
+class CriticSection:
+    enable: bool = False  # a value model (the policy's architecture with a one-output head) for gae
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    cliprange_value: float = 0.5  # clip of the value update around the old values (PPO's value clipping)
+    loss_coef: float = 1.0  # scale of the value loss (the critic has its own optimiser)
+
+
+@dataclass
 class BackendConfig:
     name: str = "torch"
     device: str = "auto"  # auto | cpu | cuda | cuda:N
@@ -148,6 +171,7 @@ class BackendConfig:
     seed: int = 0
     parallelism: str = "ddp"  # under torchrun: ddp (DistributedDataParallel) | fsdp (FSDP2 fully_shard)
     dist_timeout_s: float = 600.0  # torch.distributed collective timeout under torchrun, seconds
+    critic: CriticSection = field(default_factory=CriticSection)
 
 
 @dataclass

@@ -1,7 +1,10 @@
 """Tensor-native advantage estimators, their registry, and rLLM's list-of-arrays functions.
 
-The built-ins are registered under ``rLLMAdvantageEstimator`` values: ``grpo``, ``rloo``,
-``reinforce``, ``reinforce_plus_plus_baseline`` and ``prpo``.
+The built-ins are registered under ``rLLMAdvantageEstimator`` values. Outcome (group)
+estimators, on a :class:`~rllm_torch.GroupedRewards`: ``grpo``, ``rloo``, ``reinforce``,
+``reinforce_plus_plus_baseline`` and ``prpo`` (each with rLLM's per-group function too),
+``opo`` and ``pass_at_k``. Token-level estimators, on a :class:`TokenRewards`:
+``reinforce_plus_plus`` and ``gae``.
 """
 
 from rllm_torch.config import rLLMAdvantageEstimator
@@ -14,19 +17,30 @@ from rllm_torch.estimators.arrays import (
     calculate_rloo_advantages,
     calculate_rloo_advantages_per_group,
 )
+from rllm_torch.estimators.gae import gae
 from rllm_torch.estimators.grpo import grpo
+from rllm_torch.estimators.opo import opo
+from rllm_torch.estimators.pass_at_k import pass_at_k, pass_at_k_rewards
 from rllm_torch.estimators.prpo import prpo
 from rllm_torch.estimators.registry import (
     compute_advantages,
+    estimator_options,
     get_rllm_adv_estimator,
     get_tensor_adv_estimator,
+    is_token_level,
     register_builtin,
     register_rllm_adv_estimator,
     registered_estimator_names,
 )
-from rllm_torch.estimators.reinforce import reinforce, reinforce_plus_plus_baseline
+from rllm_torch.estimators.reinforce import reinforce, reinforce_plus_plus, reinforce_plus_plus_baseline
 from rllm_torch.estimators.rloo import rloo
-from rllm_torch.estimators.token_level import broadcast_to_tokens, sequence_scores
+from rllm_torch.estimators.token_level import (
+    TokenRewards,
+    broadcast_to_tokens,
+    discounted_returns,
+    masked_whiten,
+    sequence_scores,
+)
 
 __all__ = [
     "grpo",
@@ -34,9 +48,19 @@ __all__ = [
     "reinforce",
     "reinforce_plus_plus_baseline",
     "prpo",
+    "opo",
+    "pass_at_k",
+    "pass_at_k_rewards",
+    "reinforce_plus_plus",
+    "gae",
     "compute_advantages",
+    "TokenRewards",
     "sequence_scores",
     "broadcast_to_tokens",
+    "discounted_returns",
+    "masked_whiten",
+    "is_token_level",
+    "estimator_options",
     "get_rllm_adv_estimator",
     "get_tensor_adv_estimator",
     "register_rllm_adv_estimator",
@@ -59,3 +83,7 @@ register_builtin(
     reinforce_plus_plus_baseline,
 )
 register_builtin(rLLMAdvantageEstimator.PRPO, calculate_prpo_advantages, prpo)
+register_builtin(rLLMAdvantageEstimator.OPO, None, opo)
+register_builtin(rLLMAdvantageEstimator.PASS_AT_K, None, pass_at_k)
+register_builtin(rLLMAdvantageEstimator.REINFORCE_PLUS_PLUS, None, reinforce_plus_plus, form="tokens")
+register_builtin(rLLMAdvantageEstimator.GAE, None, gae, form="tokens")

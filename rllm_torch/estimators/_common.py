@@ -7,15 +7,18 @@ import numbers
 from torch import Tensor
 
 from rllm_torch.errors import InvalidRewardsError, InvalidRewardTypeError
+from rllm_torch.estimators.token_level import TokenRewards
 from rllm_torch.packing import GroupedRewards
 from rllm_torch.segment import SegmentLayout, accumulation_dtype
 
 __all__ = [
     "shared_docstring",
     "check_batch",
+    "check_token_batch",
     "check_epsilon",
     "check_correction",
     "check_flag",
+    "check_discount",
     "working_rewards",
     "std_plus_epsilon",
     "whiten",
@@ -34,6 +37,14 @@ _SHARED_DOCS = {
     "numerics": """Group statistics are two-pass (centred) and accumulate in float32 (float64 for
         float64 input), see :mod:`rllm_torch.segment`. An empty batch gives empty outputs; a
         NaN reward makes NaN only in its own group. No host-device synchronisation.""",
+    "args_tokens": """batch: a :class:`~rllm_torch.estimators.token_level.TokenRewards`: ``[B, T]`` float token
+                rewards and response mask (any device); untrained tokens are skipped.""",
+    "returns_tokens": """``(advantages, returns)``: two ``[B, T]`` tensors on the batch's device, float64 for
+        float64 rewards and float32 otherwise, 0 on untrained tokens; detached, new tensors (the
+        input is not modified).""",
+    "ranks_tokens": """Across ranks (``TokenRewards(..., process_group=pg)``): whitening is over every rank's
+        trained tokens (one ``all_gather`` of 3 float64 values per rank, merged exactly); every
+        rank must call. Returns are per row and need no communication.""",
     "ranks": """Across ranks (a batch built with ``process_group``, :mod:`rllm_torch.distributed`):
         each rank gets the advantages of its own trajectories, equal to one process's on the
         concatenation of all ranks' batches (up to the order of float additions); group sizes,
@@ -48,6 +59,15 @@ def shared_docstring(fn):
     """Fill ``{args_batch}``, ``{returns}`` and ``{numerics}`` into ``fn``'s docstring."""
     fn.__doc__ = fn.__doc__.format(**_SHARED_DOCS)
     return fn
+
+
+def check_token_batch(batch: object, estimator: str) -> TokenRewards:
+    if not isinstance(batch, TokenRewards):
+        raise InvalidRewardTypeError(
+            f"{estimator} is a token-level estimator and expects a TokenRewards, got {type(batch).__name__}; build one "
+            "with TokenRewards(token_level_rewards_BT, response_mask_BT) (values=values_BT for gae)."
+        )
+    return batch
 
 
 def check_batch(batch: object, estimator: str) -> GroupedRewards:
@@ -71,6 +91,15 @@ def check_correction(correction: object) -> int:
             f"std_correction must be a non-negative int as in torch.std (0 = population, 1 = sample), got {correction!r}."
         )
     return int(correction)
+
+
+def check_discount(value: object, name: str) -> float:
+    """A discount (``gamma``, ``lam``): a real number in ``[0, 1]``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value <= 1:
+        raise InvalidRewardsError(
+            f"{name} must be a number in [0, 1] (1: no discount), got {value!r}; set rllm.algorithm.{name}."
+        )
+    return float(value)
 
 
 def check_flag(value: object, name: str) -> bool:

@@ -9,9 +9,15 @@ An estimator is registered in one of two forms:
   estimators register and run unchanged.
 * ``form="tensors"`` (the fast path): ``fn(batch: GroupedRewards, **options) ->
   (advantages [N], returns [N])``, like the built-ins in :mod:`rllm_torch.estimators`.
+* ``form="tokens"`` (token level): ``fn(batch: TokenRewards, **options) -> (advantages [B, T],
+  returns [B, T])``, like ``reinforce_plus_plus`` and ``gae``.
 
-Options (``norm_adv_by_std_in_grpo``, ``epsilon``, ``std_correction``) are passed to an
-estimator only if its signature names them (or takes ``**kwargs``).
+Options reach an estimator by name: ``compute_advantages(batch, "pass_at_k", k=2)``, or from a
+run's config, ``rllm.algorithm.estimator_options.pass_at_k.k=2``. The run-wide options
+(:data:`RUN_OPTIONS`: ``norm_adv_by_std_in_grpo``, ``epsilon``, ``std_correction``, ``gamma``,
+``lam``, given to every estimator by the trainer) are passed to an estimator only if its
+signature names them (or takes ``**kwargs``); any other option must be one the estimator
+takes, else :class:`~rllm_torch.errors.ConfigError` lists the ones it does.
 """
 
 from __future__ import annotations
@@ -32,10 +38,12 @@ from rllm_torch.errors import (
     ConfigError,
     EstimatorOutputError,
     EstimatorRegistrationError,
+    InvalidRewardTypeError,
     RLLMTorchError,
     UnknownEstimatorError,
 )
-from rllm_torch.estimators._common import check_correction, check_epsilon, check_flag
+from rllm_torch.estimators._common import check_correction, check_discount, check_epsilon, check_flag
+from rllm_torch.estimators.token_level import TokenRewards
 from rllm_torch.packing import GroupedRewards
 from rllm_torch.segment import accumulation_dtype
 
@@ -44,10 +52,18 @@ __all__ = [
     "get_rllm_adv_estimator",
     "get_tensor_adv_estimator",
     "registered_estimator_names",
+    "is_token_level",
+    "estimator_options",
     "compute_advantages",
+    "RUN_OPTIONS",
 ]
 
-EstimatorForm = Literal["arrays", "tensors"]
+EstimatorForm = Literal["arrays", "tensors", "tokens"]
+_FORMS = ("arrays", "tensors", "tokens")
+_FORM_HELP = "'arrays' (rLLM per-group arrays), 'tensors' (GroupedRewards) or 'tokens' (TokenRewards)"
+
+# Options a run gives every estimator call; each estimator receives those its signature names.
+RUN_OPTIONS = ("norm_adv_by_std_in_grpo", "epsilon", "std_correction", "gamma", "lam")
 
 
 @dataclass(frozen=True)
@@ -81,8 +97,8 @@ def _accepted_options(fn: Callable) -> frozenset[str] | None:
 
 
 def _add(name: object, fn: Callable, form: EstimatorForm, tensor_fn: Callable | None) -> None:
-    if form not in ("arrays", "tensors"):
-        raise ConfigError(f"form must be 'arrays' (rLLM per-group arrays) or 'tensors' (GroupedRewards), got {form!r}.")
+    if form not in _FORMS:
+        raise ConfigError(f"form must be {_FORM_HELP}, got {form!r}.")
     if not callable(fn):
         raise EstimatorRegistrationError(f"estimator {name!r} must be callable, got {type(fn).__name__}.")
     key = _key(name)
@@ -101,7 +117,9 @@ def register_rllm_adv_estimator(name: str | Enum, *, form: EstimatorForm = "arra
     Args:
         name: a str or an ``rLLMAdvantageEstimator`` member (stored by its value).
         form: ``"arrays"`` for rLLM's per-group numpy form, ``"tensors"`` for a function of a
-            :class:`~rllm_torch.GroupedRewards` returning ``[N]`` tensors (the fast path).
+            :class:`~rllm_torch.GroupedRewards` returning ``[N]`` tensors (the fast path),
+            ``"tokens"`` for a function of a :class:`~rllm_torch.estimators.TokenRewards`
+            returning ``[B, T]`` tensors (token level: the trainer gives it token rewards).
 
     Registering a name again replaces the earlier function, with a ``UserWarning``.
 
@@ -120,8 +138,8 @@ def register_rllm_adv_estimator(name: str | Enum, *, form: EstimatorForm = "arra
             f"not a bare @register_rllm_adv_estimator above {getattr(name, '__name__', name)!r}."
         )
     _key(name)
-    if form not in ("arrays", "tensors"):
-        raise ConfigError(f"form must be 'arrays' (rLLM per-group arrays) or 'tensors' (GroupedRewards), got {form!r}.")
+    if form not in _FORMS:
+        raise ConfigError(f"form must be {_FORM_HELP}, got {form!r}.")
 
     def decorator(fn: Callable) -> Callable:
         _add(name, fn, form, None)
@@ -130,9 +148,15 @@ def register_rllm_adv_estimator(name: str | Enum, *, form: EstimatorForm = "arra
     return decorator
 
 
-def register_builtin(name: str | Enum, arrays_fn: Callable, tensor_fn: Callable) -> None:
-    """Register a built-in: its rLLM arrays-form function, run through its tensor implementation."""
-    _add(name, arrays_fn, "arrays", tensor_fn)
+def register_builtin(
+    name: str | Enum, arrays_fn: Callable | None, tensor_fn: Callable, form: EstimatorForm = "tensors"
+) -> None:
+    """Register a built-in: its rLLM arrays-form function (if it has one), run through its tensor
+    implementation; ``form`` is the tensor implementation's (``"tensors"`` or ``"tokens"``)."""
+    if arrays_fn is None:
+        _add(name, tensor_fn, form, None)
+    else:
+        _add(name, arrays_fn, "arrays", tensor_fn)
 
 
 def registered_estimator_names() -> list[str]:
@@ -151,6 +175,26 @@ def _entry(name: object) -> _Entry:
     return _REGISTRY[key]
 
 
+def is_token_level(name: str | Enum) -> bool:
+    """Whether the estimator registered as ``name`` is token-level (``form="tokens"``: it takes a
+    :class:`~rllm_torch.estimators.TokenRewards` and returns ``[B, T]`` advantages).
+
+    Raises:
+        UnknownEstimatorError: ``name`` is not registered.
+    """
+    return _entry(name).form == "tokens"
+
+
+def estimator_options(name: str | Enum) -> frozenset[str] | None:
+    """The keyword options the estimator registered as ``name`` takes (``None``: any, it takes
+    ``**kwargs``).
+
+    Raises:
+        UnknownEstimatorError: ``name`` is not registered.
+    """
+    return _entry(name).options
+
+
 def get_rllm_adv_estimator(name: str | Enum) -> Callable:
     """The estimator registered under ``name``, callable the rLLM way: per-group arrays in,
     ``(advantages_by_group, returns_by_group)`` out (rLLM's API).
@@ -164,11 +208,17 @@ def get_rllm_adv_estimator(name: str | Enum) -> Callable:
 
     Raises:
         UnknownEstimatorError: ``name`` is not registered; the message lists the registered names.
+        ConfigError: ``name`` is token-level: it has no per-group form.
     """
     entry = _entry(name)
     if entry.form == "arrays":
         return entry.fn
     key = _key(name)
+    if entry.form == "tokens":
+        raise ConfigError(
+            f"estimator {key!r} is token-level (it needs [B, T] token rewards and a response mask), so it has no rLLM "
+            "per-group form; call it through compute_advantages(TokenRewards(...), name) or get_tensor_adv_estimator(name)."
+        )
 
     def rllm_form(rewards, **kwargs):
         from rllm_torch.estimators.arrays import by_group
@@ -186,7 +236,8 @@ def get_tensor_adv_estimator(name: str | Enum) -> Callable[[GroupedRewards], tup
     ``fn(batch: GroupedRewards, **options) -> (advantages [N], returns [N])``.
 
     For a built-in, its tensor implementation (e.g. :func:`~rllm_torch.grpo`); for a
-    ``"tensors"`` registration, the function itself; for an ``"arrays"`` registration, an adapter
+    ``"tensors"`` or ``"tokens"`` registration, the function itself (a ``"tokens"`` one takes a
+    :class:`~rllm_torch.estimators.TokenRewards`); for an ``"arrays"`` registration, an adapter
     through :func:`compute_advantages` (which gives it the groups as per-group arrays).
 
     Raises:
@@ -195,7 +246,7 @@ def get_tensor_adv_estimator(name: str | Enum) -> Callable[[GroupedRewards], tup
     entry = _entry(name)
     if entry.tensor_fn is not None:
         return entry.tensor_fn
-    if entry.form == "tensors":
+    if entry.form in ("tensors", "tokens"):
         return entry.fn
     key = _key(name)
 
@@ -206,19 +257,50 @@ def get_tensor_adv_estimator(name: str | Enum) -> Callable[[GroupedRewards], tup
     return tensor_form
 
 
+def _checked_run_options(options: dict[str, object]) -> dict[str, object]:
+    checks = {
+        "norm_adv_by_std_in_grpo": lambda v: check_flag(v, "norm_adv_by_std_in_grpo"),
+        "epsilon": check_epsilon,
+        "std_correction": check_correction,
+        "gamma": lambda v: check_discount(v, "gamma"),
+        "lam": lambda v: check_discount(v, "lam"),
+    }
+    return {k: checks[k](v) for k, v in options.items()}
+
+
+def _options_for(entry: _Entry, name: str, run_options: dict[str, object], options: dict[str, object]) -> dict:
+    """The keywords ``entry`` is called with: the run options it declares, and every other option
+    (each must be declared)."""
+    accepted = entry.options
+    if accepted is not None:
+        unknown = sorted(set(options) - accepted)
+        if unknown:
+            takes = ", ".join(sorted(accepted - {"batch", "rewards"})) or "no option"
+            raise ConfigError(
+                f"estimator {name!r} takes no option {', '.join(map(repr, unknown))}; it takes: {takes}. "
+                f"(From a run's config: rllm.algorithm.estimator_options.{name}.<option>=value.)"
+            )
+    chosen = {k: v for k, v in run_options.items() if accepted is None or k in accepted}
+    return chosen | options
+
+
 def compute_advantages(
-    batch: GroupedRewards,
+    batch: GroupedRewards | TokenRewards,
     estimator: str | Enum,
     *,
     norm_adv_by_std_in_grpo: bool = True,
     epsilon: float = 1e-6,
     std_correction: int = 0,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    **options: object,
 ) -> tuple[Tensor, Tensor]:
     """Run the estimator registered as ``estimator`` on packed rewards.
 
     Built-ins and ``form="tensors"`` estimators run on the tensors directly; an ``"arrays"``
     estimator gets per-group numpy arrays (float32, float64 for float64 rewards) and its
-    per-group output is packed back.
+    per-group output is packed back; a ``"tokens"`` estimator (``reinforce_plus_plus``, ``gae``)
+    takes a :class:`~rllm_torch.estimators.TokenRewards` instead of a ``GroupedRewards``.
 
     Across ranks (``batch.process_group`` set): built-ins and tensor-form estimators written
     with the layout's reductions (``batch.layout``, see :class:`~rllm_torch.segment.SegmentLayout`)
@@ -228,14 +310,18 @@ def compute_advantages(
     the function on all groups, and keeps its own trajectories' values; every rank must call it.
 
     Args:
-        batch: the packed rewards of one role.
+        batch: the packed rewards of one role (a ``TokenRewards`` for a token-level estimator).
         estimator: a registered name.
-        norm_adv_by_std_in_grpo, epsilon, std_correction: options, passed to estimators that
-            declare them.
+        norm_adv_by_std_in_grpo, epsilon, std_correction, gamma, lam: the run-wide options
+            (:data:`RUN_OPTIONS`), passed to the estimators that declare them (``gamma`` and
+            ``lam`` must lie in ``[0, 1]``).
+        **options: the estimator's own options (e.g. ``k`` of ``pass_at_k``, ``whiten`` of
+            ``gae``), each one the estimator must take.
 
     Returns:
-        ``(advantages [N], returns [N])`` in the batch's flat order, on its device, detached
-        (the autograd contract of every estimator: advantages are constants of the loss).
+        ``(advantages, returns)`` in the batch's flat order (``[N]``; ``[B, T]`` for a
+        token-level estimator), on its device, detached (the autograd contract of every
+        estimator: advantages are constants of the loss).
 
     Across ranks, with a batch built with ``validate=True``: one ``all_gather_object`` first
     checks that every rank calls the same estimator with the same options (and raises on every
@@ -244,41 +330,66 @@ def compute_advantages(
 
     Raises:
         UnknownEstimatorError: ``estimator`` is not registered.
+        ConfigError: an option the estimator does not take (the message lists those it takes).
+        InvalidRewardsError / InvalidRewardTypeError: a run option out of range or of the wrong
+            type; a ``GroupedRewards`` given to a token-level estimator or the reverse.
         DistributedBatchError: the ranks call different estimators or options (validated batches).
         EstimatorOutputError: a custom estimator returned something else than a pair with one
-            value per trajectory.
+            value per trajectory (per token, for a token-level one).
     """
     checked = batch.process_group is not None and getattr(batch, "validated", False)
+    run_options = dict(
+        norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
+        epsilon=epsilon,
+        std_correction=std_correction,
+        gamma=gamma,
+        lam=lam,
+    )
     try:
         entry = _entry(estimator)
-        options = {
-            "norm_adv_by_std_in_grpo": check_flag(norm_adv_by_std_in_grpo, "norm_adv_by_std_in_grpo"),
-            "epsilon": check_epsilon(epsilon),
-            "std_correction": check_correction(std_correction),
-        }
-        if entry.options is not None:
-            options = {k: v for k, v in options.items() if k in entry.options}
         name = _key(estimator)
+        _check_batch_kind(batch, entry, name)
+        call_options = _options_for(entry, name, _checked_run_options(run_options), options)
     except RLLMTorchError as exc:
         if not checked:
             raise
         agree_across_ranks(batch.process_group, exc, {}, must_match=())
     if checked:  # every rank must run the same estimator with the same options, or collectives cross
         agree_across_ranks(
-            batch.process_group, None, {"estimator": name, "options": options}, must_match=("estimator", "options")
+            batch.process_group,
+            None,
+            {"estimator": name, "options": call_options},
+            must_match=("estimator", "options"),
         )
-    if entry.tensor_fn is not None or entry.form == "tensors":
-        out = (entry.tensor_fn or entry.fn)(batch, **options)
+    if entry.tensor_fn is not None or entry.form in ("tensors", "tokens"):
+        out = (entry.tensor_fn or entry.fn)(batch, **call_options)
         return _check_tensor_pair(out, batch, name)
     whole, mine = batch.all_ranks()  # the whole batch on every rank: the function sees every group
     dtype = accumulation_dtype(whole.rewards.dtype)
     groups = [g.cpu().numpy() for g in whole.split(whole.rewards.detach().to(dtype))]
-    out = entry.fn(rewards=groups, **options)
+    out = entry.fn(rewards=groups, **call_options)
     advantages, returns = _pack_array_pair(out, whole, name, dtype)
     return advantages[mine], returns[mine]
 
 
-def _check_tensor_pair(out: object, batch: GroupedRewards, name: str) -> tuple[Tensor, Tensor]:
+def _check_batch_kind(batch: object, entry: _Entry, name: str) -> None:
+    if entry.form == "tokens" and not isinstance(batch, TokenRewards):
+        raise InvalidRewardTypeError(
+            f"estimator {name!r} is token-level: pass a TokenRewards(token_level_rewards_BT, response_mask_BT) "
+            f"(values=values_BT for gae), not a {type(batch).__name__}."
+        )
+    if entry.form != "tokens" and not isinstance(batch, GroupedRewards):
+        hint = (
+            " For token rewards, pack the sequence scores: GroupedRewards.from_padded(sequence_scores(rewards_BT).view(G, K))."
+            if isinstance(batch, TokenRewards)
+            else ""
+        )
+        raise InvalidRewardTypeError(
+            f"estimator {name!r} works on groups: pass a GroupedRewards, not a {type(batch).__name__}.{hint}"
+        )
+
+
+def _check_tensor_pair(out: object, batch: GroupedRewards | TokenRewards, name: str) -> tuple[Tensor, Tensor]:
     if not (isinstance(out, tuple) and len(out) == 2 and all(isinstance(t, Tensor) for t in out)):
         raise EstimatorOutputError(
             f"estimator {name!r} must return a pair (advantages, returns) of tensors, got {type(out).__name__}."
@@ -288,9 +399,11 @@ def _check_tensor_pair(out: object, batch: GroupedRewards, name: str) -> tuple[T
             raise EstimatorOutputError(
                 f"estimator {name!r} returned {what} of dtype {t.dtype}; return a floating-point tensor."
             )
-        if t.shape != (batch.num_trajectories,):
+        expected = batch.shape if isinstance(batch, TokenRewards) else (batch.num_trajectories,)
+        if tuple(t.shape) != tuple(expected):
+            per = "one per token" if isinstance(batch, TokenRewards) else "one per trajectory in flat order"
             raise EstimatorOutputError(
-                f"estimator {name!r} returned {what} of shape {tuple(t.shape)}; expected ({batch.num_trajectories},), one per trajectory in flat order."
+                f"estimator {name!r} returned {what} of shape {tuple(t.shape)}; expected {tuple(expected)}, {per}."
             )
     advantages, returns = out
     if advantages is returns:  # keep rLLM's one object for both

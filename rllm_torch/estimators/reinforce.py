@@ -1,13 +1,23 @@
-"""REINFORCE (no baseline) and REINFORCE++ with a group-mean baseline."""
+"""REINFORCE (no baseline), REINFORCE++ with a group-mean baseline, and token-level REINFORCE++."""
 
 from __future__ import annotations
 
 from torch import Tensor
 
-from rllm_torch.estimators._common import check_batch, check_epsilon, shared_docstring, whiten, working_rewards
+from rllm_torch.estimators._common import (
+    check_batch,
+    check_correction,
+    check_discount,
+    check_epsilon,
+    check_token_batch,
+    shared_docstring,
+    whiten,
+    working_rewards,
+)
+from rllm_torch.estimators.token_level import TokenRewards, discounted_returns, whiten_over
 from rllm_torch.packing import GroupedRewards
 
-__all__ = ["reinforce", "reinforce_plus_plus_baseline"]
+__all__ = ["reinforce", "reinforce_plus_plus_baseline", "reinforce_plus_plus"]
 
 
 @shared_docstring
@@ -83,3 +93,62 @@ def reinforce_plus_plus_baseline(batch: GroupedRewards, *, epsilon: float = 1e-6
     centered = layout.center(x).values  # a group of one: baseline 0
     adv = whiten(layout.flat(centered), layout, epsilon)
     return adv, adv
+
+
+@shared_docstring
+def reinforce_plus_plus(
+    batch: TokenRewards, *, gamma: float = 1.0, epsilon: float = 1e-6, std_correction: int = 0
+) -> tuple[Tensor, Tensor]:
+    """REINFORCE++ (token level): discounted returns, whitened over every trained token of the batch.
+
+    ``G_t = sum_{{s >= t}} gamma^d(t, s) r_s`` over each response's trained tokens (``d`` counts
+    the trained tokens in ``[t, s)``), with ``r`` the
+    token rewards (the outcome reward on the last trained token, minus ``kl_coef`` times the
+    per-token KL to the reference policy when KL is in the reward), then
+    ``A_t = (G_t - mean) / (std + epsilon)`` with the mean and std over all trained tokens of
+    the batch (:func:`~rllm_torch.estimators.token_level.masked_whiten`).
+
+    Args:
+        {args_tokens}
+        gamma: the discount, in ``[0, 1]`` (the paper uses 1).
+        epsilon: added to the batch std.
+        std_correction: 0 population std, 1 sample std (verl's ``masked_whiten``).
+
+    Returns:
+        {returns_tokens} ``returns`` are the discounted returns ``G``.
+
+    Raises:
+        InvalidRewardTypeError: ``batch`` is not a TokenRewards.
+        InvalidRewardsError: ``gamma`` outside ``[0, 1]``, ``epsilon`` negative, or
+            ``std_correction`` not a non-negative int.
+
+    Edge cases: an empty batch or one with no trained token gives zeros; a batch whose returns
+    are all equal (e.g. ``gamma = 1`` and one reward for every response) gets exactly 0.
+    Untrained tokens inside a response (a multi-turn row's tool output) are skipped: the return
+    passes through them undiscounted. verl's ``compute_reinforce_plus_plus_outcome_advantage``
+    instead resets the return at an untrained token, so tokens before a tool output lose the
+    final reward; the two agree on responses without such tokens.
+    Returns and statistics accumulate in float32 (float64 for float64 input; the whitening's
+    sums in float64). No host sync; ``gamma < 1`` scans over ``T``
+    (:func:`~rllm_torch.estimators.token_level.discounted_returns`).
+    {ranks_tokens}
+
+    References: Hu et al., "REINFORCE++: A Simple and Efficient Approach for Aligning Large
+    Language Models", arXiv:2501.03262 (token rewards with the KL penalty, global batch
+    normalisation); verl ``compute_reinforce_plus_plus_outcome_advantage``.
+
+    Example:
+        >>> import torch
+        >>> rewards = torch.tensor([[0.0, 1.0], [0.0, 0.0]])
+        >>> adv, returns = reinforce_plus_plus(TokenRewards(rewards, torch.ones(2, 2)), gamma=0.5)
+        >>> returns
+        tensor([[0.5000, 1.0000],
+                [0.0000, 0.0000]])
+    """
+    check_token_batch(batch, "reinforce_plus_plus")
+    gamma = check_discount(gamma, "gamma")
+    epsilon, std_correction = check_epsilon(epsilon), check_correction(std_correction)
+    rewards, mask = batch.working()
+    returns = discounted_returns(rewards, mask, gamma)
+    adv = whiten_over(returns, mask, epsilon, std_correction, batch.process_group)
+    return adv, returns

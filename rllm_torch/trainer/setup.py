@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 from omegaconf import DictConfig
 
 from rllm_torch.config import AlgorithmConfig
-from rllm_torch.errors import ConfigError
-from rllm_torch.estimators import get_rllm_adv_estimator
+from rllm_torch.errors import ConfigError, InvalidRewardsError, InvalidRewardTypeError
+from rllm_torch.estimators import TokenRewards, compute_advantages, is_token_level
+from rllm_torch.packing import GroupedRewards
 from rllm_torch.trainer.compact_filtering import CompactFilteringConfig
 from rllm_torch.trainer.rejection_sampling import RejectionSamplingConfig
 from rllm_torch.trainer.transform import TransformConfig
 
-__all__ = ["PipelineConfigs", "build_pipeline_configs"]
+__all__ = ["PipelineConfigs", "build_pipeline_configs", "check_estimator_call"]
 
 
 @dataclass
@@ -64,6 +66,36 @@ def build_pipeline_configs(config: DictConfig, estimator_map: dict | None = None
             raise
         raise ConfigError(f"invalid rllm config: {exc}") from exc
     for name in {algorithm.estimator, *algorithm.estimator_map.values()}:
-        get_rllm_adv_estimator(name)
+        is_token_level(name)  # UnknownEstimatorError for a name that is not registered
+        check_estimator_call(name, algorithm, rllm.rollout.get("n", 1))
     transform = TransformConfig(broadcast=algorithm.stepwise_advantage_mode == "broadcast")
     return PipelineConfigs(cf, transform, rs_config, algorithm)
+
+
+def check_estimator_call(name: object, algorithm: AlgorithmConfig, group_size: int) -> None:
+    """Run estimator ``name`` once with the run's options on a synthetic group of ``group_size``
+    binary rewards (one correct; token-level estimators: responses of two tokens, zero values),
+    so an option it does not take, a missing or out-of-range option (``pass_at_k``'s ``k`` above
+    ``rllm.rollout.n``) stops the run at start-up instead of at the first step.
+
+    Raises:
+        ConfigError: naming the estimator, the option keys and the estimator's own message.
+    """
+    kwargs = algorithm.estimator_call_kwargs(name)
+    n = max(int(group_size), 1)
+    if is_token_level(name):
+        rewards = torch.zeros(n, 2)
+        rewards[0, 1] = 1.0
+        batch = TokenRewards(rewards, torch.ones(n, 2), values=torch.zeros(n, 2))
+    else:
+        rewards = torch.zeros(1, n, dtype=torch.float64)
+        rewards[0, 0] = 1.0
+        batch = GroupedRewards.from_padded(rewards, weights=torch.ones(1, n))
+    label = getattr(name, "value", name)
+    try:
+        compute_advantages(batch, name, **kwargs)
+    except (ConfigError, InvalidRewardsError, InvalidRewardTypeError) as exc:
+        raise ConfigError(
+            f"estimator {label!r} with its options (rllm.algorithm.estimator_options.{label}, and the run-wide "
+            f"gamma/lam/epsilon/std_correction) fails on a group of rllm.rollout.n={n} rewards: {exc}"
+        ) from exc

@@ -49,6 +49,13 @@ class TokenBatch:
         precomputed_advantages: ``[R, T]`` float32 workflow-written token advantages of the rows
             of precomputed groups (0 elsewhere), or None when no group is precomputed.
         group_precomputed: ``G`` bools (host list): whether group ``g`` is precomputed; None: none is.
+        ref_log_probs: ``[R, T]`` float32 log-probs of the frozen reference policy (with a
+            reference model: ``use_kl_loss`` or ``use_kl_in_reward``), or None.
+        reward_penalty: ``[R, T]`` float32 per-token penalty subtracted from the rewards
+            (``kl_coef`` times the KL to the reference, ``use_kl_in_reward``), or None.
+        values: ``[R, T]`` float32 critic values of the response tokens (``gae``), or None.
+        returns: ``[R, T]`` float32 regression targets of the critic (written by token-level
+            estimators' ``compute_advantages``), or None.
         extras: anything else a backend wants to carry with the batch.
     """
 
@@ -64,6 +71,10 @@ class TokenBatch:
     row_index: Tensor | None = None
     precomputed_advantages: Tensor | None = None
     group_precomputed: list[bool] | None = None
+    ref_log_probs: Tensor | None = None
+    reward_penalty: Tensor | None = None
+    values: Tensor | None = None
+    returns: Tensor | None = None
     extras: dict = field(default_factory=dict)
 
     @property

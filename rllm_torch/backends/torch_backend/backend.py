@@ -8,21 +8,41 @@ samples its share of every step's prompts with its own generator, and trains a
 ``DistributedDataParallel`` copy of the policy: each loss is divided by the token (or sequence)
 count of the *global* mini-batch and multiplied by the world size, so DDP's gradient average is
 the gradient of the global loss, and the weights stay identical on every rank.
+
+With ``rllm.algorithm.use_kl_loss`` or ``use_kl_in_reward`` a frozen **reference policy** (a
+copy of the initial policy, or ``model.ref_path``) gives ``ref_log_probs`` next to the old
+log-probs; the KL to it is a loss term (``kl_loss_coef`` times ``kl_loss_type``, aggregated by
+``loss_agg_mode``) or a per-token penalty on the rewards (``kl_coef`` times ``kl_penalty``).
+With ``backend.critic.enable`` (``adv_estimator=gae``) a **critic**
+(:mod:`~rllm_torch.backends.torch_backend.critic`) gives each response token's value, and is
+trained on the GAE returns with the clipped value loss and its own AdamW, one step per
+mini-batch beside the policy's.
 """
 
 from __future__ import annotations
 
+import copy
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from torch.nn.parallel import DistributedDataParallel
 from transformers import get_scheduler
 
+from rllm_torch.backends.torch_backend.critic import build_critic, token_values
 from rllm_torch.backends.torch_backend.data import TaskDataLoader
-from rllm_torch.backends.torch_backend.losses import AGG_MODES, LOSS_FNS, loss_normaliser, policy_loss
+from rllm_torch.backends.torch_backend.losses import (
+    AGG_MODES,
+    KL_ESTIMATORS,
+    LOSS_FNS,
+    aggregate_loss,
+    clipped_value_loss,
+    kl_penalty,
+    loss_normaliser,
+    policy_loss,
+)
 from rllm_torch.backends.torch_backend.policy import build_policy, resolve_device
 from rllm_torch.backends.torch_backend.rollout import SamplingParams, TorchRolloutEngine
 from rllm_torch.backends.torch_backend.sampling import token_log_probs
@@ -37,6 +57,9 @@ __all__ = ["TorchBackend"]
 
 _SCHEDULES = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}
 PARALLELISMS = ("ddp", "fsdp")
+# update stats that are each rank's share of a global loss (summed over the ranks); the others
+# are token sums (divided by the global token count)
+_SHARE_STATS = ("loss", "kl_loss", "critic/vf_loss")
 
 
 class TorchBackend(BackendProtocol):
@@ -66,9 +89,24 @@ class TorchBackend(BackendProtocol):
         )
         self.tokenizer = load_tokenizer(config.model.path, alphabet)
         self.model = build_policy(config.model, self.tokenizer, seed=self.settings.seed).to(self.device)
+        algorithm = rllm.algorithm
+        self.use_kl_loss, self.use_kl_in_reward = bool(algorithm.use_kl_loss), bool(algorithm.use_kl_in_reward)
+        self.ref_model = self._reference_policy(config.model) if self.use_kl_loss or self.use_kl_in_reward else None
+        self.critic_settings = self.settings.critic
+        self.critic = (
+            build_critic(config.model, self.model, seed=self.settings.seed + 1) if self.critic_settings.enable else None
+        )
         self.parallelism = self.settings.get("parallelism", "ddp")
         self.sharded = self.ranks.distributed and self.parallelism == "fsdp"
         self.train_model = self._wrap(self.model)
+        self.train_critic = self._wrap(self.critic) if self.critic is not None and not self.sharded else self.critic
+        self.critic_optimizer = (
+            torch.optim.AdamW(
+                self.critic.parameters(), lr=self.critic_settings.lr, weight_decay=self.critic_settings.weight_decay
+            )
+            if self.critic is not None
+            else None
+        )
         self.loss_fn = rllm.algorithm.loss_fn or "ppo"
         self.loss_agg_mode = rllm.algorithm.get("loss_agg_mode", "token-mean")
         self.loss_agg_horizon = rllm.algorithm.get("loss_agg_horizon") or rllm.rollout.max_new_tokens
@@ -79,6 +117,27 @@ class TorchBackend(BackendProtocol):
         self.run_dir = Path(
             rllm.trainer.default_local_dir or f"outputs/{rllm.trainer.project_name}/{rllm.trainer.experiment_name}"
         )
+
+    def _reference_policy(self, model_config: DictConfig) -> torch.nn.Module:
+        """The frozen reference policy: ``model.ref_path``, or a copy of the initial policy (built
+        before any checkpoint is loaded, so a resumed run keeps the same reference).
+
+        Raises:
+            ConfigError / ModelNotFoundError: ``model.ref_path`` has no model, or a vocabulary of
+                another size than the policy's (the log-probs would be of other tokens).
+        """
+        if model_config.ref_path is None:
+            ref = copy.deepcopy(self.model)
+        else:
+            ref_config = OmegaConf.merge(model_config, {"path": model_config.ref_path})
+            ref = build_policy(ref_config, self.tokenizer).to(self.device)
+            mine, theirs = self.model.config.vocab_size, ref.config.vocab_size
+            if mine != theirs:
+                raise ConfigError(
+                    f"model.ref_path={model_config.ref_path!r} has a vocabulary of {theirs} tokens but the policy has {mine}: "
+                    "the reference must share the policy's tokenizer; leave model.ref_path unset to use the initial policy."
+                )
+        return ref.eval().requires_grad_(False)
 
     def _wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         """The module the training forward passes go through: DDP over the ranks, or the model."""
@@ -109,10 +168,33 @@ class TorchBackend(BackendProtocol):
             raise ConfigError(
                 f"rllm.algorithm.loss_agg_horizon must be >= 1 and backend.dro_beta >= 0, got {self.loss_agg_horizon} and {self.settings.get('dro_beta')}."
             )
+        self._validate_kl_and_critic()
         rollout = self.config.rllm.rollout
         if rollout.n < 1 or rollout.n_val < 1 or rollout.max_new_tokens < 1:
             raise ConfigError(
                 f"rllm.rollout.n, n_val and max_new_tokens must be >= 1, got {rollout.n}, {rollout.n_val}, {rollout.max_new_tokens}."
+            )
+
+    def _validate_kl_and_critic(self) -> None:
+        algorithm = self.config.rllm.algorithm
+        for key in ("kl_loss_type", "kl_penalty"):
+            if algorithm[key] not in KL_ESTIMATORS:
+                raise ConfigError(f"rllm.algorithm.{key}={algorithm[key]!r} is not one of {KL_ESTIMATORS}.")
+        estimators = {algorithm.adv_estimator, *dict(algorithm.estimator_map).values()}
+        uses_values = any(getattr(e, "value", e) == "gae" for e in estimators)
+        if uses_values and self.critic is None:
+            raise ConfigError(
+                "rllm.algorithm.adv_estimator=gae needs the critic's values: set backend.critic.enable=true "
+                "(a value model of the policy's architecture, trained with backend.critic.lr)."
+            )
+        if self.critic is not None and not uses_values:
+            raise ConfigError(
+                f"backend.critic.enable=true but no estimator uses a critic (estimators: {sorted(map(str, estimators))}); "
+                "use rllm.algorithm.adv_estimator=gae, or set backend.critic.enable=false."
+            )
+        if self.critic is not None and self.sharded:
+            raise ConfigError(
+                "backend.critic.enable=true with backend.parallelism=fsdp is not supported yet; use backend.parallelism=ddp."
             )
 
     def init_rollout_engine(self, **kwargs: Any) -> TorchRolloutEngine:
@@ -160,11 +242,12 @@ class TorchBackend(BackendProtocol):
 
         return gathered_weights(self.model)
 
-    def _dummy_forward(self) -> torch.Tensor:
-        """A one-token forward through the training module: a rank with no row takes part in the
-        collectives that the others' forwards (FSDP) and backwards (DDP, FSDP) run."""
+    def _dummy_forward(self, module: torch.nn.Module | None = None) -> torch.Tensor:
+        """A one-token forward through a training module (the policy's by default): a rank with no
+        row takes part in the collectives that the others' forwards (FSDP) and backwards (DDP,
+        FSDP) run."""
         dummy = torch.full((1, 1), self.tokenizer.pad_token_id, dtype=torch.int64, device=self.device)
-        return self.train_model(input_ids=dummy).logits.sum() * 0.0
+        return (module or self.train_model)(input_ids=dummy).logits.sum() * 0.0
 
     def transform_to_backend_batch(self, trainer_state: TrainerState):
         use_pre = bool(self.config.rllm.algorithm.use_precomputed_advantage)
@@ -181,21 +264,49 @@ class TorchBackend(BackendProtocol):
         )
 
     async def process_backend_batch(self, trainer_state: TrainerState) -> None:
+        """Old log-probs (and, when configured, the reference policy's log-probs, the KL penalty
+        of the rewards and the critic's values) of every row, without gradient."""
         batch = trainer_state.backend_batch
+        has_rows = bool(batch.input_ids.shape[0])
         with torch.no_grad():
-            if batch.input_ids.shape[0]:
+            if has_rows:
                 batch.old_log_probs = self._log_probs(self.train_model if self.sharded else self.model, batch)
             else:  # this rank has no row in this step (its prompts were filtered out)
                 batch.old_log_probs = torch.zeros_like(batch.rollout_log_probs)
                 if self.sharded:  # the other ranks' forwards all-gather weights: take part
                     self._dummy_forward()
-        diff, tokens = self.ranks.reduce(
-            [
-                float(((batch.old_log_probs - batch.rollout_log_probs).abs() * batch.response_mask).sum()),
-                float(batch.response_mask.sum()),
+            if self.ref_model is not None:
+                batch.ref_log_probs = (
+                    self._log_probs(self.ref_model, batch) if has_rows else torch.zeros_like(batch.old_log_probs)
+                )
+            if self.critic is not None:
+                batch.values = (
+                    token_values(self.critic, batch.input_ids, batch.attention_mask) * batch.response_mask
+                    if has_rows
+                    else torch.zeros_like(batch.old_log_probs)
+                )
+        mask = batch.response_mask
+        sums = [((batch.old_log_probs - batch.rollout_log_probs).abs() * mask).sum(), mask.sum()]
+        if self.ref_model is not None:
+            sums += [
+                (kl_penalty(batch.old_log_probs, batch.ref_log_probs, kind) * mask).sum()
+                for kind in ("kl", "low_var_kl")
             ]
-        )
-        trainer_state.metrics["actor/rollout_logprob_abs_diff"] = diff / max(tokens, 1.0)
+        if self.use_kl_in_reward:
+            algorithm = self.config.rllm.algorithm
+            kl = kl_penalty(batch.old_log_probs, batch.ref_log_probs, algorithm.kl_penalty)
+            batch.reward_penalty = algorithm.kl_coef * kl * mask
+            sums.append(batch.reward_penalty.sum())
+        totals = self.ranks.reduce([float(v) for v in sums])  # one host sync, one all-reduce
+        tokens = max(totals[1], 1.0)
+        trainer_state.metrics["actor/rollout_logprob_abs_diff"] = totals[0] / tokens
+        if self.ref_model is not None:
+            trainer_state.metrics["ref/kl_k1"], trainer_state.metrics["ref/kl_k3"] = (
+                totals[2] / tokens,
+                totals[3] / tokens,
+            )
+        if self.use_kl_in_reward:
+            trainer_state.metrics["reward/kl_penalty"] = totals[4] / tokens  # mean per trained token
 
     def _ensure_scheduler(self, trainer_state: TrainerState, updates_per_step: int) -> None:
         if self.scheduler is None:
@@ -225,33 +336,46 @@ class TorchBackend(BackendProtocol):
             return
         num_minis = -(-total_rows // min(s.mini_batch_size or total_rows, total_rows))
         self._ensure_scheduler(trainer_state, s.ppo_epochs * num_minis)
-        local_stats, grad_norms = [], []
+        local_stats, grad_norms, critic_norms = [], [], []
         for _ in range(s.ppo_epochs):
             order = torch.randperm(num_rows, device=self.device)
             for rows in order.tensor_split(num_minis):  # this rank's part of each global mini-batch
-                loss, stats = self._mini_batch_loss(batch, rows)
+                normaliser = self._global_normaliser(batch.response_mask[rows])
+                loss, stats = self._mini_batch_loss(batch, rows, normaliser)
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 grad_norms.append(torch.nn.utils.clip_grad_norm_(self.model.parameters(), s.grad_clip))
                 self.optimizer.step()
                 self.scheduler.step()
+                if self.critic is not None:
+                    stats |= self._critic_step(batch, rows, normaliser, critic_norms)
                 local_stats.append(stats)
         trainer_state.metrics |= self._global_update_stats(local_stats, grad_norms)
         trainer_state.metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
+        if critic_norms:
+            trainer_state.metrics["critic/grad_norm"] = float(torch.stack(critic_norms).float().mean())
 
-    def _mini_batch_loss(self, batch, rows: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """This rank's loss on ``rows`` of a global mini-batch (times the world size, for DDP's
-        mean) and its local stats, token-weighted: ``{name: value * tokens}`` plus ``tokens``."""
-        s, world = self.settings, self.ranks.world_size
-        mask_RT = batch.response_mask[rows]
+    def _global_normaliser(self, mask_RT: torch.Tensor) -> torch.Tensor:
+        """``loss_agg_mode``'s normaliser of a mini-batch over every rank's rows (one all-reduce)."""
         normaliser = loss_normaliser(mask_RT, self.loss_agg_mode)
         if self.ranks.distributed:
             normaliser = normaliser.clone()
             torch.distributed.all_reduce(normaliser, group=self.ranks.process_group)
+        return normaliser
+
+    def _mini_batch_loss(
+        self, batch, rows: torch.Tensor, normaliser: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """This rank's loss on ``rows`` of a global mini-batch (times the world size, for DDP's
+        mean) and its local stats: shares of the global loss (:data:`_SHARE_STATS`), token sums
+        of the diagnostics, and ``tokens``."""
+        s, world = self.settings, self.ranks.world_size
+        mask_RT = batch.response_mask[rows]
         if rows.numel():
             log_probs, anchor = self._log_probs(self.train_model, batch, rows), 0.0
         else:  # no row here: a zero loss through the same forward, so the gradient collectives still run
             log_probs, anchor = batch.old_log_probs[rows], self._dummy_forward()
+        aggregation = dict(loss_agg_mode=self.loss_agg_mode, horizon=self.loss_agg_horizon, normaliser=normaliser)
         loss, extra = policy_loss(
             self.loss_fn,
             log_probs,
@@ -261,49 +385,97 @@ class TorchBackend(BackendProtocol):
             clip_ratio_low=s.clip_ratio_low,
             clip_ratio_high=s.clip_ratio_high,
             beta=s.get("dro_beta", 0.05),
+            **aggregation,
+        )
+        tokens = mask_RT.sum()
+        stats = {"loss": loss.detach(), "tokens": tokens} | {k: v.detach() * tokens for k, v in extra.items()}
+        if self.use_kl_loss:  # DeepSeekMath's GRPO: + beta * KL(policy || reference), aggregated like the loss
+            algorithm = self.config.rllm.algorithm
+            kl = kl_penalty(log_probs, batch.ref_log_probs[rows], algorithm.kl_loss_type)
+            kl_loss = aggregate_loss(
+                kl, mask_RT, self.loss_agg_mode, horizon=self.loss_agg_horizon, normaliser=normaliser
+            )
+            loss = loss + algorithm.kl_loss_coef * kl_loss
+            stats["kl_loss"] = kl_loss.detach()
+        return (loss + anchor) * world, stats
+
+    def _critic_step(
+        self, batch, rows: torch.Tensor, normaliser: torch.Tensor, grad_norms: list[torch.Tensor]
+    ) -> dict[str, torch.Tensor]:
+        """One AdamW step of the critic on ``rows``: the clipped value loss against the GAE returns
+        (normalised over the global mini-batch like the policy loss). Returns its stats."""
+        c, world = self.critic_settings, self.ranks.world_size
+        mask_RT = batch.response_mask[rows]
+        if rows.numel():
+            values, anchor = token_values(self.train_critic, batch.input_ids[rows], batch.attention_mask[rows]), 0.0
+        else:
+            values, anchor = batch.values[rows], self._dummy_forward(self.train_critic)
+        loss, extra = clipped_value_loss(
+            values,
+            batch.values[rows],
+            batch.returns[rows],
+            mask_RT,
+            cliprange_value=c.cliprange_value,
             loss_agg_mode=self.loss_agg_mode,
             horizon=self.loss_agg_horizon,
             normaliser=normaliser,
         )
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        ((c.loss_coef * loss + anchor) * world).backward()
+        grad_norms.append(torch.nn.utils.clip_grad_norm_(self.critic.parameters(), c.grad_clip))
+        self.critic_optimizer.step()
         tokens = mask_RT.sum()
-        stats = {"loss": loss.detach(), "tokens": tokens} | {k: v.detach() * tokens for k, v in extra.items()}
-        return (loss + anchor) * world, stats
+        return {"critic/vf_loss": loss.detach()} | {
+            "critic/vf_clipfrac": extra["vf_clipfrac"] * tokens,
+            "critic/values": (values.detach() * mask_RT).sum(),
+        }
 
     def _global_update_stats(self, local_stats: list[dict], grad_norms: list[torch.Tensor]) -> dict[str, float]:
-        """``actor/*`` means over the mini-batches of the global values: the loss (summed over the
-        ranks: each rank's is its share), ``grad_norm`` (the same on every rank after DDP's
-        all-reduce) and the token means of the loss's diagnostics over every rank's tokens. One
+        """Means over the mini-batches of the global values: the shares of a loss (summed over the
+        ranks), ``grad_norm`` (the same on every rank after DDP's all-reduce) and the token means
+        of the diagnostics over every rank's tokens. Keys without a ``/`` get ``actor/``. One
         all-reduce for the whole update."""
-        keys = sorted({k for stats in local_stats for k in stats} - {"loss", "tokens"})
+        keys = sorted({k for stats in local_stats for k in stats} - {"tokens"})
         table = torch.stack(
             [
-                torch.stack(
-                    [stats["loss"], stats["tokens"]] + [stats.get(k, stats["tokens"] * 0) for k in keys]
-                ).float()
+                torch.stack([stats["tokens"]] + [stats.get(k, stats["tokens"] * 0) for k in keys]).float()
                 for stats in local_stats
             ]
         )
         if self.ranks.distributed:
             torch.distributed.all_reduce(table, group=self.ranks.process_group)
-        loss_M, tokens_M = table[:, 0], table[:, 1].clamp(min=1.0)
+        tokens_M = table[:, 0].clamp(min=1.0)
         norms = [g.full_tensor() if hasattr(g, "full_tensor") else g for g in grad_norms]  # FSDP: a DTensor
-        out = {"actor/loss": loss_M.mean(), "actor/grad_norm": torch.stack(norms).float().mean()}
-        out |= {f"actor/{k}": (table[:, 2 + i] / tokens_M).mean() for i, k in enumerate(keys)}
+        out = {"actor/grad_norm": torch.stack(norms).float().mean()}
+        for i, k in enumerate(keys):
+            column = table[:, 1 + i]
+            out[k if "/" in k else f"actor/{k}"] = (column if k in _SHARE_STATS else column / tokens_M).mean()
         return {k: float(v) for k, v in out.items()}
 
     def state_dict(self) -> dict[str, Any]:
-        """Model, optimizer and lr-scheduler state dicts (the same on every rank); with FSDP the
-        scheduler only (the model and optimizer shards are :meth:`sharded_state_dict`)."""
+        """Model, optimizer and lr-scheduler state dicts (the same on every rank), and the critic's
+        model and optimizer when there is one; with FSDP the scheduler only (the model and optimizer shards are :meth:`sharded_state_dict`)."""
         scheduler = self.scheduler.state_dict() if self.scheduler is not None else self._pending_scheduler_state
         if self.sharded:
             return {"scheduler": scheduler}
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "scheduler": scheduler}
+        state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "scheduler": scheduler}
+        if self.critic is not None:
+            state |= {"critic": self.critic.state_dict(), "critic_optimizer": self.critic_optimizer.state_dict()}
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s dict; the lr scheduler, built at the first update, gets its state then."""
         if not self.sharded:
             self.model.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
+        if self.critic is not None:
+            if "critic" not in state:
+                raise ConfigError(
+                    "backend.critic.enable=true but the checkpoint has no critic (it was written by a run without one); "
+                    "resume with the run's own settings, or start a new run (rllm.trainer.resume_mode=disable)."
+                )
+            self.critic.load_state_dict(state["critic"])
+            self.critic_optimizer.load_state_dict(state["critic_optimizer"])
         self.scheduler, self._pending_scheduler_state = None, state["scheduler"]
 
     def sharded_state_dict(self) -> dict[str, Any] | None:

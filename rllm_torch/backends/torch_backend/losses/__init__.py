@@ -1,6 +1,8 @@
-"""Policy losses (``policy``) and their aggregation modes (``aggregation``): pure tensor math."""
+"""Policy losses (``policy``), their aggregation modes (``aggregation``), the KL estimators to a
+reference policy (``kl``) and the critic's value loss (``value``): pure tensor math."""
 
 from rllm_torch.backends.torch_backend.losses.aggregation import AGG_MODES, aggregate_loss, loss_normaliser, token_mean
+from rllm_torch.backends.torch_backend.losses.kl import KL_ESTIMATORS, canonical_kl_name, kl_penalty
 from rllm_torch.backends.torch_backend.losses.policy import (
     LOSS_FNS,
     cispo_loss,
@@ -10,10 +12,15 @@ from rllm_torch.backends.torch_backend.losses.policy import (
     policy_loss,
     ppo_clip_loss,
 )
+from rllm_torch.backends.torch_backend.losses.value import clipped_value_loss
 
 __all__ = [
     "LOSS_FNS",
     "AGG_MODES",
+    "KL_ESTIMATORS",
+    "kl_penalty",
+    "canonical_kl_name",
+    "clipped_value_loss",
     "aggregate_loss",
     "loss_normaliser",
     "token_mean",

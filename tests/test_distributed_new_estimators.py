@@ -1,0 +1,93 @@
+"""OPO's weighted group means, pass@k's checks and the token-level whitening across real gloo
+ranks: every rank gets the single-process numbers for its own part of the batch, and an input
+error found on one rank is raised on every rank (none waits)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import rank_tasks
+import torch
+from rank_pool import RankPool
+
+from rllm_torch import GroupedRewards, compute_advantages
+from rllm_torch.estimators import TokenRewards
+
+
+@pytest.fixture(scope="module")
+def pool():
+    ranks = RankPool(2)
+    yield ranks
+    ranks.close()
+
+
+def _weighted_batch(seed: int):
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(1, 7, size=9)
+    index = np.repeat(np.arange(len(sizes)), sizes)
+    rewards = rng.normal(size=index.size) * 10 + 1e3
+    weights = rng.integers(1, 40, size=index.size).astype(np.float64)
+    rewards[index == 2] = 5.0  # a constant group
+    return rewards, index, weights
+
+
+@pytest.mark.parametrize("local", [False, True], ids=["split groups", "rank-local groups"])
+def test_opo_across_ranks_equals_one_process(pool, local):
+    rewards, index, weights = _weighted_batch(seed=3)
+    one = GroupedRewards.from_flat(torch.tensor(rewards), torch.tensor(index), weights=torch.tensor(weights))
+    want, _ = compute_advantages(one, "opo")
+    # split: trajectories alternate between the ranks; rank-local: whole groups alternate
+    owner = index % 2 if local else np.arange(index.size) % 2
+    specs = [
+        dict(
+            rewards=rewards[owner == r].tolist(),
+            index=index[owner == r].tolist(),
+            weights=weights[owner == r].tolist(),
+            num_groups=9,
+            local=local,
+        )
+        for r in range(2)
+    ]
+    results = pool.run_ok(rank_tasks.estimate_weighted, [(s, "opo", {}) for s in specs])
+    for r, got in enumerate(results):
+        np.testing.assert_allclose(got, want.numpy()[owner == r], rtol=1e-9, atol=1e-9)
+        assert np.all(got[index[owner == r] == 2] == 0.0)  # the constant group: exactly 0 on both ranks
+
+
+@pytest.mark.parametrize(
+    "estimator, options", [("reinforce_plus_plus", {"gamma": 0.9}), ("gae", {"gamma": 0.99, "lam": 0.95})]
+)
+def test_token_level_whitening_is_over_every_ranks_tokens(pool, estimator, options):
+    gen = torch.Generator().manual_seed(1)
+    rewards, values = (
+        torch.randn(7, 5, generator=gen, dtype=torch.float64),
+        torch.randn(7, 5, generator=gen, dtype=torch.float64),
+    )
+    mask = (torch.rand(7, 5, generator=gen) > 0.3).double()
+    want_adv, want_returns = compute_advantages(TokenRewards(rewards, mask, values=values), estimator, **options)
+    parts = [slice(0, 2), slice(2, 7)]  # ranks with different row counts
+    args = [
+        (
+            rewards[p].reshape(-1).tolist(),
+            mask[p].reshape(-1).tolist(),
+            values[p].reshape(-1).tolist(),
+            estimator,
+            dict(options, width=5),
+        )
+        for p in parts
+    ]
+    for p, (adv, returns) in zip(parts, pool.run_ok(rank_tasks.estimate_tokens, args), strict=True):
+        np.testing.assert_allclose(adv, want_adv[p].numpy(), rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(returns, want_returns[p].numpy(), rtol=1e-9, atol=1e-9)
+
+
+def test_a_pass_at_k_input_error_on_one_rank_is_raised_on_every_rank(pool):
+    specs = [
+        dict(kind="groups", groups=[[1.0, 0.0, 0.0]], num_groups=1, dtype="float64", local=True),
+        dict(kind="groups", groups=[[1.0, 0.5, 0.0]], num_groups=1, dtype="float64", local=True),  # not binary
+    ]
+    errors = pool.run(rank_tasks.error_of, [(s, "pass_at_k", {"k": 2}) for s in specs])
+    assert all("binary" in e for e in errors), errors
+    specs[1] = dict(specs[1], groups=[[1.0]])  # a group smaller than k
+    errors = pool.run(rank_tasks.error_of, [(s, "pass_at_k", {"k": 2}) for s in specs])
+    assert all("has 1 trajectory" in e for e in errors), errors
