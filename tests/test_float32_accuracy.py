@@ -10,6 +10,7 @@ import pytest
 import torch
 from reference import reference_advantages
 
+import rllm_torch
 from rllm_torch import GroupedRewards, compute_advantages
 
 
@@ -74,3 +75,25 @@ def test_constant_groups_of_values_float_cannot_sum_exactly_are_exactly_zero(est
         constant = torch.cat([torch.arange(size), torch.arange(size + 2, 4 * size + 2)])
     adv, _ = compute_advantages(batch, estimator)
     assert torch.equal(adv[constant], torch.zeros_like(adv[constant])), adv
+
+
+@pytest.mark.parametrize("estimator", ["rloo", "grpo"])
+def test_compiled_estimators_keep_the_accuracy_and_the_exact_zeros(estimator):
+    """Inside torch.compile on CPU the float32 group mean is a corrected two-pass float32 mean
+    (inductor's float64 reductions are slow there): the verl-class inputs still pass at its
+    tolerance, and constant groups of values float32 cannot sum exactly are still exactly 0."""
+    fn = getattr(rllm_torch, estimator)
+    ragged = torch.compile(
+        lambda r, i: fn(GroupedRewards.from_flat(r, i, num_groups=10, validate=False))[0], fullgraph=True
+    )
+    scores, index = _scores(512, 512, 10, 2)
+    groups = [scores[index == g].double().numpy() for g in range(10)]
+    want = np.empty(len(scores))
+    for g, values in enumerate(reference_advantages(estimator, groups)):
+        want[(index == g).numpy()] = values
+    np.testing.assert_allclose(ragged(scores, index).double().numpy(), want, rtol=1e-5, atol=1e-6)
+    dense = torch.compile(lambda r: fn(GroupedRewards.from_padded(r, validate=False))[0], fullgraph=True)
+    constant = torch.tensor([[v] * 7 for v in (0.1, 1 / 3, 1e4 + 0.1, -7e5 + 0.3)])
+    assert torch.equal(dense(constant), torch.zeros(28))
+    mixed = torch.cat([constant, torch.tensor([[1.0, 2, 3, 4, 5, 6, 7]])])
+    torch.testing.assert_close(dense(mixed), fn(GroupedRewards.from_padded(mixed))[0], rtol=1e-5, atol=1e-6)
