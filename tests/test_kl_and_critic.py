@@ -4,6 +4,7 @@ start-up errors of their settings, through the real torch backend and training r
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -241,3 +242,19 @@ def test_a_reference_model_with_another_vocabulary_is_refused(tmp_path):
     other.save_pretrained(tmp_path / "other")
     with pytest.raises(ConfigError, match="model.ref_path=.*vocabulary"):
         _backend(tmp_path / "run", "rllm.algorithm.use_kl_loss=true", f"model.ref_path={tmp_path / 'other'}")
+
+
+def test_a_critic_value_is_the_head_at_the_position_before_the_token():
+    """``values[:, t]`` is ``V(s_t)``, the head's output after the tokens before ``t``: it does not
+    change when token ``t`` changes, and column 0 (no context) is 0."""
+    from rllm_torch.backends.torch_backend.critic import build_critic, token_values
+
+    config = make_config(Path("unused"), *SMALL).model
+    critic = build_critic(config, build_policy(config, build_char_tokenizer("0123456789+=")), seed=1)
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    with torch.no_grad():
+        values = token_values(critic, ids, torch.ones_like(ids))
+        changed = token_values(critic, torch.tensor([[1, 2, 3, 9, 5]]), torch.ones_like(ids))
+        head = critic(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[0, :, 0]
+    assert values[0, 0] == 0.0 and torch.equal(values[0, 1:], head[:-1])
+    assert torch.equal(values[0, :4], changed[0, :4]) and values[0, 4] != changed[0, 4]

@@ -15,7 +15,7 @@ from rllm_torch import (
     UnifiedWorkflowEngine,
     WorkflowError,
 )
-from rllm_torch.trainer import pass_at_k
+from rllm_torch.trainer import unbiased_pass_at_k
 from rllm_torch.workflows import EpisodeLogger
 
 
@@ -98,7 +98,7 @@ def test_episodes_are_logged_as_json_lines(tmp_path):
 
 
 def test_pass_at_k_is_the_unbiased_estimator():
-    assert pass_at_k(5, 0, 2) == 0.0 and pass_at_k(5, 5, 1) == 1.0
-    assert pass_at_k(5, 2, 2) == pytest.approx(1 - 3 / 10)  # 1 - C(3,2)/C(5,2)
+    assert unbiased_pass_at_k(5, 0, 2) == 0.0 and unbiased_pass_at_k(5, 5, 1) == 1.0
+    assert unbiased_pass_at_k(5, 2, 2) == pytest.approx(1 - 3 / 10)  # 1 - C(3,2)/C(5,2)
     with pytest.raises(ValueError):
-        pass_at_k(1, 0, 2)
+        unbiased_pass_at_k(1, 0, 2)

@@ -1,4 +1,9 @@
-"""Demo: advantages of every built-in estimator on a generated batch of trajectory groups.
+"""Demo: advantages of every registered estimator on a generated batch of trajectory groups.
+
+Outcome estimators see the groups' binary rewards (``opo`` with random response lengths as
+weights, ``pass_at_k`` with ``k`` the smallest group's size); token-level ones see each
+trajectory as a 3-token response with its reward on the last token (``gae`` with zero values),
+and the demo prints each trajectory's advantage at its first token.
 
 Run with ``rllm-torch-demo`` or ``python -m rllm_torch.cli.demo [--groups G] [--seed S] [--device D]``.
 """
@@ -9,19 +14,32 @@ import argparse
 
 import torch
 
-from rllm_torch.estimators import compute_advantages, registered_estimator_names
+from rllm_torch.estimators import TokenRewards, compute_advantages, is_token_level, registered_estimator_names
 from rllm_torch.packing import GroupedRewards
 
 __all__ = ["main"]
 
 
 def generated_batch(num_groups: int, seed: int, device: str) -> GroupedRewards:
-    """``num_groups`` groups of 1-6 binary rewards each (pass/fail of a verifiable task)."""
+    """``num_groups`` groups of 1-6 binary rewards each (pass/fail of a verifiable task), with
+    response lengths of 1-8 tokens as weights."""
     gen = torch.Generator().manual_seed(seed)
     sizes = torch.randint(1, 7, (num_groups,), generator=gen).tolist()
     solve_rate = torch.rand(num_groups, generator=gen).tolist()
     groups = [(torch.rand(n, generator=gen) < p).float() for n, p in zip(sizes, solve_rate, strict=True)]
-    return GroupedRewards.from_groups(groups, device=device)
+    lengths = [torch.randint(1, 9, (n,), generator=gen).float() for n in sizes]
+    return GroupedRewards.from_groups(groups, weights=lengths, device=device)
+
+
+def advantages(batch: GroupedRewards, name: str) -> torch.Tensor:
+    """``[N]`` advantages of estimator ``name`` on ``batch`` (see the module docstring)."""
+    if is_token_level(name):
+        rewards_N3 = torch.nn.functional.pad(batch.rewards.float()[:, None], (2, 0))
+        mask = torch.ones_like(rewards_N3)
+        adv_N3, _ = compute_advantages(TokenRewards(rewards_N3, mask, values=torch.zeros_like(mask)), name)
+        return adv_N3[:, 0]
+    options = {"k": int(batch.layout.counts.min())} if name == "pass_at_k" else {}
+    return compute_advantages(batch, name, **options)[0]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -34,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{batch.num_groups} groups, {batch.num_trajectories} trajectories on {batch.device}")
     _show("rewards", batch, batch.rewards)
     for name in registered_estimator_names():
-        _show(name, batch, compute_advantages(batch, name)[0])
+        _show(name, batch, advantages(batch, name))
 
 
 def _show(title: str, batch: GroupedRewards, values: torch.Tensor) -> None:

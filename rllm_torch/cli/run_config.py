@@ -32,9 +32,11 @@ class AlgorithmSection:
     std_correction: int = 0  # 0 population std (rLLM), 1 sample std (verl)
     gamma: float = 1.0  # discount of the token-level estimators (reinforce_plus_plus, gae), in [0, 1]
     lam: float = 1.0  # GAE's lambda, in [0, 1]
+    # estimator -> its own options; the built-ins' are listed so that they can be set without "+"
+    # (rllm.algorithm.estimator_options.pass_at_k.k=4); a custom estimator's options take "+"
     estimator_options: dict[str, Any] = field(
-        default_factory=dict
-    )  # estimator -> its options, e.g. {pass_at_k: {k: 2}}
+        default_factory=lambda: {"pass_at_k": {"k": None}, "gae": {"whiten": True}}
+    )
     use_kl_loss: bool = False  # a KL(policy || reference) term in the loss (DeepSeekMath's GRPO)
     kl_loss_coef: float = 0.001
     kl_loss_type: str = "low_var_kl"  # kl (k1) | abs | mse (k2) | low_var_kl (k3)

@@ -278,7 +278,8 @@ def _options_for(entry: _Entry, name: str, run_options: dict[str, object], optio
             takes = ", ".join(sorted(accepted - {"batch", "rewards"})) or "no option"
             raise ConfigError(
                 f"estimator {name!r} takes no option {', '.join(map(repr, unknown))}; it takes: {takes}. "
-                f"(From a run's config: rllm.algorithm.estimator_options.{name}.<option>=value.)"
+                f"(From a run's config: rllm.algorithm.estimator_options.{name}.<option>=value. The run-wide "
+                f"options {', '.join(RUN_OPTIONS)} go to every estimator, each taking those it declares.)"
             )
     chosen = {k: v for k, v in run_options.items() if accepted is None or k in accepted}
     return chosen | options

@@ -20,7 +20,7 @@ from rllm_torch.trainer.transform import (
     transform_episodes_to_trajectory_groups,
 )
 from rllm_torch.trainer.unified_trainer import UnifiedTrainer
-from rllm_torch.trainer.validation import pass_at_k, validation_pass_metrics
+from rllm_torch.trainer.validation import unbiased_pass_at_k, validation_pass_metrics
 
 __all__ = [
     "CompactFilteringConfig",
@@ -39,7 +39,7 @@ __all__ = [
     "TokenBatch",
     "build_token_batch",
     "Tracking",
-    "pass_at_k",
+    "unbiased_pass_at_k",
     "validation_pass_metrics",
     "CheckpointStore",
     "CheckpointInfo",

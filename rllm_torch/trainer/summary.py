@@ -61,6 +61,30 @@ def _select(config: Any, key: str, default: Any = None) -> Any:
     return OmegaConf.select(config, key, default=default)
 
 
+def _extras_line(config: Any) -> str:
+    """The settings beyond the default algorithm: estimator options, discounts, KL terms, the
+    reference policy and the critic ("" when none is set)."""
+    algorithm = _select(config, "rllm.algorithm", None)
+    if algorithm is None:
+        return ""
+    parts = []
+    estimators = {algorithm.get("adv_estimator"), *dict(algorithm.get("estimator_map") or {}).values()}
+    for name, options in dict(algorithm.get("estimator_options") or {}).items():
+        if name in estimators and options:
+            parts.append(f"{name} {', '.join(f'{k}={v}' for k, v in dict(options).items())}")
+    if algorithm.get("gamma", 1.0) != 1.0 or algorithm.get("lam", 1.0) != 1.0:
+        parts.append(f"gamma={algorithm.get('gamma')}, lam={algorithm.get('lam')}")
+    if algorithm.get("use_kl_loss"):
+        parts.append(f"KL loss {algorithm.get('kl_loss_type')} x {algorithm.get('kl_loss_coef')}")
+    if algorithm.get("use_kl_in_reward"):
+        parts.append(f"KL in reward {algorithm.get('kl_penalty')} x {algorithm.get('kl_coef')}")
+    if algorithm.get("use_kl_loss") or algorithm.get("use_kl_in_reward"):
+        parts.append(f"reference {_select(config, 'model.ref_path', None) or 'the initial policy'}")
+    if _select(config, "backend.critic.enable", False):
+        parts.append(f"critic (lr {_select(config, 'backend.critic.lr', '?')})")
+    return "; ".join(parts)
+
+
 def _model_line(config: Any, backend: Any) -> str:
     model = getattr(backend, "model", None)
     arch = _select(config, "model.arch", type(model).__name__ if model is not None else "?")
@@ -119,6 +143,7 @@ def startup_summary(trainer: Any, state: Any, resumed: Any, plan: StepPlan) -> l
             f"{estimator} advantages, {algorithm.get('loss_fn', 'ppo')} loss ({algorithm.get('loss_agg_mode', 'token-mean')}), "
             f"{rllm.rollout.n} rollouts per prompt, {_select(config, 'data.train_batch_size', '?')} prompts per step",
         ),
+        *([("extras", extras)] if (extras := _extras_line(config)) else []),
         ("steps", steps + (f"; {plan.note}" if plan.note else "")),
         ("devices", devices),
     ]

@@ -30,9 +30,11 @@ import itertools
 import time
 from collections import Counter
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import torch
 from omegaconf import DictConfig, OmegaConf
 
 from rllm_torch.advantage import collect_reward_and_advantage_from_trajectory_groups
@@ -214,32 +216,40 @@ class UnifiedTrainer:
             state.epoch, state.batch_in_epoch = epoch + 1, 0  # where a checkpoint taken now resumes
 
     async def _train_batch_async(self, batch: Any, state: TrainerState) -> None:
+        """One step's stages, each timed into ``time/{generate, transform, log_probs, advantages,
+        update}`` (seconds; the slowest rank's once reduced; ``time/step`` is their total with
+        the metrics in between)."""
         ranks, group = self.ranks, self.ranks.estimator_group
         self.agent_workflow_engine.set_training_step(state.global_step, mode="train", epoch=state.epoch)
-        state.episodes = await self.backend.generate_episodes(
-            batch, agent_workflow_engine=self.agent_workflow_engine, is_validation=False
-        )
+        with stage_timer(state.metrics, "generate"):
+            state.episodes = await self.backend.generate_episodes(
+                batch, agent_workflow_engine=self.agent_workflow_engine, is_validation=False
+            )
         if not ranks.any(state.has_episodes):
             return
         state.metrics.update(workflow_metrics(state.episodes, prefix="batch", ranks=ranks))
-        state.trajectory_groups, transform_metrics = transform_episodes_to_trajectory_groups(
-            state.episodes,
-            self.transform_config,
-            self.cf_config,
-            traj_grouping_hook=self.traj_grouping_hook,
-            process_group=group,
-        )
-        state.metrics.update(transform_metrics)
-        state.trajectory_groups, state.episodes, rs_metrics = apply_rejection_sampling_and_filtering(
-            state.episodes, state.trajectory_groups, self.rs_config, state.rs_state, process_group=group
-        )
-        state.metrics.update(rs_metrics)
-        if not ranks.any(state.has_trajectory_groups):  # a rank without groups trains on an empty batch
-            return
-        state.backend_batch = self.backend.transform_to_backend_batch(state)
-        await self.backend.process_backend_batch(state)
-        await self.backend.compute_advantages(state, self.algorithm_config)
-        await self.backend.update_policy(state)
+        with stage_timer(state.metrics, "transform"):
+            state.trajectory_groups, transform_metrics = transform_episodes_to_trajectory_groups(
+                state.episodes,
+                self.transform_config,
+                self.cf_config,
+                traj_grouping_hook=self.traj_grouping_hook,
+                process_group=group,
+            )
+            state.metrics.update(transform_metrics)
+            state.trajectory_groups, state.episodes, rs_metrics = apply_rejection_sampling_and_filtering(
+                state.episodes, state.trajectory_groups, self.rs_config, state.rs_state, process_group=group
+            )
+            state.metrics.update(rs_metrics)
+            if not ranks.any(state.has_trajectory_groups):  # a rank without groups trains on an empty batch
+                return
+            state.backend_batch = self.backend.transform_to_backend_batch(state)
+        with stage_timer(state.metrics, "log_probs"):
+            await self.backend.process_backend_batch(state)
+        with stage_timer(state.metrics, "advantages"):
+            await self.backend.compute_advantages(state, self.algorithm_config)
+        with stage_timer(state.metrics, "update"):
+            await self.backend.update_policy(state)
 
     async def _validate_async(self, state: TrainerState) -> dict[str, float]:
         """Validate once per step: pass@1 / pass@n_val per data source, plus reward metrics,
@@ -284,6 +294,22 @@ class UnifiedTrainer:
         self.agent_workflow_engine.shutdown()
         self.backend.shutdown()
         self.logger.finish()
+
+
+@contextmanager
+def stage_timer(metrics: dict[str, float], stage: str):
+    """Time the block into ``metrics[f"time/{stage}"]`` (seconds), waiting for queued CUDA work
+    at both ends so a stage is not charged for the kernels of the one before."""
+    synchronize = torch.cuda.synchronize if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    if synchronize:
+        synchronize()
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        if synchronize:
+            synchronize()
+        metrics[f"time/{stage}"] = time.perf_counter() - start
 
 
 def workflow_metrics(episodes: list[Episode], prefix: str, ranks: RunRanks | None = None) -> dict[str, float]:

@@ -11,10 +11,10 @@ from math import comb
 from rllm_torch.trainer.ranks import RunRanks
 from rllm_torch.types import Episode
 
-__all__ = ["pass_at_k", "validation_pass_metrics"]
+__all__ = ["unbiased_pass_at_k", "validation_pass_metrics"]
 
 
-def pass_at_k(num_samples: int, num_correct: int, k: int) -> float:
+def unbiased_pass_at_k(num_samples: int, num_correct: int, k: int) -> float:
     """Unbiased probability that at least one of ``k`` samples drawn without replacement from
     ``num_samples`` (of which ``num_correct`` are correct) is correct: ``1 - C(n-c, k) / C(n, k)``.
 
@@ -27,11 +27,13 @@ def pass_at_k(num_samples: int, num_correct: int, k: int) -> float:
         ValueError: ``k < 1``, ``n < k`` or ``c`` outside ``[0, n]``.
 
     Example:
-        >>> pass_at_k(4, 1, 1), pass_at_k(4, 1, 4), round(pass_at_k(4, 1, 2), 4)
+        >>> unbiased_pass_at_k(4, 1, 1), unbiased_pass_at_k(4, 1, 4), round(unbiased_pass_at_k(4, 1, 2), 4)
         (0.25, 1.0, 0.5)
     """
     if k < 1 or num_samples < k or not 0 <= num_correct <= num_samples:
-        raise ValueError(f"pass_at_k needs 1 <= k <= n and 0 <= c <= n; got n={num_samples}, c={num_correct}, k={k}.")
+        raise ValueError(
+            f"unbiased_pass_at_k needs 1 <= k <= n and 0 <= c <= n; got n={num_samples}, c={num_correct}, k={k}."
+        )
     if num_samples - num_correct < k:
         return 1.0
     return 1.0 - comb(num_samples - num_correct, k) / comb(num_samples, k)
@@ -46,7 +48,7 @@ def validation_pass_metrics(
     sample and correct counts are gathered once: ``O(tasks)``, not ``O(episodes)``).
 
     pass@1 is the mean over tasks of the fraction of correct samples. pass@n uses
-    :func:`pass_at_k` with k = n_val; a task with fewer than n_val samples (some errored) uses
+    :func:`unbiased_pass_at_k` with k = n_val; a task with fewer than n_val samples (some errored) uses
     k = its sample count. Episodes that ended in error count as incorrect samples.
     """
     tallies: dict[tuple[str, object], list[int]] = defaultdict(lambda: [0, 0])  # (source, task) -> [n, c]
@@ -66,9 +68,9 @@ def validation_pass_metrics(
         by_source[source].append((n, c))
     metrics: dict[str, float] = {}
     for source, counts in sorted(by_source.items()):
-        metrics[f"{prefix}/{source}/pass@1"] = sum(pass_at_k(n, c, 1) for n, c in counts) / len(counts)
+        metrics[f"{prefix}/{source}/pass@1"] = sum(unbiased_pass_at_k(n, c, 1) for n, c in counts) / len(counts)
         if n_val > 1:
-            metrics[f"{prefix}/{source}/pass@{n_val}"] = sum(pass_at_k(n, c, min(n_val, n)) for n, c in counts) / len(
-                counts
-            )
+            metrics[f"{prefix}/{source}/pass@{n_val}"] = sum(
+                unbiased_pass_at_k(n, c, min(n_val, n)) for n, c in counts
+            ) / len(counts)
     return metrics

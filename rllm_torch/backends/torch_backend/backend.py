@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 from torch.nn.parallel import DistributedDataParallel
 from transformers import get_scheduler
@@ -47,7 +48,7 @@ from rllm_torch.backends.torch_backend.policy import build_policy, resolve_devic
 from rllm_torch.backends.torch_backend.rollout import SamplingParams, TorchRolloutEngine
 from rllm_torch.backends.torch_backend.sampling import token_log_probs
 from rllm_torch.backends.torch_backend.tokenizer import load_tokenizer
-from rllm_torch.errors import ConfigError
+from rllm_torch.errors import ConfigError, ModelNotFoundError
 from rllm_torch.trainer.backend import BackendProtocol
 from rllm_torch.trainer.ranks import RunRanks
 from rllm_torch.trainer.state import TrainerState
@@ -130,7 +131,13 @@ class TorchBackend(BackendProtocol):
             ref = copy.deepcopy(self.model)
         else:
             ref_config = OmegaConf.merge(model_config, {"path": model_config.ref_path})
-            ref = build_policy(ref_config, self.tokenizer).to(self.device)
+            try:
+                ref = build_policy(ref_config, self.tokenizer).to(self.device)
+            except ModelNotFoundError as exc:
+                raise ModelNotFoundError(
+                    f"model.ref_path={model_config.ref_path!r}: no model there (expected a directory with config.json, "
+                    "as save_pretrained writes); leave model.ref_path unset for a frozen copy of the initial policy."
+                ) from exc
             mine, theirs = self.model.config.vocab_size, ref.config.vocab_size
             if mine != theirs:
                 raise ConfigError(
@@ -177,6 +184,11 @@ class TorchBackend(BackendProtocol):
 
     def _validate_kl_and_critic(self) -> None:
         algorithm = self.config.rllm.algorithm
+        if self.config.model.get("ref_path") is not None and self.ref_model is None:
+            raise ConfigError(
+                f"model.ref_path={self.config.model.ref_path!r} is set but no KL term uses a reference policy; set "
+                "rllm.algorithm.use_kl_loss=true or use_kl_in_reward=true, or leave model.ref_path unset."
+            )
         for key in ("kl_loss_type", "kl_penalty"):
             if algorithm[key] not in KL_ESTIMATORS:
                 raise ConfigError(f"rllm.algorithm.{key}={algorithm[key]!r} is not one of {KL_ESTIMATORS}.")
@@ -256,12 +268,12 @@ class TorchBackend(BackendProtocol):
         ).to(self.device)
 
     def _log_probs(self, model: torch.nn.Module, batch, rows: slice | torch.Tensor = slice(None)) -> torch.Tensor:
-        return token_log_probs(
-            model,
-            batch.input_ids[rows],
-            batch.attention_mask[rows],
-            temperature=self.config.rllm.rollout.temperature,
-        )
+        """``[R, T]`` token log-probs of ``rows``; the forward runs on the rows cut to their
+        longest real row (right padding beyond it is never computed), padded back with zeros."""
+        ids, mask = batch.input_ids[rows], batch.attention_mask[rows]
+        width = max(int(mask.sum(-1).max()), 1) if mask.shape[0] else mask.shape[1]  # one host sync
+        logp = token_log_probs(model, ids[:, :width], mask[:, :width], temperature=self.config.rllm.rollout.temperature)
+        return F.pad(logp, (0, ids.shape[1] - width))
 
     async def process_backend_batch(self, trainer_state: TrainerState) -> None:
         """Old log-probs (and, when configured, the reference policy's log-probs, the KL penalty

@@ -1,28 +1,34 @@
-"""Batched sampling from a causal LM and per-token log-probs (pure functions of tensors).
+"""Batched sampling from a causal LM through ``transformers``' ``generate`` (KV cache, sampling
+with temperature and top-p), and per-token log-probs (pure functions of tensors).
 
-Prompts are left padded so every row's next token is at the last column; position ids are
-counted over real tokens, so padding does not shift positions.
+Prompts are left padded so every row's next token is at the last column; ``generate`` counts
+position ids over real tokens, so padding does not shift positions, and :func:`token_log_probs`
+does the same for right-padded training rows.
 """
 
 from __future__ import annotations
 
+import logging
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from transformers import GenerationConfig
 
-__all__ = ["sample_completions", "token_log_probs", "top_p_filter"]
+__all__ = ["sample_completions", "token_log_probs"]
 
 
-def top_p_filter(logits_NV: Tensor, top_p: float) -> Tensor:
-    """Logits with every token outside the smallest set of cumulative probability ``>= top_p``
-    set to ``-inf`` (nucleus sampling, Holtzman et al. 2019, arXiv:1904.09751). ``top_p=1``: unchanged."""
-    if top_p >= 1.0:
-        return logits_NV
-    sorted_NV, order_NV = torch.sort(logits_NV, descending=True, dim=-1)
-    cum_NV = sorted_NV.softmax(-1).cumsum(-1)
-    drop_NV = cum_NV - sorted_NV.softmax(-1) >= top_p  # keep the token that crosses top_p
-    sorted_NV = sorted_NV.masked_fill(drop_NV, float("-inf"))
-    return torch.empty_like(logits_NV).scatter_(-1, order_NV, sorted_NV)
+class _EndedRowsMaskWarning(logging.Filter):
+    """Drops transformers' "We strongly recommend passing in an `attention_mask`" warning, which
+    generate's own decode steps raise once a row has ended (its next input is the pad token,
+    here also the end token) although generate masks those rows itself: it is about user inputs,
+    and would mislead every training run's console."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "strongly recommend passing in an `attention_mask`" not in record.getMessage()
+
+
+logging.getLogger("transformers.modeling_utils").addFilter(_EndedRowsMaskWarning())
 
 
 def _forward_logits(model: torch.nn.Module, input_ids_NT: Tensor, attention_mask_NT: Tensor) -> Tensor:
@@ -30,6 +36,15 @@ def _forward_logits(model: torch.nn.Module, input_ids_NT: Tensor, attention_mask
     return model(
         input_ids=input_ids_NT, attention_mask=attention_mask_NT, position_ids=position_ids_NT, use_cache=False
     ).logits
+
+
+def _left_padded(prompts: list[list[int]], pad_token_id: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    width = max(len(p) for p in prompts)
+    ids_NT = torch.full((len(prompts), width), pad_token_id, dtype=torch.int64)
+    mask_NT = torch.zeros((len(prompts), width), dtype=torch.int64)
+    for i, p in enumerate(prompts):
+        ids_NT[i, width - len(p) :], mask_NT[i, width - len(p) :] = torch.tensor(p, dtype=torch.int64), 1
+    return ids_NT.to(device), mask_NT.to(device)
 
 
 @torch.no_grad()
@@ -44,11 +59,18 @@ def sample_completions(
     top_p: float = 1.0,
     generator: torch.Generator | None = None,
 ) -> tuple[list[list[int]], list[list[float]], list[str]]:
-    """Sample one completion per prompt, all prompts in one batch.
+    """Sample one completion per prompt, all prompts in one left-padded ``generate`` call.
 
-    Each step runs the model on the whole sequence so far (no KV cache: responses are short).
-    A row stops after it samples ``eos_token_id`` (kept in its response) or after
-    ``max_new_tokens`` tokens. ``temperature=0`` is greedy decoding.
+    ``model.generate`` with the KV cache, ``do_sample`` with ``temperature`` and nucleus
+    ``top_p`` (``top_k`` off), ``eos_token_id`` and ``pad_token_id``, and the raw logits of
+    every step (``return_dict_in_generate``, ``output_logits``). A row stops after it samples
+    ``eos_token_id`` (kept in its response) or after ``max_new_tokens`` tokens.
+    ``temperature=0`` is greedy decoding.
+
+    ``generate`` samples from torch's global generator; to keep each rank's own ``generator``
+    (saved in checkpoints, so a resumed run samples what an uninterrupted one would), every
+    call draws a seed from ``generator`` and samples under it inside ``torch.random.fork_rng``,
+    leaving the global state untouched.
 
     Returns:
         ``(response_ids, logprobs, finish_reasons)`` per prompt: the sampled ids, their
@@ -56,34 +78,35 @@ def sample_completions(
         distribution the trainer's loss uses; greedy: temperature 1), and ``"stop"`` or ``"length"``.
     """
     device = next(model.parameters()).device
-    width = max(len(p) for p in prompts)
-    ids_NT = torch.full((len(prompts), width), pad_token_id, dtype=torch.int64)
-    mask_NT = torch.zeros((len(prompts), width), dtype=torch.int64)
-    for i, p in enumerate(prompts):
-        ids_NT[i, width - len(p) :], mask_NT[i, width - len(p) :] = torch.tensor(p, dtype=torch.int64), 1
-    ids_NT, mask_NT = ids_NT.to(device), mask_NT.to(device)
-    alive_N = torch.ones(len(prompts), dtype=torch.bool, device=device)
-    new_ids, new_logp, new_alive = [], [], []
-    for _ in range(max_new_tokens):
-        logits_NV = _forward_logits(model, ids_NT, mask_NT)[:, -1].float()
-        scaled_NV = logits_NV / (temperature if temperature > 0 else 1.0)
-        if temperature > 0:
-            probs_NV = top_p_filter(scaled_NV, top_p).softmax(-1)
-            token_N = torch.multinomial(probs_NV, 1, generator=generator).squeeze(1)
-        else:
-            token_N = scaled_NV.argmax(-1)
-        logp_N = scaled_NV.log_softmax(-1).gather(1, token_N[:, None]).squeeze(1)
-        token_N = torch.where(alive_N, token_N, torch.full_like(token_N, pad_token_id))
-        new_ids.append(token_N), new_logp.append(logp_N), new_alive.append(alive_N)
-        ids_NT = torch.cat([ids_NT, token_N[:, None]], 1)
-        mask_NT = torch.cat([mask_NT, alive_N[:, None].long()], 1)
-        alive_N = alive_N & (token_N != eos_token_id)
-        if not bool(alive_N.any()):
-            break
-    ids_NS, logp_NS, kept_NS = (torch.stack(x, 1).cpu() for x in (new_ids, new_logp, new_alive))
+    ids_NT, mask_NT = _left_padded(prompts, pad_token_id, device)
+    sampling = temperature > 0
+    config = GenerationConfig(
+        max_new_tokens=max_new_tokens,
+        do_sample=sampling,
+        temperature=temperature if sampling else None,
+        top_p=top_p if sampling else None,
+        top_k=0 if sampling else None,
+        eos_token_id=eos_token_id,
+        pad_token_id=pad_token_id,
+        return_dict_in_generate=True,
+        output_logits=True,
+        # a preallocated cache for long responses: the dynamic cache's per-step concatenation
+        # cost 3.3 s against 1.9 s for 32 x 256 new tokens (default model, CPU), while for fewer
+        # tokens the static cache's set-up costs more than it saves (64 tokens: 0.56 s vs 0.48 s)
+        cache_implementation="static" if max_new_tokens >= 128 else None,
+    )
+    seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device if generator else "cpu"))
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        out = model.generate(input_ids=ids_NT, attention_mask=mask_NT, generation_config=config)
+    new_NS = out.sequences[:, ids_NT.shape[1] :]
+    logits_NSV = torch.stack(out.logits, 1).float() / (temperature if sampling else 1.0)
+    logp_NS = logits_NSV.log_softmax(-1).gather(2, new_NS[:, :, None]).squeeze(2)
+    ended_NS = (new_NS == eos_token_id).long().cumsum(1)
+    kept_NS = (ended_NS - (new_NS == eos_token_id).long()) == 0  # up to and including the first eos
     lengths = kept_NS.sum(1).tolist()
-    responses = [row[:n] for row, n in zip(ids_NS.tolist(), lengths, strict=True)]
-    logprobs = [row[:n] for row, n in zip(logp_NS.tolist(), lengths, strict=True)]
+    responses = [row[:n] for row, n in zip(new_NS.cpu().tolist(), lengths, strict=True)]
+    logprobs = [row[:n] for row, n in zip(logp_NS.cpu().tolist(), lengths, strict=True)]
     reasons = ["stop" if r and r[-1] == eos_token_id else "length" for r in responses]
     return responses, logprobs, reasons
 
