@@ -160,6 +160,26 @@ def all_rewards_are_numbers(values: list) -> bool:
     return all(issubclass(t, _REWARD_SCALARS) for t in set(map(type, values)))
 
 
+def check_matches(
+    value: Tensor,
+    name: str,
+    like: Tensor,
+    like_name: str,
+    *,
+    error: type[Exception] = InvalidRewardsError,
+    hint: str = "they must match",
+) -> None:
+    """``value`` has ``like``'s shape and device, else ``error`` naming both tensors.
+
+    Raises:
+        error (default InvalidRewardsError): a different shape (with ``hint``) or device.
+    """
+    if value.shape != like.shape:
+        raise error(f"{name} has shape {tuple(value.shape)} but {like_name} has shape {tuple(like.shape)}; {hint}.")
+    if value.device != like.device:
+        raise error(f"{name} is on {value.device} but {like_name} is on {like.device}; move both to one device.")
+
+
 def check_weights(weights: object, rewards: Tensor, *, read_values: bool) -> Tensor:
     """Per-trajectory weights shaped like ``rewards`` (e.g. response lengths, for OPO), as float
     values on the rewards' device; with ``read_values`` (one host sync) also finite and >= 0.
@@ -175,14 +195,7 @@ def check_weights(weights: object, rewards: Tensor, *, read_values: bool) -> Ten
         )
     if weights.dtype == torch.bool or weights.is_complex() or weights.dtype not in REWARD_DTYPES:
         raise InvalidRewardTypeError(f"weights must have an integer or floating dtype, got {weights.dtype}.")
-    if weights.shape != rewards.shape:
-        raise InvalidRewardsError(
-            f"weights has shape {tuple(weights.shape)} but rewards has shape {tuple(rewards.shape)}; give one weight per trajectory."
-        )
-    if weights.device != rewards.device:
-        raise InvalidRewardsError(
-            f"weights is on {weights.device} but rewards is on {rewards.device}; move both to one device."
-        )
+    check_matches(weights, "weights", rewards, "rewards", hint="give one weight per trajectory")
     if read_values and weights.numel():
         bad = ~torch.isfinite(weights) | (weights < 0) if weights.is_floating_point() else weights < 0
         if bool(bad.any()):

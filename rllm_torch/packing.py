@@ -22,6 +22,7 @@ from torch import Tensor
 
 from rllm_torch._checks import (
     check_group_index,
+    check_matches,
     check_reward_tensor,
     check_weights,
     group_to_array,
@@ -378,14 +379,7 @@ class GroupedRewards:
             raise InvalidGroupIndexError(
                 f"mask must be a bool tensor, got {getattr(mask, 'dtype', type(mask).__name__)}."
             )
-        if mask.shape != rewards.shape:
-            raise InvalidGroupIndexError(
-                f"mask has shape {tuple(mask.shape)} but rewards has shape {tuple(rewards.shape)}; they must match."
-            )
-        if mask.device != rewards.device:
-            raise InvalidGroupIndexError(
-                f"mask is on {mask.device} but rewards is on {rewards.device}; move both to one device."
-            )
+        check_matches(mask, "mask", rewards, "rewards", error=InvalidGroupIndexError)
         rows_N, cols_N = mask.nonzero(as_tuple=True)
         packed = cls(rewards[rows_N, cols_N], rows_N, num_groups, None, group_major=True)
         packed.__dict__["slot_index"] = cols_N

@@ -24,6 +24,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
 
+from rllm_torch._checks import check_matches
 from rllm_torch.distributed import ONE_PROCESS, agree_across_ranks, check_backend_carries, resolve_process_group
 from rllm_torch.errors import InvalidRewardsError, InvalidRewardTypeError, RLLMTorchError
 from rllm_torch.segment import accumulation_dtype, merge_moments
@@ -134,14 +135,7 @@ def _check_token_tensor(value: object, name: str, like: Tensor | None, *, mask: 
         if value.dim() != 2:
             raise InvalidRewardsError(f"{name} must be [B, T] (one row per response), got shape {tuple(value.shape)}.")
         return value
-    if value.shape != like.shape:
-        raise InvalidRewardsError(
-            f"{name} has shape {tuple(value.shape)} but token_level_rewards has {tuple(like.shape)}; they must match."
-        )
-    if value.device != like.device:
-        raise InvalidRewardsError(
-            f"{name} is on {value.device} but token_level_rewards is on {like.device}; move both to one device."
-        )
+    check_matches(value, name, like, "token_level_rewards")
     return value
 
 
