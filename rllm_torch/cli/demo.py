@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{batch.num_groups} groups, {batch.num_trajectories} trajectories on {batch.device}")
     _show("rewards", batch, batch.rewards)
     for name in registered_estimator_names():
-        _show(name, batch, advantages(batch, name))
+        title = f"{name} (k={int(batch.layout.counts.min())}, the smallest group)" if name == "pass_at_k" else name
+        _show(title, batch, advantages(batch, name))
 
 
 def _show(title: str, batch: GroupedRewards, values: torch.Tensor) -> None:
