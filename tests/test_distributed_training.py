@@ -37,8 +37,17 @@ SPLITS = {"uneven": (3, 1), "rank 1 empty": (4, 0)}
         ["rllm.algorithm.loss_agg_mode=token-mean", "backend.ppo_epochs=2", "rllm.algorithm.loss_fn=cispo"],
         ["rllm.algorithm.loss_agg_mode=token-mean", "backend.parallelism=fsdp"],
         ["rllm.algorithm.loss_agg_mode=seq-mean-token-mean", "backend.parallelism=fsdp", "model.arch=llama"],
+        ["rllm.algorithm.adv_estimator=gae", "backend.critic.enable=true", "rllm.algorithm.lam=0.9"],
     ],
-    ids=["token-mean", "seq-mean-token-mean", "sum-norm+reinforce++", "2 epochs+cispo", "fsdp", "fsdp+llama"],
+    ids=[
+        "token-mean",
+        "seq-mean-token-mean",
+        "sum-norm+reinforce++",
+        "2 epochs+cispo",
+        "fsdp",
+        "fsdp+llama",
+        "gae+critic",
+    ],
 )
 def test_one_update_on_two_ranks_gives_the_weights_of_one_process(pool, split, dotlist):
     groups = tasks.fixed_groups(seed=7, num_groups=4, n=4, eos=tasks.eos_id())
@@ -46,7 +55,7 @@ def test_one_update_on_two_ranks_gives_the_weights_of_one_process(pool, split, d
     shares = [groups[:first], groups[first:]]
     (w0, m0), (w1, m1) = pool.run_ok(tasks.one_update, [(share, dotlist, True) for share in shares])
     want_w, want_m = tasks.one_update(groups, [d for d in dotlist if "parallelism" not in d], False)
-    initial = tasks.initial_weights(*[d for d in dotlist if d.startswith("model.")])
+    initial = tasks.initial_weights(*[d for d in dotlist if d.startswith(("model.", "backend.critic"))])
     g0, g1, want_g = m0.pop("grads"), m1.pop("grads"), want_m.pop("grads")
     assert want_g.keys() == g0.keys() and want_g  # lm_head is tied to wte: one parameter
     for key, want in want_g.items():  # DDP's all-reduced gradient is the global loss's gradient

@@ -191,11 +191,11 @@ def test_ppo_with_a_critic_trains_checkpoints_the_critic_and_resumes_it(tmp_path
     assert all(r["critic/vf_loss"] > 0 and r["critic/grad_norm"] > 0 and "returns/solver/mean" in r for r in train_rows)
     state = torch.load(tmp_path / "checkpoints" / "step_000002" / "backend.pt", weights_only=False)
     saved = state["critic"] if "critic" in state else state["backend"]["critic"]
-    for name, value in trainer.backend.critic.state_dict().items():
+    for name, value in trainer.backend.critic.model.state_dict().items():
         assert torch.equal(saved[name], value), name
     resumed = TorchBackend(make_config(tmp_path, *SMALL, *gae), alphabet="0123456789+=")
     resumed.load_state_dict(trainer.backend.state_dict())
-    for a, b in zip(resumed.critic.parameters(), trainer.backend.critic.parameters(), strict=True):
+    for a, b in zip(resumed.critic.model.parameters(), trainer.backend.critic.model.parameters(), strict=True):
         assert torch.equal(a, b)
 
 

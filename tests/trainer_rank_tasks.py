@@ -85,10 +85,18 @@ def one_update(data: list[dict], dotlist: list[str], distributed: bool) -> tuple
         await backend.update_policy(state)
 
     asyncio.run(step())
-    weights = {k: _full(v) for k, v in backend.model.state_dict().items()}
+    weights = _weights(backend)
     # the last mini-batch's gradient is still in .grad (zero_grad runs before each backward)
     grads = {k: _full(p.grad) for k, p in backend.model.named_parameters() if p.grad is not None}
     return weights, state.metrics | {"grads": grads}
+
+
+def _weights(backend: TorchBackend) -> dict:
+    """The policy's weights, and the critic's (``critic.``-prefixed) when there is one."""
+    weights = {k: _full(v) for k, v in backend.model.state_dict().items()}
+    if backend.critic is not None:
+        weights |= {f"critic.{k}": _full(v) for k, v in backend.critic.model.state_dict().items()}
+    return weights
 
 
 def _full(tensor: torch.Tensor) -> torch.Tensor:
@@ -129,6 +137,5 @@ def local_normaliser_update(data: list[dict]) -> tuple[dict, dict]:
 
 
 def initial_weights(*dotlist: str) -> dict:
-    """The policy's weights before any update (the same seed as :func:`one_update`)."""
-    backend = TorchBackend(backend_config(*dotlist), alphabet=ALPHABET)
-    return {k: v.detach().clone() for k, v in backend.model.state_dict().items()}
+    """The policy's (and critic's) weights before any update (the same seed as :func:`one_update`)."""
+    return _weights(TorchBackend(backend_config(*dotlist), alphabet=ALPHABET))

@@ -32,14 +32,13 @@ from omegaconf import DictConfig, OmegaConf
 from torch.nn.parallel import DistributedDataParallel
 from transformers import get_scheduler
 
-from rllm_torch.backends.torch_backend.critic import build_critic, token_values
+from rllm_torch.backends.torch_backend.critic import Critic
 from rllm_torch.backends.torch_backend.data import TaskDataLoader
 from rllm_torch.backends.torch_backend.losses import (
     AGG_MODES,
     KL_ESTIMATORS,
     LOSS_FNS,
     aggregate_loss,
-    clipped_value_loss,
     kl_penalty,
     loss_normaliser,
     policy_loss,
@@ -93,21 +92,21 @@ class TorchBackend(BackendProtocol):
         algorithm = rllm.algorithm
         self.use_kl_loss, self.use_kl_in_reward = bool(algorithm.use_kl_loss), bool(algorithm.use_kl_in_reward)
         self.ref_model = self._reference_policy(config.model) if self.use_kl_loss or self.use_kl_in_reward else None
-        self.critic_settings = self.settings.critic
-        self.critic = (
-            build_critic(config.model, self.model, seed=self.settings.seed + 1) if self.critic_settings.enable else None
-        )
         self.parallelism = self.settings.get("parallelism", "ddp")
         self.sharded = self.ranks.distributed and self.parallelism == "fsdp"
-        self.train_model = self._wrap(self.model)
-        self.train_critic = self._wrap(self.critic) if self.critic is not None and not self.sharded else self.critic
-        self.critic_optimizer = (
-            torch.optim.AdamW(
-                self.critic.parameters(), lr=self.critic_settings.lr, weight_decay=self.critic_settings.weight_decay
+        self.critic = (
+            Critic(
+                config.model,
+                self.model,
+                self.settings.critic,
+                seed=self.settings.seed + 1,
+                wrap=self._wrap if not self.sharded else (lambda module: module),  # fsdp: refused in validate_config
+                pad_token_id=self.tokenizer.pad_token_id,
             )
-            if self.critic is not None
+            if self.settings.critic.enable
             else None
         )
+        self.train_model = self._wrap(self.model)
         self.loss_fn = rllm.algorithm.loss_fn or "ppo"
         self.loss_agg_mode = rllm.algorithm.get("loss_agg_mode", "token-mean")
         self.loss_agg_horizon = rllm.algorithm.get("loss_agg_horizon") or rllm.rollout.max_new_tokens
@@ -254,12 +253,11 @@ class TorchBackend(BackendProtocol):
 
         return gathered_weights(self.model)
 
-    def _dummy_forward(self, module: torch.nn.Module | None = None) -> torch.Tensor:
-        """A one-token forward through a training module (the policy's by default): a rank with no
-        row takes part in the collectives that the others' forwards (FSDP) and backwards (DDP,
-        FSDP) run."""
+    def _dummy_forward(self) -> torch.Tensor:
+        """A one-token forward through the training module: a rank with no row takes part in the
+        collectives that the others' forwards (FSDP) and backwards (DDP, FSDP) run."""
         dummy = torch.full((1, 1), self.tokenizer.pad_token_id, dtype=torch.int64, device=self.device)
-        return (module or self.train_model)(input_ids=dummy).logits.sum() * 0.0
+        return self.train_model(input_ids=dummy).logits.sum() * 0.0
 
     def transform_to_backend_batch(self, trainer_state: TrainerState):
         use_pre = bool(self.config.rllm.algorithm.use_precomputed_advantage)
@@ -292,11 +290,7 @@ class TorchBackend(BackendProtocol):
                     self._log_probs(self.ref_model, batch) if has_rows else torch.zeros_like(batch.old_log_probs)
                 )
             if self.critic is not None:
-                batch.values = (
-                    token_values(self.critic, batch.input_ids, batch.attention_mask) * batch.response_mask
-                    if has_rows
-                    else torch.zeros_like(batch.old_log_probs)
-                )
+                batch.values = self.critic.values(batch)
         mask = batch.response_mask
         sums = [((batch.old_log_probs - batch.rollout_log_probs).abs() * mask).sum(), mask.sum()]
         if self.ref_model is not None:
@@ -348,7 +342,7 @@ class TorchBackend(BackendProtocol):
             return
         num_minis = -(-total_rows // min(s.mini_batch_size or total_rows, total_rows))
         self._ensure_scheduler(trainer_state, s.ppo_epochs * num_minis)
-        local_stats, grad_norms, critic_norms = [], [], []
+        local_stats, grad_norms = [], []
         for _ in range(s.ppo_epochs):
             order = torch.randperm(num_rows, device=self.device)
             for rows in order.tensor_split(num_minis):  # this rank's part of each global mini-batch
@@ -360,12 +354,19 @@ class TorchBackend(BackendProtocol):
                 self.optimizer.step()
                 self.scheduler.step()
                 if self.critic is not None:
-                    stats |= self._critic_step(batch, rows, normaliser, critic_norms)
+                    stats |= self.critic.step(
+                        batch,
+                        rows,
+                        normaliser,
+                        loss_agg_mode=self.loss_agg_mode,
+                        horizon=self.loss_agg_horizon,
+                        world_size=ranks.world_size,
+                    )
                 local_stats.append(stats)
         trainer_state.metrics |= self._global_update_stats(local_stats, grad_norms)
         trainer_state.metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
-        if critic_norms:
-            trainer_state.metrics["critic/grad_norm"] = float(torch.stack(critic_norms).float().mean())
+        if self.critic is not None and (critic_norm := self.critic.take_grad_norm()) is not None:
+            trainer_state.metrics["critic/grad_norm"] = critic_norm
 
     def _global_normaliser(self, mask_RT: torch.Tensor) -> torch.Tensor:
         """``loss_agg_mode``'s normaliser of a mini-batch over every rank's rows (one all-reduce)."""
@@ -411,37 +412,6 @@ class TorchBackend(BackendProtocol):
             stats["kl_loss"] = kl_loss.detach()
         return (loss + anchor) * world, stats
 
-    def _critic_step(
-        self, batch, rows: torch.Tensor, normaliser: torch.Tensor, grad_norms: list[torch.Tensor]
-    ) -> dict[str, torch.Tensor]:
-        """One AdamW step of the critic on ``rows``: the clipped value loss against the GAE returns
-        (normalised over the global mini-batch like the policy loss). Returns its stats."""
-        c, world = self.critic_settings, self.ranks.world_size
-        mask_RT = batch.response_mask[rows]
-        if rows.numel():
-            values, anchor = token_values(self.train_critic, batch.input_ids[rows], batch.attention_mask[rows]), 0.0
-        else:
-            values, anchor = batch.values[rows], self._dummy_forward(self.train_critic)
-        loss, extra = clipped_value_loss(
-            values,
-            batch.values[rows],
-            batch.returns[rows],
-            mask_RT,
-            cliprange_value=c.cliprange_value,
-            loss_agg_mode=self.loss_agg_mode,
-            horizon=self.loss_agg_horizon,
-            normaliser=normaliser,
-        )
-        self.critic_optimizer.zero_grad(set_to_none=True)
-        ((c.loss_coef * loss + anchor) * world).backward()
-        grad_norms.append(torch.nn.utils.clip_grad_norm_(self.critic.parameters(), c.grad_clip))
-        self.critic_optimizer.step()
-        tokens = mask_RT.sum()
-        return {"critic/vf_loss": loss.detach()} | {
-            "critic/vf_clipfrac": extra["vf_clipfrac"] * tokens,
-            "critic/values": (values.detach() * mask_RT).sum(),
-        }
-
     def _global_update_stats(self, local_stats: list[dict], grad_norms: list[torch.Tensor]) -> dict[str, float]:
         """Means over the mini-batches of the global values: the shares of a loss (summed over the
         ranks), ``grad_norm`` (the same on every rank after DDP's all-reduce) and the token means
@@ -472,7 +442,7 @@ class TorchBackend(BackendProtocol):
             return {"scheduler": scheduler}
         state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "scheduler": scheduler}
         if self.critic is not None:
-            state |= {"critic": self.critic.state_dict(), "critic_optimizer": self.critic_optimizer.state_dict()}
+            state |= self.critic.state_dict()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -481,13 +451,7 @@ class TorchBackend(BackendProtocol):
             self.model.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
         if self.critic is not None:
-            if "critic" not in state:
-                raise ConfigError(
-                    "backend.critic.enable=true but the checkpoint has no critic (it was written by a run without one); "
-                    "resume with the run's own settings, or start a new run (rllm.trainer.resume_mode=disable)."
-                )
-            self.critic.load_state_dict(state["critic"])
-            self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+            self.critic.load_state_dict(state)
         self.scheduler, self._pending_scheduler_state = None, state["scheduler"]
 
     def sharded_state_dict(self) -> dict[str, Any] | None:

@@ -11,6 +11,7 @@ token log-probs, so ``values[:, t]`` lines up with ``log_probs[:, t]`` and the r
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,10 @@ import torch.nn.functional as F
 from torch import Tensor
 from transformers import AutoModelForTokenClassification, PreTrainedModel
 
-__all__ = ["build_critic", "token_values"]
+from rllm_torch.backends.torch_backend.losses import clipped_value_loss
+from rllm_torch.errors import ConfigError
+
+__all__ = ["Critic", "build_critic", "token_values"]
 
 
 def build_critic(model_config: Any, policy: PreTrainedModel, *, seed: int = 0) -> PreTrainedModel:
@@ -56,3 +60,99 @@ def token_values(critic: torch.nn.Module, input_ids: Tensor, attention_mask: Ten
     """
     out = critic(input_ids=input_ids, attention_mask=attention_mask).logits  # [N, T, 1]
     return F.pad(out[:, :-1, 0].float(), (1, 0))
+
+
+class Critic:
+    """The value model, its training wrapper and its AdamW (``backend.critic.*``).
+
+    Args:
+        model_config: the ``model`` config group (see :func:`build_critic`).
+        policy: the policy whose architecture the critic copies (and device).
+        settings: ``backend.critic``: ``lr``, ``weight_decay``, ``grad_clip``, ``cliprange_value``,
+            ``loss_coef``.
+        seed: seeds the critic's initialisation.
+        wrap: the training wrapper of the backend (DDP over the ranks, or the identity).
+        pad_token_id: the token of the one-token forward a rank without rows runs.
+    """
+
+    def __init__(
+        self,
+        model_config: Any,
+        policy: PreTrainedModel,
+        settings: Any,
+        *,
+        seed: int,
+        wrap: Callable[[torch.nn.Module], torch.nn.Module],
+        pad_token_id: int,
+    ) -> None:
+        self.settings = settings
+        self.model = build_critic(model_config, policy, seed=seed)
+        self.train_model = wrap(self.model)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
+        self.pad_token_id = pad_token_id
+        self.grad_norms: list[Tensor] = []
+
+    @torch.no_grad()
+    def values(self, batch: Any) -> Tensor:
+        """``[R, T]`` float32 values of the batch's response tokens (0 elsewhere, and for no rows)."""
+        if not batch.input_ids.shape[0]:
+            return torch.zeros_like(batch.response_mask)
+        return token_values(self.model, batch.input_ids, batch.attention_mask) * batch.response_mask
+
+    def step(
+        self, batch: Any, rows: Tensor, normaliser: Tensor, *, loss_agg_mode: str, horizon: int, world_size: int
+    ) -> dict[str, Tensor]:
+        """One AdamW step on ``rows``: the clipped value loss against ``batch.returns``, normalised
+        over the global mini-batch like the policy loss (times ``world_size`` for DDP's mean). A
+        rank without rows runs a zero loss through a one-token forward, so DDP's all-reduce stays
+        in step. Returns the step's stats: ``critic/vf_loss`` (this rank's share) and the token
+        sums ``critic/vf_clipfrac``, ``critic/values``; the gradient norm goes to ``grad_norms``."""
+        s = self.settings
+        mask_RT = batch.response_mask[rows]
+        if rows.numel():
+            values, anchor = token_values(self.train_model, batch.input_ids[rows], batch.attention_mask[rows]), 0.0
+        else:
+            dummy = torch.full((1, 1), self.pad_token_id, dtype=torch.int64, device=batch.input_ids.device)
+            values, anchor = batch.values[rows], self.train_model(input_ids=dummy).logits.sum() * 0.0
+        loss, extra = clipped_value_loss(
+            values,
+            batch.values[rows],
+            batch.returns[rows],
+            mask_RT,
+            cliprange_value=s.cliprange_value,
+            loss_agg_mode=loss_agg_mode,
+            horizon=horizon,
+            normaliser=normaliser,
+        )
+        self.optimizer.zero_grad(set_to_none=True)
+        ((s.loss_coef * loss + anchor) * world_size).backward()
+        self.grad_norms.append(torch.nn.utils.clip_grad_norm_(self.model.parameters(), s.grad_clip))
+        self.optimizer.step()
+        tokens = mask_RT.sum()
+        return {
+            "critic/vf_loss": loss.detach(),
+            "critic/vf_clipfrac": extra["vf_clipfrac"] * tokens,
+            "critic/values": (values.detach() * mask_RT).sum(),
+        }
+
+    def take_grad_norm(self) -> float | None:
+        """The mean gradient norm of the steps since the last call (None if there was none)."""
+        norms, self.grad_norms = self.grad_norms, []
+        return float(torch.stack(norms).float().mean()) if norms else None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"critic": self.model.state_dict(), "critic_optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore from a backend checkpoint's state (the keys of :meth:`state_dict`).
+
+        Raises:
+            ConfigError: the checkpoint was written by a run without a critic.
+        """
+        if "critic" not in state:
+            raise ConfigError(
+                "backend.critic.enable=true but the checkpoint has no critic (it was written by a run without one); "
+                "resume with the run's own settings, or start a new run (rllm.trainer.resume_mode=disable)."
+            )
+        self.model.load_state_dict(state["critic"])
+        self.optimizer.load_state_dict(state["critic_optimizer"])
