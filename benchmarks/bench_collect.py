@@ -14,12 +14,12 @@ from __future__ import annotations
 import argparse
 import gc
 import platform
-import subprocess
 import time
 from collections import defaultdict
 
 import numpy as np
 import torch
+from machine import cpu_name
 
 from rllm_torch import (
     AlgorithmConfig,
@@ -142,15 +142,7 @@ def phases(groups: list[TrajectoryGroup], config: AlgorithmConfig, repeats: int)
 
 
 def machine() -> str:
-    model = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
-            if line.startswith("Model name")
-        ),
-        platform.processor(),
-    )
-    return f"{model}; {torch.get_num_threads()} torch threads, {len(__import__('os').sched_getaffinity(0))} cores available; torch {torch.__version__}; numpy {np.__version__}; Python {platform.python_version()}"
+    return f"{cpu_name()}; {torch.get_num_threads()} torch threads, {len(__import__('os').sched_getaffinity(0))} cores available; torch {torch.__version__}; numpy {np.__version__}; Python {platform.python_version()}"
 
 
 def main() -> None:

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from machine import cpu_name
 
 import rllm_torch
 from rllm_torch import GroupedRewards, compute_advantages
@@ -282,11 +283,7 @@ def table(rows: list[dict]) -> str:
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    cpu = cpu_name()
     return (
         f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, torch {torch.__version__}, "
         f"rllm_torch {rllm_torch.__version__}, gloo over loopback, 1 thread per process"

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+from machine import cpu_name  # noqa: E402
 from references import dict_loop, factorize_bincount, per_group_loop  # noqa: E402
 
 import rllm_torch  # noqa: E402
@@ -156,14 +157,7 @@ def format_row(r: dict) -> str:
 
 
 def machine(device: str) -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_name()
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     text = f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB; torch {torch.__version__} ({torch.get_num_threads()} threads), numpy {np.__version__}, Python {platform.python_version()}"
     if device == "cuda":

@@ -25,13 +25,13 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import platform
 import statistics
 import sys
 import time
 from pathlib import Path
 
 import torch
+from machine import cpu_name
 
 from rllm_torch.estimators.token_level import discounted_returns
 
@@ -104,7 +104,7 @@ def run(shapes: list[tuple[int, int]], gammas: list[float]) -> list[dict]:
 
 
 def write(rows: list[dict], path: Path) -> None:
-    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    machine = f"{cpu_name()}, {os.cpu_count()} cores"
     lines = [
         "# Discounted returns over [B, T]: our scan against the alternatives",
         "",

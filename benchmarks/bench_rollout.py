@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -24,6 +23,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 import transformers
+from machine import cpu_name
 from omegaconf import OmegaConf
 
 from rllm_torch.backends.torch_backend import build_char_tokenizer, sample_completions
@@ -85,7 +85,7 @@ def run(device: str, lengths: list[int], num_prompts: int) -> list[dict]:
 
 
 def write(rows: list[dict], path: Path, device: str, num_prompts: int) -> None:
-    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    machine = f"{cpu_name()}, {os.cpu_count()} cores"
     if device == "cuda":
         machine += f", {torch.cuda.get_device_name()}"
     lines = [

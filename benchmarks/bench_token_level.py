@@ -25,13 +25,13 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from machine import cpu_name
 
 from rllm_torch import GroupedRewards, broadcast_to_tokens, grpo, sequence_scores
 
@@ -145,11 +145,7 @@ def main() -> None:
             f"{r['verl loop']:.1f} | {r['floor']:.2f} | {r['verl vectorized'] / r['ours (buffer)']:.1f}x | "
             f"{r['ours (buffer)'] / r['floor']:.1f}x |"
         )
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    cpu = cpu_name()
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     section = "\n".join(
         [

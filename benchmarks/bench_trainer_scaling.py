@@ -24,7 +24,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -32,6 +31,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+from machine import cpu_name
 
 RESULTS = Path(__file__).parent / "RESULTS_trainer_scaling.md"
 WARMUP_STEPS = 5
@@ -124,11 +124,7 @@ def main() -> None:
     print(text)
     if args.steps < 40:
         return
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    cpu = cpu_name()
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     RESULTS.write_text(
         f"# Trainer scaling: measured {stamp}\n\n`python benchmarks/bench_trainer_scaling.py` ({args.steps} steps per run) "
