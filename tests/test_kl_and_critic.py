@@ -258,3 +258,30 @@ def test_a_critic_value_is_the_head_at_the_position_before_the_token():
         head = critic(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[0, :, 0]
     assert values[0, 0] == 0.0 and torch.equal(values[0, 1:], head[:-1])
     assert torch.equal(values[0, :4], changed[0, :4]) and values[0, 4] != changed[0, 4]
+
+
+def test_a_token_level_role_beside_an_outcome_role_gets_only_its_own_rows():
+    mask = torch.tensor([[0.0, 1.0, 1.0], [0.0, 1.0, 0.0], [0.0, 1.0, 1.0], [0.0, 1.0, 1.0]])
+    batch = TokenBatch(
+        torch.zeros(4, 3, dtype=torch.long),
+        torch.ones(4, 3, dtype=torch.long),
+        mask,
+        torch.tensor([1.0, 0.0, 3.0, 5.0], dtype=torch.float64),
+        torch.tensor([0, 0, 1, 1]),
+        ["judge", "solver"],
+        torch.zeros(4, 3),
+    )
+    config = AlgorithmConfig(estimator="reinforce_plus_plus", estimator_map={"judge": "grpo"}, gamma=0.5)
+    compute_token_advantages(batch, config)
+    # solver (rows 2, 3): returns of [0, 0, 3] and [0, 0, 5] at gamma 0.5, whitened over its 4 tokens
+    returns = torch.tensor([[0.0, 1.5, 3.0], [0.0, 2.5, 5.0]])
+    trained = returns[mask[2:] > 0]
+    torch.testing.assert_close(batch.returns[2:], returns)
+    torch.testing.assert_close(
+        batch.advantages[2:], (returns - trained.mean()) / (trained.std(correction=0) + 1e-6) * mask[2:]
+    )
+    # judge (rows 0, 1): grpo of [1, 0] broadcast over each row's mask; no returns
+    torch.testing.assert_close(
+        batch.advantages[:2], torch.tensor([[0.0, 1.0, 1.0], [0.0, -1.0, 0.0]]), atol=1e-5, rtol=0
+    )
+    assert torch.equal(batch.returns[:2], torch.zeros(2, 3))

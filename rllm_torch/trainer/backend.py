@@ -103,13 +103,22 @@ def token_level_rewards(batch: TokenBatch, rows: torch.Tensor | None = None) -> 
 
 
 def _token_level_role(
-    batch: TokenBatch, estimator: object, in_role_G: torch.Tensor, kwargs: dict, group: object, role: str
+    batch: TokenBatch,
+    estimator: object,
+    in_role: list[bool],
+    scores_N: torch.Tensor,
+    kwargs: dict,
+    group: object,
+    role: str,
 ) -> dict[str, float]:
-    """Token-level estimator of one role: over the role's rows, written into ``batch.advantages``
-    and ``batch.returns``; returns the role's metrics (over its trained tokens)."""
-    in_role_R = in_role_G[batch.group_index[_row_trajectories(batch)]]
-    everything = bool(in_role_R.all())
-    rows = None if everything else torch.nonzero(in_role_R).squeeze(1)
+    """Token-level estimator of one role (``in_role``: whether each group is one of its RL
+    groups, a host list): over the role's rows, written into ``batch.advantages`` and
+    ``batch.returns``; returns the role's metrics (over its trained tokens). When every group
+    is the role's, no row is selected (no host sync)."""
+    in_role_G = torch.tensor(in_role, dtype=torch.bool, device=batch.group_index.device)
+    rows = None
+    if not all(in_role):
+        rows = torch.nonzero(in_role_G[batch.group_index[_row_trajectories(batch)]]).squeeze(1)
     select = slice(None) if rows is None else rows
     mask_RT = batch.response_mask[select]
     values = None if batch.values is None else batch.values[select]
@@ -130,20 +139,19 @@ def _token_level_role(
         batch.advantages = batch.advantages.index_copy(0, rows, adv_RT)
         batch.returns = batch.returns.index_copy(0, rows, returns_RT)
     trained = mask_RT > 0
-    metrics = summary_metrics(
-        outcome_scores(batch)[in_role_G[batch.group_index]], f"reward/{role}", process_group=group
-    )
+    metrics = summary_metrics(scores_N[in_role_G[batch.group_index]], f"reward/{role}", process_group=group)
     metrics |= summary_metrics(adv_RT[trained], f"advantage/{role}", fraction_zero=True, process_group=group)
     metrics |= summary_metrics(returns_RT[trained], f"returns/{role}", process_group=group)
     return metrics
 
 
-def _role_remap(batch: TokenBatch, role: str, pre_G: list[bool]) -> torch.Tensor:
-    """``[G]`` int64: each group's index among the RL groups of ``role``, -1 for the others."""
+def _role_remap(batch: TokenBatch, role: str, pre_G: list[bool]) -> tuple[torch.Tensor, int]:
+    """``([G] int64, count)``: each group's index among the ``count`` RL groups of ``role``, -1
+    for the others (built from the host lists: no sync)."""
     role_groups = [g for g, (r, p) in enumerate(zip(batch.group_roles, pre_G, strict=True)) if r == role and not p]
     remap_G = torch.full((batch.num_groups,), -1, dtype=torch.int64, device=batch.rewards.device)
     remap_G[role_groups] = torch.arange(len(role_groups), device=remap_G.device)
-    return remap_G
+    return remap_G, len(role_groups)
 
 
 def compute_token_advantages(
@@ -213,12 +221,12 @@ def compute_token_advantages(
             rows_N, rewards_N, weights_N = None, scores_N, lengths_N
             group_index_N, num_groups, untrained = batch.group_index, batch.num_groups, 0
         else:
-            remap_G = _role_remap(batch, role, pre_G)
+            remap_G, num_groups = _role_remap(batch, role, pre_G)
             in_role_N = remap_G[batch.group_index] >= 0
             untrained = int((in_role_N & ~trained_N).sum())
             rows_N = torch.nonzero(in_role_N & trained_N).squeeze(1)  # untrained: out of the statistics, advantage 0
             rewards_N, weights_N = scores_N[rows_N], lengths_N[rows_N]
-            group_index_N, num_groups = remap_G[batch.group_index[rows_N]], int((remap_G >= 0).sum())
+            group_index_N = remap_G[batch.group_index[rows_N]]
         packed = GroupedRewards.from_flat(
             rewards_N, group_index_N, num_groups=num_groups, weights=weights_N, validate=False, **ranks
         )
@@ -234,9 +242,9 @@ def compute_token_advantages(
     batch.advantages = broadcast_to_tokens(row_adv_R, batch.response_mask)  # float32 tokens; float64 statistics above
     for role in token_roles:
         estimator = _estimator_of(role, algorithm_config)
-        in_role_G = _role_remap(batch, role, pre_G) >= 0
+        in_role = [r == role and not p for r, p in zip(batch.group_roles, pre_G, strict=True)]
         kwargs = algorithm_config.estimator_call_kwargs(estimator)
-        metrics |= _token_level_role(batch, estimator, in_role_G, kwargs, group, role)
+        metrics |= _token_level_role(batch, estimator, in_role, scores_N, kwargs, group, role)
     if pre_roles:
         metrics |= _keep_precomputed(batch, pre_G, pre_roles, group)
     return metrics
