@@ -43,10 +43,15 @@ def test_a_wheel_in_a_fresh_venv_runs_an_example_experiment(tmp_path):
         capture_output=True,
         text=True,
         check=True,
+        timeout=60,
     ).stdout.strip()
     Path(purelib, "deps.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     where = subprocess.run(
-        [python, "-c", "import rllm_torch; print(rllm_torch.__file__)"], capture_output=True, text=True, cwd=tmp_path
+        [python, "-c", "import rllm_torch; print(rllm_torch.__file__)"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
     )
     assert where.stdout.startswith(str(venv)), where.stdout + where.stderr  # the wheel, not the checkout
     done = subprocess.run(

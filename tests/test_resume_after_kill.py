@@ -64,7 +64,7 @@ def test_a_run_killed_with_sigkill_resumes_and_logs_what_an_uninterrupted_run_lo
     ):
         time.sleep(0.005)
     victim.send_signal(signal.SIGKILL)
-    assert victim.wait() == -signal.SIGKILL, "the run finished before it could be killed"
+    assert victim.wait(timeout=30) == -signal.SIGKILL, "the run finished before it could be killed"
     saved = checkpoint_steps(killed)
     assert saved and saved[-1] < 40
 
