@@ -131,3 +131,66 @@ def test_a_few_real_training_steps_update_the_tiny_model_and_save_a_loadable_che
     reloaded = build_policy(OmegaConf.merge(TINY, {"path": str(tmp_path / "checkpoints" / "final")}), trainer.tokenizer)
     for a, b in zip(reloaded.parameters(), trainer.backend.model.parameters(), strict=True):
         torch.testing.assert_close(a, b.cpu())
+
+
+def _backend_step(dotlist: list[str], *, recompute_old: bool = False):
+    """One real step of the torch backend on fixed groups: ``(backend, metrics, old log-probs
+    after process_backend_batch, policy forwards)``. ``recompute_old``: fill the old log-probs
+    with a separate no-gradient pass before the update, as the backend did before it skipped it."""
+    import asyncio
+
+    from trainer_rank_tasks import AlgorithmConfigFrom, _groups, backend_config, eos_id, fixed_groups
+
+    from rllm_torch.backends.torch_backend.backend import TorchBackend
+    from rllm_torch.trainer.state import TrainerState
+
+    config = backend_config(*dotlist)
+    backend = TorchBackend(config, alphabet="0123456789+=")
+    backend.init_rollout_engine()
+    state = TrainerState(trajectory_groups=_groups(fixed_groups(0, 4, 4, eos_id())), total_steps=1)
+    state.backend_batch = backend.transform_to_backend_batch(state)
+    forwards = []
+    backend.model.register_forward_hook(lambda *_: forwards.append(1))
+
+    async def step():
+        await backend.process_backend_batch(state)
+        old = state.backend_batch.old_log_probs
+        if recompute_old:
+            with torch.no_grad():
+                state.backend_batch.old_log_probs = backend._log_probs(backend.model, state.backend_batch)
+        await backend.compute_advantages(state, AlgorithmConfigFrom(config))
+        await backend.update_policy(state)
+        return old
+
+    old = asyncio.run(step())
+    return backend, state.metrics, old, len(forwards)
+
+
+@pytest.mark.parametrize("loss_fn", ["ppo", "cispo", "dro"])
+def test_one_update_per_batch_takes_the_old_log_probs_from_its_own_forward(loss_fn):
+    dotlist = [f"rllm.algorithm.loss_fn={loss_fn}"]
+    skipped, metrics, old, forwards = _backend_step(dotlist)
+    assert old is None and forwards == 1  # the update's forward only
+    recomputed, metrics_ref, _, forwards_ref = _backend_step(dotlist, recompute_old=True)
+    assert forwards_ref == 2
+    for a, b in zip(skipped.model.parameters(), recomputed.model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+    assert metrics.keys() == metrics_ref.keys()
+    for key in metrics:
+        assert metrics[key] == pytest.approx(metrics_ref[key], abs=1e-6), key
+    assert metrics["actor/approx_kl"] == 0.0 and metrics["actor/rollout_logprob_abs_diff"] > 0
+
+
+@pytest.mark.parametrize(
+    "dotlist, updates",
+    [
+        (["backend.ppo_epochs=2"], 2),
+        (["backend.mini_batch_size=4"], 4),  # 16 rows in 4 mini-batches
+        (["rllm.algorithm.use_kl_in_reward=true"], 1),  # the reward's KL needs them before the advantages
+    ],
+)
+def test_the_old_log_probs_are_a_pass_of_their_own_when_the_update_is_not_the_only_one(dotlist, updates):
+    backend, metrics, old, forwards = _backend_step(dotlist)
+    assert old is not None
+    assert forwards == 1 + updates
+    assert metrics["actor/rollout_logprob_abs_diff"] > 0

@@ -43,7 +43,8 @@ class TokenBatch:
         group_roles: ``G`` role names (host list), one per group: picks the estimator.
         rollout_log_probs: ``[R, T]`` float32 sampling log-probs of response tokens (0 elsewhere).
         old_log_probs: ``[R, T]`` float32 log-probs of the policy before the update (filled by
-            ``process_backend_batch``), or None.
+            ``process_backend_batch``), or None: not computed (the embedded backend leaves them
+            None when a single update per batch takes them from its own forward).
         advantages: ``[R, T]`` float32 token-level advantages (filled by ``compute_advantages``).
         row_index: ``[R]`` int64 trajectory of each row; None means row ``i`` is trajectory ``i``.
         precomputed_advantages: ``[R, T]`` float32 workflow-written token advantages of the rows

@@ -273,13 +273,27 @@ class TorchBackend(BackendProtocol):
         logp = token_log_probs(model, ids[:, :width], mask[:, :width], temperature=self.config.rllm.rollout.temperature)
         return F.pad(logp, (0, ids.shape[1] - width))
 
+    def _updates_per_batch(self, total_rows: int) -> tuple[int, int]:
+        """``(ppo_epochs, mini-batches per epoch)`` for a batch of ``total_rows`` rows over every rank."""
+        s = self.settings
+        return s.ppo_epochs, -(-total_rows // min(s.mini_batch_size or total_rows, total_rows))
+
     async def process_backend_batch(self, trainer_state: TrainerState) -> None:
         """Old log-probs (and, when configured, the reference policy's log-probs, the KL penalty
-        of the rewards and the critic's values) of every row, without gradient."""
+        of the rewards and the critic's values) of every row, without gradient.
+
+        With a single update per batch (one epoch, one mini-batch) and no KL in the reward, the
+        old log-probs are left None: the update's own forward runs on the weights that sampled
+        the batch, so a separate no-gradient pass would compute the same numbers (TRL skips it
+        too), and the update takes them from its forward, detached."""
         batch = trainer_state.backend_batch
-        has_rows = bool(batch.input_ids.shape[0])
+        num_rows = batch.input_ids.shape[0]
+        total_rows = int(self.ranks.reduce([float(num_rows)])[0])
+        single_update = self._updates_per_batch(max(total_rows, 1)) == (1, 1) and not self.use_kl_in_reward
         with torch.no_grad():
-            if has_rows:
+            if single_update:
+                batch.old_log_probs = None
+            elif num_rows:
                 batch.old_log_probs = self._log_probs(self.train_model if self.sharded else self.model, batch)
             else:  # this rank has no row in this step (its prompts were filtered out)
                 batch.old_log_probs = torch.zeros_like(batch.rollout_log_probs)
@@ -287,32 +301,16 @@ class TorchBackend(BackendProtocol):
                     self._dummy_forward()
             if self.ref_model is not None:
                 batch.ref_log_probs = (
-                    self._log_probs(self.ref_model, batch) if has_rows else torch.zeros_like(batch.old_log_probs)
+                    self._log_probs(self.ref_model, batch) if num_rows else torch.zeros_like(batch.rollout_log_probs)
                 )
             if self.critic is not None:
                 batch.values = self.critic.values(batch)
-        mask = batch.response_mask
-        sums = [((batch.old_log_probs - batch.rollout_log_probs).abs() * mask).sum(), mask.sum()]
-        if self.ref_model is not None:
-            sums += [
-                (kl_penalty(batch.old_log_probs, batch.ref_log_probs, kind) * mask).sum()
-                for kind in ("kl", "low_var_kl")
-            ]
         if self.use_kl_in_reward:
-            algorithm = self.config.rllm.algorithm
+            algorithm, mask = self.config.rllm.algorithm, batch.response_mask
             kl = kl_penalty(batch.old_log_probs, batch.ref_log_probs, algorithm.kl_penalty)
             batch.reward_penalty = algorithm.kl_coef * kl * mask
-            sums.append(batch.reward_penalty.sum())
-        totals = self.ranks.reduce([float(v) for v in sums])  # one host sync, one all-reduce
-        tokens = max(totals[1], 1.0)
-        trainer_state.metrics["actor/rollout_logprob_abs_diff"] = totals[0] / tokens
-        if self.ref_model is not None:
-            trainer_state.metrics["ref/kl_k1"], trainer_state.metrics["ref/kl_k3"] = (
-                totals[2] / tokens,
-                totals[3] / tokens,
-            )
-        if self.use_kl_in_reward:
-            trainer_state.metrics["reward/kl_penalty"] = totals[4] / tokens  # mean per trained token
+            penalty, tokens = self.ranks.reduce([float(batch.reward_penalty.sum()), float(mask.sum())])
+            trainer_state.metrics["reward/kl_penalty"] = penalty / max(tokens, 1.0)  # mean per trained token
 
     def _ensure_scheduler(self, trainer_state: TrainerState, updates_per_step: int) -> None:
         if self.scheduler is None:
@@ -340,10 +338,10 @@ class TorchBackend(BackendProtocol):
         total_rows = int(ranks.reduce([float(num_rows)])[0])
         if total_rows == 0:  # nothing to train on anywhere (the trainer skips such steps itself)
             return
-        num_minis = -(-total_rows // min(s.mini_batch_size or total_rows, total_rows))
-        self._ensure_scheduler(trainer_state, s.ppo_epochs * num_minis)
+        epochs, num_minis = self._updates_per_batch(total_rows)
+        self._ensure_scheduler(trainer_state, epochs * num_minis)
         local_stats, grad_norms = [], []
-        for _ in range(s.ppo_epochs):
+        for _ in range(epochs):
             order = torch.randperm(num_rows, device=self.device)
             for rows in order.tensor_split(num_minis):  # this rank's part of each global mini-batch
                 normaliser = self._global_normaliser(batch.response_mask[rows])
@@ -381,18 +379,20 @@ class TorchBackend(BackendProtocol):
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """This rank's loss on ``rows`` of a global mini-batch (times the world size, for DDP's
         mean) and its local stats: shares of the global loss (:data:`_SHARE_STATS`), token sums
-        of the diagnostics, and ``tokens``."""
+        of the diagnostics, and ``tokens``. Old log-probs left None by :meth:`process_backend_batch`
+        are this forward's, detached."""
         s, world = self.settings, self.ranks.world_size
         mask_RT = batch.response_mask[rows]
         if rows.numel():
             log_probs, anchor = self._log_probs(self.train_model, batch, rows), 0.0
         else:  # no row here: a zero loss through the same forward, so the gradient collectives still run
-            log_probs, anchor = batch.old_log_probs[rows], self._dummy_forward()
+            log_probs, anchor = batch.rollout_log_probs[rows], self._dummy_forward()
+        old_log_probs = log_probs.detach() if batch.old_log_probs is None else batch.old_log_probs[rows]
         aggregation = dict(loss_agg_mode=self.loss_agg_mode, horizon=self.loss_agg_horizon, normaliser=normaliser)
         loss, extra = policy_loss(
             self.loss_fn,
             log_probs,
-            batch.old_log_probs[rows],
+            old_log_probs,
             batch.advantages[rows],
             mask_RT,
             clip_ratio_low=s.clip_ratio_low,
@@ -402,6 +402,11 @@ class TorchBackend(BackendProtocol):
         )
         tokens = mask_RT.sum()
         stats = {"loss": loss.detach(), "tokens": tokens} | {k: v.detach() * tokens for k, v in extra.items()}
+        # the sampler against the trainer on the same weights (a token sum, like the diagnostics)
+        stats["rollout_logprob_abs_diff"] = ((old_log_probs - batch.rollout_log_probs[rows]).abs() * mask_RT).sum()
+        if self.ref_model is not None:  # the old policy's KL to the reference, in two estimators
+            for name, kind in (("ref/kl_k1", "kl"), ("ref/kl_k3", "low_var_kl")):
+                stats[name] = (kl_penalty(old_log_probs, batch.ref_log_probs[rows], kind) * mask_RT).sum()
         if self.use_kl_loss:  # DeepSeekMath's GRPO: + beta * KL(policy || reference), aggregated like the loss
             algorithm = self.config.rllm.algorithm
             kl = kl_penalty(log_probs, batch.ref_log_probs[rows], algorithm.kl_loss_type)
