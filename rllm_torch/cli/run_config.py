@@ -120,6 +120,7 @@ class RllmConfig:
 class ModelConfig:
     path: str | None = None  # a local save_pretrained directory; None: build from the fields below
     ref_path: str | None = None  # the reference policy of the KL terms; None: a frozen copy of the initial policy
+    pad_token: str | None = None  # the pad token of a model.path tokenizer that has none (e.g. its eos token)
     arch: str = "gpt2"  # gpt2 | llama
     num_layers: int = 2
     hidden_size: int = 64
@@ -142,6 +143,7 @@ class TaskConfig:
     prompt_key: str = "prompt"
     answer_key: str = "answer"
     reward_fn: str = "exact_match"  # or "package.module:function"
+    apply_chat_template: bool = False  # format each prompt as a user message with the tokenizer's chat template
 
 
 @dataclass

@@ -276,6 +276,11 @@ class BackendProtocol(ABC):
     def validate_config(self) -> None:
         """Raise :class:`~rllm_torch.errors.ConfigError` for backend settings that cannot work."""
 
+    def validate_prompts(self, tasks: list[dict]) -> None:
+        """Raise :class:`~rllm_torch.errors.ConfigError` for task prompts the backend cannot
+        serve (e.g. too long for the model's context); called at start-up with every training
+        and validation task. The default: no check."""
+
     @abstractmethod
     def get_dataloader(self, dataset: Any, trainer_state: TrainerState) -> Iterable:
         """Batches of tasks from ``dataset`` (one pass = one epoch); must support ``len``.

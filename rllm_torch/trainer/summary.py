@@ -95,6 +95,10 @@ def _model_line(config: Any, backend: Any) -> str:
         )
     if model is not None:
         parts.append(f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters")
+    if (tokenizer := getattr(backend, "tokenizer", None)) is not None:
+        kind = "saved tokenizer" if getattr(backend, "tokenizer_from_path", False) else "character tokenizer"
+        chat = ", chat template" if _select(config, "task.apply_chat_template", False) else ""
+        parts.append(f"{kind} ({len(tokenizer)} tokens{chat})")
     return ", ".join(parts)
 
 

@@ -101,6 +101,7 @@ class UnifiedTrainer:
         self.rs_config, self.algorithm_config = pipeline.rejection_sampling, pipeline.algorithm
         self.backend = backend_cls(config=config, ranks=self.ranks, **(backend_args or {}))
         self.backend.validate_config()
+        self.backend.validate_prompts([t for ds in (train_dataset, val_dataset) if isinstance(ds, list) for t in ds])
         self._setup_logging()
         self.checkpointer = RunCheckpointer(self.backend, config, self.run_dir, self.ranks)
         rollout_engine = self.backend.init_rollout_engine(

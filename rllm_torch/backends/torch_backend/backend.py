@@ -43,10 +43,15 @@ from rllm_torch.backends.torch_backend.losses import (
     loss_normaliser,
     policy_loss,
 )
-from rllm_torch.backends.torch_backend.policy import build_policy, resolve_device
+from rllm_torch.backends.torch_backend.policy import build_policy, check_context, context_length, resolve_device
 from rllm_torch.backends.torch_backend.rollout import SamplingParams, TorchRolloutEngine
 from rllm_torch.backends.torch_backend.sampling import token_log_probs
-from rllm_torch.backends.torch_backend.tokenizer import load_tokenizer
+from rllm_torch.backends.torch_backend.tokenizer import (
+    encode_prompts,
+    has_saved_tokenizer,
+    load_tokenizer,
+    require_chat_template,
+)
 from rllm_torch.errors import ConfigError, ModelNotFoundError
 from rllm_torch.trainer.backend import BackendProtocol
 from rllm_torch.trainer.ranks import RunRanks
@@ -87,7 +92,9 @@ class TorchBackend(BackendProtocol):
         self.device = resolve_device(
             self.settings.device, local_rank=self.ranks.local_rank if self.ranks.distributed else None
         )
-        self.tokenizer = load_tokenizer(config.model.path, alphabet)
+        self.tokenizer = load_tokenizer(config.model.path, alphabet, pad_token=config.model.get("pad_token"))
+        self.tokenizer_from_path = has_saved_tokenizer(config.model.path)
+        self.apply_chat_template = bool(config.task.get("apply_chat_template", False))
         self.model = build_policy(config.model, self.tokenizer, seed=self.settings.seed).to(self.device)
         algorithm = rllm.algorithm
         self.use_kl_loss, self.use_kl_in_reward = bool(algorithm.use_kl_loss), bool(algorithm.use_kl_in_reward)
@@ -180,6 +187,16 @@ class TorchBackend(BackendProtocol):
             raise ConfigError(
                 f"rllm.rollout.n, n_val and max_new_tokens must be >= 1, got {rollout.n}, {rollout.n_val}, {rollout.max_new_tokens}."
             )
+        if self.apply_chat_template:
+            require_chat_template(self.tokenizer)
+
+    def validate_prompts(self, tasks: list[dict]) -> None:
+        """The longest prompt (as the sampler encodes it) and ``rllm.rollout.max_new_tokens`` must
+        fit in the policy's context (:func:`~rllm_torch.backends.torch_backend.policy.check_context`)."""
+        prompts = [task["prompt"] for task in tasks if isinstance(task, dict) and isinstance(task.get("prompt"), str)]
+        if prompts:
+            ids = encode_prompts(self.tokenizer, prompts, apply_chat_template=self.apply_chat_template)
+            check_context(max(map(len, ids)), self.config.rllm.rollout.max_new_tokens, context_length(self.model))
 
     def _validate_kl_and_critic(self) -> None:
         algorithm = self.config.rllm.algorithm
@@ -219,6 +236,7 @@ class TorchBackend(BackendProtocol):
             val,
             max_batch_size=self.settings.rollout_batch_size,
             seed=self.settings.seed + self.ranks.rank,  # each rank its own rollouts
+            apply_chat_template=self.apply_chat_template,
         )
         return self.rollout_engine
 

@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, PreTrain
 
 from rllm_torch.errors import ConfigError, ModelNotFoundError
 
-__all__ = ["build_policy", "resolve_device", "ARCHITECTURES"]
+__all__ = ["build_policy", "resolve_device", "context_length", "check_context", "ARCHITECTURES"]
 
 ARCHITECTURES = ("gpt2", "llama")
 
@@ -73,6 +73,31 @@ def build_policy(model_config: Any, tokenizer: PreTrainedTokenizerBase, *, seed:
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config)
     return model.float().train()
+
+
+def context_length(model: torch.nn.Module) -> int | None:
+    """The most positions ``model`` takes (``config.max_position_embeddings``, GPT-2's
+    ``n_positions``), or None when its config does not say."""
+    config = getattr(model, "config", None)
+    return getattr(config, "max_position_embeddings", None)
+
+
+def check_context(longest_prompt: int, max_new_tokens: int, context: int | None) -> None:
+    """Raise :class:`ConfigError` when a prompt of ``longest_prompt`` tokens and
+    ``max_new_tokens`` new ones do not fit in ``context`` positions (None: no limit known): a
+    learned position table would be indexed out of range, and rotary positions beyond the
+    trained range are silently wrong.
+
+    Raises:
+        ConfigError: naming ``rllm.rollout.max_new_tokens``, the longest prompt and the fixes.
+    """
+    if context is not None and longest_prompt + max_new_tokens > context:
+        raise ConfigError(
+            f"the longest prompt has {longest_prompt} tokens and rllm.rollout.max_new_tokens={max_new_tokens}: "
+            f"{longest_prompt + max_new_tokens} positions, beyond the model's context of {context}; lower "
+            f"rllm.rollout.max_new_tokens to {max(context - longest_prompt, 0)} or less, shorten the prompts, or "
+            "use a model with a longer context (model.max_positions for a model built from scratch)."
+        )
 
 
 def resolve_device(name: str, *, local_rank: int | None = None) -> torch.device:

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from rllm_torch.backends.torch_backend.policy import check_context, context_length
 from rllm_torch.backends.torch_backend.sampling import sample_completions
+from rllm_torch.backends.torch_backend.tokenizer import encode_prompts
 from rllm_torch.workflows.rollout import ModelOutput, RolloutEngine
 
 __all__ = ["TorchRolloutEngine", "SamplingParams"]
@@ -35,6 +37,11 @@ class TorchRolloutEngine(RolloutEngine):
         train_params, val_params: sampling settings for training and for validation.
         max_batch_size: at most this many prompts per forward pass.
         seed: seeds the sampling generator (on the model's device).
+        apply_chat_template: format each prompt as a user message with the tokenizer's chat
+            template (:func:`~rllm_torch.backends.torch_backend.tokenizer.encode_prompts`).
+
+    Raises (from ``generate``, to every waiting call):
+        ConfigError: a prompt and ``max_new_tokens`` do not fit in the model's context.
     """
 
     def __init__(
@@ -46,8 +53,9 @@ class TorchRolloutEngine(RolloutEngine):
         *,
         max_batch_size: int = 1024,
         seed: int = 0,
+        apply_chat_template: bool = False,
     ) -> None:
-        self.model, self.tokenizer = model, tokenizer
+        self.model, self.tokenizer, self.apply_chat_template = model, tokenizer, apply_chat_template
         self.train_params, self.val_params, self.max_batch_size = train_params, val_params, max_batch_size
         self.generator = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
         self.validation = False
@@ -80,7 +88,8 @@ class TorchRolloutEngine(RolloutEngine):
 
     def _sample(self, prompts: list[str]) -> list[ModelOutput]:
         params = self.val_params if self.validation else self.train_params
-        prompt_ids = self.tokenizer(prompts, add_special_tokens=False)["input_ids"]
+        prompt_ids = encode_prompts(self.tokenizer, prompts, apply_chat_template=self.apply_chat_template)
+        check_context(max(map(len, prompt_ids)), params.max_new_tokens, context_length(self.model))
         was_training = self.model.training
         self.model.eval()
         try:

@@ -1,4 +1,5 @@
-"""The default tokenizer: one token per character, built in memory with ``tokenizers``."""
+"""Tokenizers: a ``transformers`` tokenizer saved with the model, or the default one token per
+character built in memory with ``tokenizers``; and the prompts' token ids (chat template or not)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,14 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedToken
 
 from rllm_torch.errors import ConfigError
 
-__all__ = ["build_char_tokenizer", "load_tokenizer", "SPECIAL_TOKENS"]
+__all__ = [
+    "build_char_tokenizer",
+    "load_tokenizer",
+    "encode_prompts",
+    "require_chat_template",
+    "has_saved_tokenizer",
+    "SPECIAL_TOKENS",
+]
 
 SPECIAL_TOKENS = {"eos_token": "<eos>", "unk_token": "<unk>"}
 """Special tokens of the character tokenizer (ids 0 and 1); the eos token is also the pad token."""
@@ -38,22 +46,79 @@ def build_char_tokenizer(alphabet: str) -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token=SPECIAL_TOKENS["eos_token"], **SPECIAL_TOKENS)
 
 
-def load_tokenizer(path: str | None, alphabet: str) -> PreTrainedTokenizerBase:
-    """The tokenizer saved in ``path`` when it has one, else :func:`build_char_tokenizer`.
+def has_saved_tokenizer(path: str | None) -> bool:
+    """Whether ``path`` is a directory holding a ``transformers`` tokenizer."""
+    return path is not None and any(
+        (Path(path) / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")
+    )
 
-    A tokenizer without a pad token gets its eos token as pad.
+
+def load_tokenizer(path: str | None, alphabet: str, *, pad_token: str | None = None) -> PreTrainedTokenizerBase:
+    """The tokenizer saved in ``path`` (``model.path``) when it has one, with its own special
+    tokens, else :func:`build_char_tokenizer` over ``alphabet``.
+
+    Args:
+        path: a ``save_pretrained`` directory, or None.
+        alphabet: the character tokenizer's characters (used when ``path`` has no tokenizer).
+        pad_token: ``model.pad_token``: the pad token to set on a tokenizer that has none (one of
+            its tokens, e.g. its eos token); None: the tokenizer must have its own.
+
+    Raises:
+        ConfigError: the tokenizer has no eos token (responses could not end), has no pad token
+            and ``pad_token`` is None, or ``pad_token`` is not in its vocabulary.
     """
-    if (
-        path is not None
-        and (Path(path) / "tokenizer.json").exists()
-        or path is not None
-        and (Path(path) / "tokenizer_config.json").exists()
-    ):
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    else:
-        tokenizer = build_char_tokenizer(alphabet)
+    tokenizer = (
+        AutoTokenizer.from_pretrained(path, local_files_only=True)
+        if has_saved_tokenizer(path)
+        else build_char_tokenizer(alphabet)
+    )
     if tokenizer.eos_token_id is None:
-        raise ConfigError(f"the tokenizer at {path!r} has no eos token; the sampler needs one to end responses.")
+        raise ConfigError(
+            f"the tokenizer at model.path={path!r} has no eos token, so sampled responses could not end; "
+            "save it with one (tokenizer.eos_token = ...; tokenizer.save_pretrained(path))."
+        )
     if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
+        if pad_token is None:
+            raise ConfigError(
+                f"the tokenizer at model.path={path!r} has no pad token, which batched sampling and training need; set "
+                f"model.pad_token to one of its tokens, e.g. model.pad_token='{tokenizer.eos_token}' (its eos token, as "
+                "TRL and verl do), or save the tokenizer with a pad token."
+            )
+        if tokenizer.convert_tokens_to_ids(pad_token) in (None, tokenizer.unk_token_id):
+            raise ConfigError(
+                f"model.pad_token={pad_token!r} is not a token of the tokenizer at model.path={path!r}; use one of its "
+                f"tokens, e.g. its eos token {tokenizer.eos_token!r}."
+            )
+        tokenizer.pad_token = pad_token
     return tokenizer
+
+
+def require_chat_template(tokenizer: PreTrainedTokenizerBase) -> None:
+    """Raise :class:`ConfigError` (naming ``task.apply_chat_template``) when ``tokenizer`` has no chat template."""
+    if tokenizer.chat_template is None:
+        raise ConfigError(
+            "task.apply_chat_template=true but the tokenizer has no chat template (the default character tokenizer "
+            "has none; a model.path tokenizer needs chat_template in its tokenizer_config.json); set "
+            "task.apply_chat_template=false to use the prompts as they are, or use a tokenizer with a chat template."
+        )
+
+
+def encode_prompts(
+    tokenizer: PreTrainedTokenizerBase, prompts: list[str], *, apply_chat_template: bool = False
+) -> list[list[int]]:
+    """Token ids of each prompt: with ``apply_chat_template`` the prompt is the user message of
+    a one-turn conversation formatted by the tokenizer's chat template with its generation
+    prompt (the template writes the special tokens); otherwise the text with the tokenizer's
+    own special tokens (e.g. a BOS; the character tokenizer adds none).
+
+    Raises:
+        ConfigError: ``apply_chat_template`` with a tokenizer that has no chat template.
+    """
+    if not apply_chat_template:
+        return tokenizer(prompts, add_special_tokens=True)["input_ids"]
+    require_chat_template(tokenizer)
+    texts = [
+        tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+        for p in prompts
+    ]
+    return tokenizer(texts, add_special_tokens=False)["input_ids"]
