@@ -53,10 +53,13 @@ _BOUNDS: dict[str, tuple[float, bool, float | None]] = {
     "task.train_size": (1, True, None),
     "task.val_size": (0, True, None),
     "task.turns": (1, True, None),
+    "task.min_digits": (1, True, None),
+    "task.max_digits": (1, True, None),
 }
 
-# Keys only task=file reads; any other task would silently ignore them.
+# Keys only one task reads; any other task would silently ignore them.
 FILE_TASK_KEYS = ("train_path", "val_path", "prompt_key", "answer_key", "reward_fn")
+TASK_ONLY_KEYS = {"file": FILE_TASK_KEYS, "reverse": ("min_digits", "max_digits")}
 
 
 def _describe(low: float, inclusive: bool, high: float | None) -> str:
@@ -89,20 +92,23 @@ def _example(key: str) -> Any:
 
 
 def check_task_keys(task_config: Any) -> None:
-    """Keys of ``task=file`` (paths, column names, reward function) set for another task.
+    """Keys of one task (:data:`TASK_ONLY_KEYS`: ``task=file``'s paths, column names and reward
+    function; ``task=reverse``'s digit counts) set to other than their defaults for another task.
 
     Raises:
         ConfigError: naming the key, the task and the fix.
     """
-    if task_config.name == "file":
-        return
     defaults = TaskConfig()
-    for key in FILE_TASK_KEYS:
-        value = task_config.get(key, getattr(defaults, key))
-        if value != getattr(defaults, key):
-            raise ConfigError(
-                f"task.{key}={value!r} is not used by task.name={task_config.name!r} (only task=file reads it); add task=file to use your own data, or drop task.{key}."
-            )
+    for owner, keys in TASK_ONLY_KEYS.items():
+        if task_config.name == owner:
+            continue
+        for key in keys:
+            value = task_config.get(key, getattr(defaults, key))
+            if value != getattr(defaults, key):
+                hint = "to use your own data" if owner == "file" else f"for the {owner} task"
+                raise ConfigError(
+                    f"task.{key}={value!r} is not used by task.name={task_config.name!r} (only task={owner} reads it); add task={owner} {hint}, or drop task.{key}."
+                )
 
 
 def check_world_size(config: Any, world_size: int) -> None:

@@ -130,12 +130,14 @@ class ModelConfig:
 
 @dataclass
 class TaskConfig:
-    name: str = "arithmetic"  # arithmetic | chain | distill | file | reasoning_gym
+    name: str = "arithmetic"  # arithmetic | chain | distill | reverse | file | reasoning_gym
     seed: int = 0
     train_size: int = 4096
     val_size: int = 64
     max_sum: int = 9
     turns: int = 2  # chain: turns per episode
+    min_digits: int = 6  # reverse: shortest digit string
+    max_digits: int = 6  # reverse: longest digit string
     mix_rl: bool = False  # distill: also an RL "solver" role in every episode
     dataset: str = "leg_counting"  # reasoning_gym: the dataset name
     train_path: str | None = None

@@ -13,6 +13,7 @@ from rllm_torch.tasks.chain import chain_task
 from rllm_torch.tasks.distill import distill_task
 from rllm_torch.tasks.file_task import file_task
 from rllm_torch.tasks.reasoning_gym import reasoning_gym_task
+from rllm_torch.tasks.reverse import reverse_task
 
 __all__ = ["TASK_BUILDERS", "TASK_NAMES", "build_task"]
 
@@ -21,6 +22,7 @@ TASK_BUILDERS: dict[str, Callable[[Any], Task]] = {
     "chain": chain_task,
     "distill": distill_task,
     "file": file_task,
+    "reverse": reverse_task,
     "reasoning_gym": reasoning_gym_task,  # imports its optional package only when built
 }
 TASK_NAMES = tuple(TASK_BUILDERS)
@@ -29,7 +31,8 @@ TASK_NAMES = tuple(TASK_BUILDERS)
 def build_task(task_config: Any) -> Task:
     """The task named by ``task_config.name``: ``arithmetic`` (the default, generated),
     ``chain`` (multi-turn arithmetic), ``distill`` (precomputed advantages from a teacher),
-    ``file`` (JSONL/Parquet files of prompts and answers) or ``reasoning_gym`` (optional extra).
+    ``reverse`` (reverse a string of digits, partial credit), ``file`` (JSONL/Parquet files of
+    prompts and answers) or ``reasoning_gym`` (optional extra).
 
     Raises:
         ConfigError: an unknown task name; see also the builders.
