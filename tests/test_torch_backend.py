@@ -194,3 +194,46 @@ def test_the_old_log_probs_are_a_pass_of_their_own_when_the_update_is_not_the_on
     assert old is not None
     assert forwards == 1 + updates
     assert metrics["actor/rollout_logprob_abs_diff"] > 0
+
+
+def test_forwards_run_only_up_to_the_longest_real_row_and_pad_back_with_zeros():
+    from rllm_torch.backends.torch_backend.sampling import on_real_columns
+
+    ids = torch.tensor([[5, 6, 7, 0, 0, 0], [5, 6, 0, 0, 0, 0]])
+    mask = (torch.arange(6) < torch.tensor([[3], [2]])).long()
+    widths = []
+
+    def forward(i, m):
+        widths.append(i.shape[1])
+        return (i * m).float() + 1.0
+
+    out = on_real_columns(forward, ids, mask)
+    assert widths == [3]
+    torch.testing.assert_close(out, torch.tensor([[6.0, 7, 8, 0, 0, 0], [6, 7, 1, 0, 0, 0]]))
+    assert on_real_columns(forward, ids[:0], mask[:0]).shape == (0, 6)  # no rows: the forward on nothing
+
+
+def test_the_critic_values_are_computed_on_the_real_columns_only(tmp_path):
+    from trainer_rank_tasks import _groups, backend_config, eos_id, fixed_groups
+
+    from rllm_torch.backends.torch_backend.backend import TorchBackend
+    from rllm_torch.backends.torch_backend.critic import token_values
+    from rllm_torch.trainer.state import TrainerState
+
+    config = backend_config("rllm.algorithm.adv_estimator=gae", "backend.critic.enable=true")
+    backend = TorchBackend(config, alphabet="0123456789+=")
+    state = TrainerState(trajectory_groups=_groups(fixed_groups(0, 2, 4, eos_id())), total_steps=1)
+    batch = backend.transform_to_backend_batch(state)
+    wide = torch.nn.functional.pad(batch.input_ids, (0, 5), value=backend.tokenizer.pad_token_id)
+    batch.input_ids, batch.attention_mask = wide, torch.nn.functional.pad(batch.attention_mask, (0, 5))
+    batch.response_mask = torch.nn.functional.pad(batch.response_mask, (0, 5))
+    widths = []
+    backend.critic.model.register_forward_hook(
+        lambda _m, args, kwargs, _out: widths.append(kwargs["input_ids"].shape[1]), with_kwargs=True
+    )
+    values = backend.critic.values(batch)
+    real = int(batch.attention_mask.sum(-1).max())
+    assert widths == [real] and values.shape == wide.shape and not values[:, real:].any()
+    with torch.no_grad():
+        full = token_values(backend.critic.model, batch.input_ids, batch.attention_mask) * batch.response_mask
+    torch.testing.assert_close(values, full, rtol=0, atol=1e-6)

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 from torch.nn.parallel import DistributedDataParallel
 from transformers import get_scheduler
@@ -45,7 +44,7 @@ from rllm_torch.backends.torch_backend.losses import (
 )
 from rllm_torch.backends.torch_backend.policy import build_policy, check_context, context_length, resolve_device
 from rllm_torch.backends.torch_backend.rollout import SamplingParams, TorchRolloutEngine
-from rllm_torch.backends.torch_backend.sampling import token_log_probs
+from rllm_torch.backends.torch_backend.sampling import on_real_columns, token_log_probs
 from rllm_torch.backends.torch_backend.tokenizer import (
     encode_prompts,
     has_saved_tokenizer,
@@ -286,10 +285,9 @@ class TorchBackend(BackendProtocol):
     def _log_probs(self, model: torch.nn.Module, batch, rows: slice | torch.Tensor = slice(None)) -> torch.Tensor:
         """``[R, T]`` token log-probs of ``rows``; the forward runs on the rows cut to their
         longest real row (right padding beyond it is never computed), padded back with zeros."""
-        ids, mask = batch.input_ids[rows], batch.attention_mask[rows]
-        width = max(int(mask.sum(-1).max()), 1) if mask.shape[0] else mask.shape[1]  # one host sync
-        logp = token_log_probs(model, ids[:, :width], mask[:, :width], temperature=self.config.rllm.rollout.temperature)
-        return F.pad(logp, (0, ids.shape[1] - width))
+        temperature = self.config.rllm.rollout.temperature
+        forward = lambda ids, mask: token_log_probs(model, ids, mask, temperature=temperature)
+        return on_real_columns(forward, batch.input_ids[rows], batch.attention_mask[rows])
 
     def _updates_per_batch(self, total_rows: int) -> tuple[int, int]:
         """``(ppo_epochs, mini-batches per epoch)`` for a batch of ``total_rows`` rows over every rank."""

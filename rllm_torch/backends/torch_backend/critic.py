@@ -12,6 +12,7 @@ token log-probs, so ``values[:, t]`` lines up with ``log_probs[:, t]`` and the r
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from torch import Tensor
 from transformers import AutoModelForTokenClassification, PreTrainedModel
 
 from rllm_torch.backends.torch_backend.losses import clipped_value_loss
+from rllm_torch.backends.torch_backend.sampling import on_real_columns
 from rllm_torch.errors import ConfigError
 
 __all__ = ["Critic", "build_critic", "token_values"]
@@ -97,7 +99,8 @@ class Critic:
         """``[R, T]`` float32 values of the batch's response tokens (0 elsewhere, and for no rows)."""
         if not batch.input_ids.shape[0]:
             return torch.zeros_like(batch.response_mask)
-        return token_values(self.model, batch.input_ids, batch.attention_mask) * batch.response_mask
+        values = on_real_columns(partial(token_values, self.model), batch.input_ids, batch.attention_mask)
+        return values * batch.response_mask
 
     def step(
         self, batch: Any, rows: Tensor, normaliser: Tensor, *, loss_agg_mode: str, horizon: int, world_size: int
@@ -110,7 +113,8 @@ class Critic:
         s = self.settings
         mask_RT = batch.response_mask[rows]
         if rows.numel():
-            values, anchor = token_values(self.train_model, batch.input_ids[rows], batch.attention_mask[rows]), 0.0
+            forward = partial(token_values, self.train_model)
+            values, anchor = on_real_columns(forward, batch.input_ids[rows], batch.attention_mask[rows]), 0.0
         else:
             dummy = torch.full((1, 1), self.pad_token_id, dtype=torch.int64, device=batch.input_ids.device)
             values, anchor = batch.values[rows], self.train_model(input_ids=dummy).logits.sum() * 0.0

@@ -9,13 +9,14 @@ does the same for right-padded training rows.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from transformers import GenerationConfig
 
-__all__ = ["sample_completions", "token_log_probs"]
+__all__ = ["sample_completions", "token_log_probs", "on_real_columns"]
 
 
 class _EndedRowsMaskWarning(logging.Filter):
@@ -109,6 +110,16 @@ def sample_completions(
     logprobs = [row[:n] for row, n in zip(logp_NS.cpu().tolist(), lengths, strict=True)]
     reasons = ["stop" if r and r[-1] == eos_token_id else "length" for r in responses]
     return responses, logprobs, reasons
+
+
+def on_real_columns(forward: Callable[[Tensor, Tensor], Tensor], input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+    """``forward(input_ids, attention_mask)`` on the columns up to the longest real row of
+    right-padded ``[R, T]`` rows, its ``[R, W]`` result padded back with zeros to ``[R, T]``: the
+    padding beyond the longest row is never computed. One host sync (the width)."""
+    if not attention_mask.shape[0]:
+        return forward(input_ids, attention_mask)
+    width = max(int(attention_mask.sum(-1).max()), 1)
+    return F.pad(forward(input_ids[:, :width], attention_mask[:, :width]), (0, input_ids.shape[1] - width))
 
 
 def token_log_probs(
