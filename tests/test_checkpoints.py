@@ -210,3 +210,26 @@ def test_resume_mode_disable_in_a_directory_with_checkpoints_refuses_to_mix_two_
     trainer_for(tmp_path, "rllm.trainer.total_batches=2").fit()
     with pytest.raises(CheckpointError, match="resume_mode=disable.*step_000002"):
         trainer_for(tmp_path, "rllm.trainer.resume_mode=disable")
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("task.max_digits", "9"),
+        ("task.apply_chat_template", "true"),
+        ("model.pad_token", "x"),
+    ],
+)
+def test_a_changed_task_length_prompt_format_or_pad_token_is_a_mismatch_too(tmp_path, key, value):
+    trainer_for(tmp_path, "rllm.trainer.total_batches=2").fit()
+    with pytest.raises(CheckpointMismatchError, match=rf"{key}: .* in the checkpoint, .* now"):
+        trainer_for(tmp_path, "rllm.trainer.total_batches=4", f"{key}={value}")
+
+
+def test_a_checkpoint_from_before_the_new_keys_resumes_with_their_defaults(tmp_path):
+    from rllm_torch.trainer.fingerprint import check_fingerprint, config_fingerprint
+
+    current = config_fingerprint(make_config(tmp_path))
+    added = ("task.min_digits", "task.max_digits", "task.apply_chat_template", "model.pad_token")
+    old = {k: v for k, v in current.items() if k not in added}
+    check_fingerprint(old, current, "step_000002")  # no error: the defaults are what the old run had

@@ -81,3 +81,27 @@ def test_a_short_run_on_the_reverse_task_trains_on_long_responses_with_partial_c
     assert all(r["batch/response_length"] > 4 for r in train_rows)
     assert all(0 < r["reward/solver/mean"] < 1 for r in train_rows)
     assert [r["step"] for r in rows if "val/reverse/pass@1" in r] == [0, 2]
+
+
+def test_max_new_tokens_shorter_than_the_longest_answer_is_a_start_up_error(tmp_path):
+    from rllm_torch.backends.torch_backend.backend import TorchBackend
+
+    built = build_task(make_config(tmp_path, "task.name=reverse").task)
+
+    def backend(max_new_tokens: int, answer_in_response: bool = True) -> TorchBackend:
+        config = make_config(tmp_path, "task.name=reverse", f"rllm.rollout.max_new_tokens={max_new_tokens}")
+        return TorchBackend(config, alphabet=built.alphabet, answer_in_response=answer_in_response)
+
+    backend(6).validate_prompts(built.train)  # 6 digits fit in 6 tokens (a cut response is still scored)
+    with pytest.raises(
+        ConfigError, match=r"longest answer .* is 6 tokens: rllm\.rollout\.max_new_tokens=5 .* to 7 or more"
+    ):
+        backend(5).validate_prompts(built.train)
+    backend(5, answer_in_response=False).validate_prompts(built.train)  # a reward that parses a part: no check
+
+
+def test_task_reverse_with_the_default_two_new_tokens_stops_at_start_up(tmp_path):
+    from rllm_torch.cli.train import run
+
+    with pytest.raises(ConfigError, match=r"task\.name='reverse' scores the whole answer.*max_new_tokens=2"):
+        run(make_config(tmp_path, "task.name=reverse"))

@@ -162,3 +162,53 @@ def test_a_run_samples_and_trains_with_a_saved_tokenizer_and_its_chat_template(t
     assert all(torch.isfinite(torch.tensor(r["actor/loss"])) for r in train_rows)
     saved = load_tokenizer(str(tmp_path / "run" / "checkpoints" / "final"), "unused")
     assert saved.chat_template == CHAT_TEMPLATE and saved.pad_token == "<|im_end|>"  # the checkpoint loads as-is
+
+
+def test_model_pad_token_is_refused_when_the_tokenizer_has_its_own(tmp_path):
+    save_tokenizer(tmp_path)  # pad <pad>
+    with pytest.raises(ConfigError, match=r"model\.pad_token='<\|im_end\|>' is set, but .* own pad token '<pad>'"):
+        load_tokenizer(str(tmp_path), "unused", pad_token="<|im_end|>")
+    assert load_tokenizer(str(tmp_path), "unused", pad_token="<pad>").pad_token == "<pad>"  # the same: fine
+    with pytest.raises(ConfigError, match="the character tokenizer"):
+        load_tokenizer(None, "0123", pad_token="<nope>")
+
+
+def test_a_chat_template_that_fails_is_a_config_error_naming_the_setting(tmp_path):
+    tokenizer = load_tokenizer(
+        str(save_tokenizer(tmp_path, chat_template="{% for m in messages %}{{ m }") and tmp_path), "x"
+    )
+    with pytest.raises(ConfigError, match=r"chat template failed .*task\.apply_chat_template=false"):
+        encode_prompts(tokenizer, ["3+4="], apply_chat_template=True)
+    tokenizer.chat_template = "{{ raise_exception('only system messages') }}"
+    with pytest.raises(ConfigError, match="only system messages"):
+        encode_prompts(tokenizer, ["3+4="], apply_chat_template=True)
+
+
+def test_a_tokenizer_larger_than_the_models_vocabulary_is_refused(tmp_path):
+    save_model_dir(tmp_path)
+    bigger = save_tokenizer(tmp_path / "big")
+    bigger.add_tokens(["<extra_0>", "<extra_1>"])
+    bigger.save_pretrained(tmp_path)  # the model keeps its smaller embedding
+    config = OmegaConf.create({"path": str(tmp_path)})
+    with pytest.raises(
+        ConfigError, match=r"model\.path=.*has 2[0-9] tokens but the model's embedding .* has 2[0-9] rows"
+    ):
+        build_policy(config, load_tokenizer(str(tmp_path), "unused"))
+
+
+def test_prompts_with_characters_a_saved_tokenizer_does_not_know_are_refused(tmp_path):
+    config = make_config(tmp_path, *TINY, f"model.path={save_model_dir(tmp_path / 'model')}")
+    backend = TorchBackend(config)
+    backend.validate_prompts([{"prompt": "3+4="}])
+    with pytest.raises(ConfigError, match=r"the prompt '3\*4=' has characters the tokenizer at model\.path"):
+        backend.validate_prompts([{"prompt": "3+4="}, {"prompt": "3*4="}])
+
+
+def test_the_context_error_does_not_suggest_a_max_new_tokens_that_cannot_work(tmp_path):
+    from rllm_torch.backends.torch_backend.policy import check_context
+
+    with pytest.raises(ConfigError) as error:
+        check_context(31, 2, 32)
+    assert "lower rllm.rollout.max_new_tokens" not in str(error.value) and "shorten the prompts" in str(error.value)
+    with pytest.raises(ConfigError, match="lower rllm.rollout.max_new_tokens to 2 or less"):
+        check_context(30, 3, 32)

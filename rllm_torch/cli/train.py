@@ -126,7 +126,7 @@ def _train(config: DictConfig, ranks: RunRanks) -> UnifiedTrainer:
         train_dataset=task.train,
         val_dataset=task.val or None,
         workflow_args=workflow_args,
-        backend_args={"alphabet": task.alphabet},
+        backend_args={"alphabet": task.alphabet, "answer_in_response": task.answer_in_response},
         ranks=ranks,
     )
     devices = ranks.gather(str(getattr(trainer.backend, "device", "unknown")))

@@ -41,4 +41,11 @@ def arithmetic_task(task_config: Any) -> Task:
     (validation uses ``seed + 1``, so the splits are independent draws of the same problems)."""
     train = arithmetic_problems(task_config.train_size, max_sum=task_config.max_sum, seed=task_config.seed)
     val = arithmetic_problems(task_config.val_size, max_sum=task_config.max_sum, seed=task_config.seed + 1)
-    return Task(name="arithmetic", train=train, val=val, reward_fn=exact_match_reward, alphabet="0123456789+=")
+    return Task(
+        name="arithmetic",
+        train=train,
+        val=val,
+        reward_fn=exact_match_reward,
+        alphabet="0123456789+=",
+        answer_in_response=True,
+    )

@@ -24,6 +24,9 @@ class Task:
         workflow_args: keyword arguments of ``workflow`` (used only when ``workflow`` is given).
         precomputed_advantage: the workflow writes per-token advantages, so the run needs
             ``rllm.algorithm.use_precomputed_advantage=true`` (otherwise they would be overwritten).
+        answer_in_response: the reward scores the whole answer in the response (exact or
+            positional match), so ``rllm.rollout.max_new_tokens`` must hold the longest answer
+            (checked at start-up).
     """
 
     name: str
@@ -34,6 +37,7 @@ class Task:
     workflow: type | None = None
     workflow_args: dict = field(default_factory=dict)
     precomputed_advantage: bool = False
+    answer_in_response: bool = False
 
 
 def exact_match_reward(task: dict, response: str) -> float:

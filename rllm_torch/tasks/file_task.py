@@ -143,4 +143,5 @@ def file_task(task_config: Any) -> Task:
         val=val,
         reward_fn=load_reward_fn(task_config.reward_fn),
         alphabet=alphabet_of(train, val),
+        answer_in_response=task_config.reward_fn == "exact_match",  # a custom reward may parse a part of it
     )

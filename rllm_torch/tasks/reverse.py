@@ -29,8 +29,9 @@ def reverse_problems(
     """
     if not 1 <= min_digits <= max_digits or count < 0:
         raise ConfigError(
-            f"reverse task: need 1 <= min_digits <= max_digits and size >= 0, got min_digits={min_digits}, "
-            f"max_digits={max_digits}, size={count}."
+            f"reverse task: need 1 <= task.min_digits <= task.max_digits and a size >= 0, got task.min_digits={min_digits}, "
+            f"task.max_digits={max_digits}, size {count}; e.g. task.min_digits={min(max(min_digits, 1), max(max_digits, 1))} "
+            f"task.max_digits={max(max_digits, 1)}."
         )
     rng = random.Random(seed)
     problems = []
@@ -63,4 +64,11 @@ def reverse_task(task_config: Any) -> Task:
     lengths = dict(min_digits=task_config.min_digits, max_digits=task_config.max_digits)
     train = reverse_problems(task_config.train_size, seed=task_config.seed, **lengths)
     val = reverse_problems(task_config.val_size, seed=task_config.seed + 1, **lengths)
-    return Task(name="reverse", train=train, val=val, reward_fn=positional_match_reward, alphabet="0123456789=")
+    return Task(
+        name="reverse",
+        train=train,
+        val=val,
+        reward_fn=positional_match_reward,
+        alphabet="0123456789=",
+        answer_in_response=True,
+    )

@@ -21,6 +21,7 @@ FINGERPRINT_KEYS = (
     "model.hidden_size",
     "model.num_heads",
     "model.max_positions",
+    "model.pad_token",
     "task.name",
     "task.seed",
     "task.train_size",
@@ -28,6 +29,9 @@ FINGERPRINT_KEYS = (
     "task.train_path",
     "task.prompt_key",
     "task.answer_key",
+    "task.min_digits",
+    "task.max_digits",
+    "task.apply_chat_template",
     "data.train_batch_size",
     "data.shuffle",
     "rllm.algorithm.adv_estimator",
@@ -53,6 +57,14 @@ def config_fingerprint(config: DictConfig, *, world_size: int = 1) -> dict[str, 
     return values
 
 
+_ADDED_KEY_DEFAULTS = {
+    "task.min_digits": 6,
+    "task.max_digits": 6,
+    "task.apply_chat_template": False,
+    "model.pad_token": None,
+}
+
+
 def check_fingerprint(saved: dict[str, Any], current: dict[str, Any], checkpoint: str) -> None:
     """Compare a checkpoint's fingerprint with the current config's.
 
@@ -60,8 +72,9 @@ def check_fingerprint(saved: dict[str, Any], current: dict[str, Any], checkpoint
         CheckpointMismatchError: some key differs; the message lists each key with the
             checkpoint's value and the current one, and the ways out.
     """
-    # checkpoints from before these keys existed were one process with no sharding
-    saved = {"world_size": 1, "backend.parallelism": "ddp", **saved}
+    # checkpoints from before these keys existed were one process with no sharding, the
+    # reverse task's default lengths, no chat template and the tokenizer's own pad token
+    saved = {"world_size": 1, "backend.parallelism": "ddp", **_ADDED_KEY_DEFAULTS, **saved}
     changed = {
         k: (saved.get(k), current.get(k)) for k in sorted(set(saved) | set(current)) if saved.get(k) != current.get(k)
     }

@@ -72,6 +72,8 @@ class TorchBackend(BackendProtocol):
     Args:
         config: the run config: ``model.*``, ``backend.*``, ``data.*``, ``rllm.*``.
         alphabet: characters of the default character tokenizer (used when ``model.path`` has none).
+        answer_in_response: the task's reward scores the whole answer in the response, so
+            :meth:`validate_prompts` also checks that ``max_new_tokens`` holds the longest answer.
         ranks: the run's processes (default: one); with several, the policy is wrapped by
             ``backend.parallelism`` (``ddp``: ``DistributedDataParallel``).
 
@@ -82,9 +84,16 @@ class TorchBackend(BackendProtocol):
     name = "torch"
 
     def __init__(
-        self, config: DictConfig, alphabet: str = "0123456789+=", ranks: RunRanks | None = None, **kwargs: Any
+        self,
+        config: DictConfig,
+        alphabet: str = "0123456789+=",
+        ranks: RunRanks | None = None,
+        *,
+        answer_in_response: bool = False,
+        **kwargs: Any,
     ) -> None:
         super().__init__(config, ranks)
+        self.answer_in_response = answer_in_response
         self.settings, rllm = config.backend, config.rllm
         if self.settings.num_threads:
             torch.set_num_threads(self.settings.num_threads)
@@ -137,7 +146,7 @@ class TorchBackend(BackendProtocol):
         else:
             ref_config = OmegaConf.merge(model_config, {"path": model_config.ref_path})
             try:
-                ref = build_policy(ref_config, self.tokenizer).to(self.device)
+                ref = build_policy(ref_config, self.tokenizer, key="model.ref_path").to(self.device)
             except ModelNotFoundError as exc:
                 raise ModelNotFoundError(
                     f"model.ref_path={model_config.ref_path!r}: no model there (expected a directory with config.json, "
@@ -190,12 +199,40 @@ class TorchBackend(BackendProtocol):
             require_chat_template(self.tokenizer)
 
     def validate_prompts(self, tasks: list[dict]) -> None:
-        """The longest prompt (as the sampler encodes it) and ``rllm.rollout.max_new_tokens`` must
-        fit in the policy's context (:func:`~rllm_torch.backends.torch_backend.policy.check_context`)."""
-        prompts = [task["prompt"] for task in tasks if isinstance(task, dict) and isinstance(task.get("prompt"), str)]
-        if prompts:
-            ids = encode_prompts(self.tokenizer, prompts, apply_chat_template=self.apply_chat_template)
-            check_context(max(map(len, ids)), self.config.rllm.rollout.max_new_tokens, context_length(self.model))
+        """Every prompt encodes without unknown tokens, the longest (as the sampler encodes it)
+        and ``rllm.rollout.max_new_tokens`` fit in the policy's context
+        (:func:`~rllm_torch.backends.torch_backend.policy.check_context`), and, for a task whose
+        reward needs the whole answer, ``max_new_tokens`` holds the longest answer.
+
+        Raises:
+            ConfigError: naming the prompt or answer, the setting and the fix.
+        """
+        rows = [task for task in tasks if isinstance(task, dict) and isinstance(task.get("prompt"), str)]
+        if not rows:
+            return
+        ids = encode_prompts(self.tokenizer, [t["prompt"] for t in rows], apply_chat_template=self.apply_chat_template)
+        unknown = self.tokenizer.unk_token_id
+        if self.tokenizer_from_path and unknown is not None:
+            for task, row_ids in zip(rows, ids, strict=True):
+                if unknown in row_ids:
+                    raise ConfigError(
+                        f"the prompt {task['prompt']!r} has characters the tokenizer at model.path={self.config.model.path!r} "
+                        f"does not know (they would become {self.tokenizer.unk_token!r}); use a tokenizer that covers the "
+                        "task's text, or leave model.path unset for a character tokenizer built from the task."
+                    )
+        max_new_tokens = self.config.rllm.rollout.max_new_tokens
+        check_context(max(map(len, ids)), max_new_tokens, context_length(self.model))
+        answers = [str(t["answer"]) for t in rows if "answer" in t]
+        if self.answer_in_response and answers:
+            lengths = [len(a) for a in self.tokenizer(answers, add_special_tokens=False)["input_ids"]]
+            longest = max(range(len(answers)), key=lengths.__getitem__)
+            if lengths[longest] > max_new_tokens:
+                raise ConfigError(
+                    f"task.name={self.config.task.name!r} scores the whole answer, and its longest answer "
+                    f"({answers[longest]!r}) is {lengths[longest]} tokens: rllm.rollout.max_new_tokens={max_new_tokens} "
+                    f"would cut every such response short; set rllm.rollout.max_new_tokens to {lengths[longest] + 1} or "
+                    "more (the answer and the end token)."
+                )
 
     def _validate_kl_and_critic(self) -> None:
         algorithm = self.config.rllm.algorithm

@@ -16,7 +16,9 @@ __all__ = ["build_policy", "resolve_device", "context_length", "check_context", 
 ARCHITECTURES = ("gpt2", "llama")
 
 
-def build_policy(model_config: Any, tokenizer: PreTrainedTokenizerBase, *, seed: int = 0) -> PreTrainedModel:
+def build_policy(
+    model_config: Any, tokenizer: PreTrainedTokenizerBase, *, seed: int = 0, key: str = "model.path"
+) -> PreTrainedModel:
     """The policy model, in float32 and train mode.
 
     Args:
@@ -25,10 +27,12 @@ def build_policy(model_config: Any, tokenizer: PreTrainedTokenizerBase, *, seed:
             ``num_layers``, ``hidden_size``, ``num_heads``, ``max_positions``.
         tokenizer: gives the vocabulary size and the special token ids.
         seed: seeds the random initialisation.
+        key: the setting that gave ``model_config.path``, named in errors (``model.ref_path`` for the reference).
 
     Raises:
         ModelNotFoundError: ``path`` is not a directory with a model.
-        ConfigError: an unknown ``arch``, or ``hidden_size`` not divisible by ``num_heads``.
+        ConfigError: an unknown ``arch``, ``hidden_size`` not divisible by ``num_heads``, or a
+            tokenizer with more tokens than the loaded model's embedding.
     """
     if model_config.path is not None:
         path = Path(model_config.path)
@@ -36,7 +40,15 @@ def build_policy(model_config: Any, tokenizer: PreTrainedTokenizerBase, *, seed:
             raise ModelNotFoundError(
                 f"model.path={str(path)!r}: no model there (expected a directory with config.json, as save_pretrained writes). Leave model.path unset to build a small random model."
             )
-        return AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32).train()
+        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32).train()
+        rows = model.get_input_embeddings().num_embeddings
+        if len(tokenizer) > rows:
+            raise ConfigError(
+                f"{key}={str(path)!r}: the tokenizer has {len(tokenizer)} tokens but the model's embedding (its vocabulary) "
+                f"has {rows} rows, so ids beyond it would index out of range; save the model after "
+                "model.resize_token_embeddings(len(tokenizer)), or use the tokenizer it was trained with."
+            )
+        return model
     arch, hidden, heads = model_config.arch, model_config.hidden_size, model_config.num_heads
     if arch not in ARCHITECTURES:
         raise ConfigError(f"model.arch={arch!r} is not one of {ARCHITECTURES}.")
@@ -92,11 +104,12 @@ def check_context(longest_prompt: int, max_new_tokens: int, context: int | None)
         ConfigError: naming ``rllm.rollout.max_new_tokens``, the longest prompt and the fixes.
     """
     if context is not None and longest_prompt + max_new_tokens > context:
+        room = context - longest_prompt
+        lower = f"lower rllm.rollout.max_new_tokens to {room} or less, " if room > 1 else ""
         raise ConfigError(
             f"the longest prompt has {longest_prompt} tokens and rllm.rollout.max_new_tokens={max_new_tokens}: "
-            f"{longest_prompt + max_new_tokens} positions, beyond the model's context of {context}; lower "
-            f"rllm.rollout.max_new_tokens to {max(context - longest_prompt, 0)} or less, shorten the prompts, or "
-            "use a model with a longer context (model.max_positions for a model built from scratch)."
+            f"{longest_prompt + max_new_tokens} positions, beyond the model's context of {context}; {lower}shorten the "
+            "prompts, or use a model with a longer context (model.max_positions for a model built from scratch)."
         )
 
 

@@ -77,12 +77,17 @@ def load_tokenizer(path: str | None, alphabet: str, *, pad_token: str | None = N
             f"the tokenizer at model.path={path!r} has no eos token, so sampled responses could not end; "
             "save it with one (tokenizer.eos_token = ...; tokenizer.save_pretrained(path))."
         )
+    if tokenizer.pad_token_id is not None and pad_token is not None and pad_token != tokenizer.pad_token:
+        raise ConfigError(
+            f"model.pad_token={pad_token!r} is set, but the tokenizer ({path or 'the character tokenizer'}) has its own pad "
+            f"token {tokenizer.pad_token!r}, which is used; drop model.pad_token (it is for tokenizers without one)."
+        )
     if tokenizer.pad_token_id is None:
         if pad_token is None:
             raise ConfigError(
                 f"the tokenizer at model.path={path!r} has no pad token, which batched sampling and training need; set "
-                f"model.pad_token to one of its tokens, e.g. model.pad_token='{tokenizer.eos_token}' (its eos token, as "
-                "TRL and verl do), or save the tokenizer with a pad token."
+                f"model.pad_token to one of its tokens, e.g. \"model.pad_token='{tokenizer.eos_token}'\" (its eos token, "
+                "as TRL and verl do; quoted so that the shell keeps the quotes), or save the tokenizer with a pad token."
             )
         if tokenizer.convert_tokens_to_ids(pad_token) in (None, tokenizer.unk_token_id):
             raise ConfigError(
@@ -117,8 +122,14 @@ def encode_prompts(
     if not apply_chat_template:
         return tokenizer(prompts, add_special_tokens=True)["input_ids"]
     require_chat_template(tokenizer)
-    texts = [
-        tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
-        for p in prompts
-    ]
+    try:
+        texts = [
+            tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+            for p in prompts
+        ]
+    except Exception as exc:  # jinja2's TemplateError and whatever the template raises
+        raise ConfigError(
+            f"the tokenizer's chat template failed on a one-turn user message ({type(exc).__name__}: {exc}); fix the "
+            "chat_template in the tokenizer_config.json of model.path, or set task.apply_chat_template=false."
+        ) from exc
     return tokenizer(texts, add_special_tokens=False)["input_ids"]
