@@ -1,10 +1,10 @@
 """Our trainer (``rllm-torch-train``) against TRL's ``GRPOTrainer``, one after the other, on the same task,
 model, prompts and settings: seconds per step, wall time and the training reward curve.
 
-    python3.11 -m venv /work/venv-trl && /work/venv-trl/bin/pip install torch==2.13.0
-    /work/venv-trl/bin/pip install -e '.[bench-trl]'      # trl 1.16.0; its own venv (see pyproject.toml)
-    /work/venv-trl/bin/python benchmarks/bench_trainer_vs_trl.py --write-results    # benchmarks/RESULTS_trainer.md
-    /work/venv-trl/bin/python benchmarks/bench_trainer_vs_trl.py --task arithmetic --steps 8   # a quick look
+    python3 -m venv .venv-trl && .venv-trl/bin/pip install torch==2.13.0   # the CPU build first
+    .venv-trl/bin/pip install -e '.[bench-trl]'      # trl 1.16.0; its own venv (see pyproject.toml)
+    .venv-trl/bin/python benchmarks/bench_trainer_vs_trl.py --write-results    # benchmarks/RESULTS_trainer.md
+    .venv-trl/bin/python benchmarks/bench_trainer_vs_trl.py --task arithmetic --steps 8   # a quick look
 
 What is the same on both sides:
 
@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib.resources
+import importlib.util
 import json
 import os
 import shutil
@@ -418,6 +419,9 @@ def main(argv: list[str]) -> None:
         "--set", nargs="*", default=[], metavar="KEY=VALUE", help="more overrides of our config, for both sides"
     )
     args = parser.parse_args(argv)
+    missing = [name for name in ("trl", "datasets") if importlib.util.find_spec(name) is None]
+    if missing:  # before our side trains for minutes
+        raise SystemExit(f"{', '.join(missing)} not installed: run this in a venv with pip install -e '.[bench-trl]'.")
     out = (args.out or REPO / "outputs" / "bench_trl" / args.task).resolve()
     for side in SIDES:  # a previous run's directories: ours would refuse to start over its checkpoints
         shutil.rmtree(out / side, ignore_errors=True)
