@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numbers
+from typing import Any
 
 from torch import Tensor
 
@@ -61,22 +62,32 @@ def shared_docstring(fn):
     return fn
 
 
-def check_token_batch(batch: object, estimator: str) -> TokenRewards:
-    if not isinstance(batch, TokenRewards):
+def _check_input_type(batch: object, kind: type, estimator: str, expects: str, build: str) -> Any:
+    if not isinstance(batch, kind):
         raise InvalidRewardTypeError(
-            f"{estimator} is a token-level estimator and expects a TokenRewards, got {type(batch).__name__}; build one "
-            "with TokenRewards(token_level_rewards_BT, response_mask_BT) (values=values_BT for gae)."
+            f"{estimator} {expects} a {kind.__name__}, got {type(batch).__name__}; build one with {build}."
         )
     return batch
+
+
+def check_token_batch(batch: object, estimator: str) -> TokenRewards:
+    return _check_input_type(
+        batch,
+        TokenRewards,
+        estimator,
+        "is a token-level estimator and expects",
+        "TokenRewards(token_level_rewards_BT, response_mask_BT) (values=values_BT for gae)",
+    )
 
 
 def check_batch(batch: object, estimator: str) -> GroupedRewards:
-    if not isinstance(batch, GroupedRewards):
-        raise InvalidRewardTypeError(
-            f"{estimator} expects a GroupedRewards, got {type(batch).__name__}; build one with "
-            "GroupedRewards.from_groups(list_of_groups), .from_flat(rewards, group_index) or .from_padded(rewards_GK)."
-        )
-    return batch
+    return _check_input_type(
+        batch,
+        GroupedRewards,
+        estimator,
+        "expects",
+        "GroupedRewards.from_groups(list_of_groups), .from_flat(rewards, group_index) or .from_padded(rewards_GK)",
+    )
 
 
 def check_epsilon(epsilon: object) -> float:
