@@ -326,6 +326,13 @@ class TorchBackend(BackendProtocol):
         forward = lambda ids, mask: token_log_probs(model, ids, mask, temperature=temperature)
         return on_real_columns(forward, batch.input_ids[rows], batch.attention_mask[rows])
 
+    def _global_rows(self, batch) -> int:
+        """The batch's rows over every rank: one all-reduce per batch, its result kept in
+        ``batch.extras`` for the update."""
+        if "global_rows" not in batch.extras:
+            batch.extras["global_rows"] = int(self.ranks.reduce([float(batch.input_ids.shape[0])])[0])
+        return batch.extras["global_rows"]
+
     def _updates_per_batch(self, total_rows: int) -> tuple[int, int]:
         """``(ppo_epochs, mini-batches per epoch)`` for a batch of ``total_rows`` rows over every rank."""
         s = self.settings
@@ -340,8 +347,7 @@ class TorchBackend(BackendProtocol):
         the batch, so a separate no-gradient pass would compute the same numbers (TRL skips it
         too), and the update takes them from its forward, detached."""
         batch = trainer_state.backend_batch
-        num_rows = batch.input_ids.shape[0]
-        total_rows = int(self.ranks.reduce([float(num_rows)])[0])
+        num_rows, total_rows = batch.input_ids.shape[0], self._global_rows(batch)
         single_update = self._updates_per_batch(max(total_rows, 1)) == (1, 1) and not self.use_kl_in_reward
         with torch.no_grad():
             if single_update:
@@ -387,8 +393,7 @@ class TorchBackend(BackendProtocol):
         ``mini_batch_size`` None: the whole batch), one AdamW step each. Each rank trains on its
         own rows of every mini-batch; the loss is normalised over the global mini-batch."""
         batch, s, ranks = trainer_state.backend_batch, self.settings, self.ranks
-        num_rows = batch.input_ids.shape[0]
-        total_rows = int(ranks.reduce([float(num_rows)])[0])
+        num_rows, total_rows = batch.input_ids.shape[0], self._global_rows(batch)
         if total_rows == 0:  # nothing to train on anywhere (the trainer skips such steps itself)
             return
         epochs, num_minis = self._updates_per_batch(total_rows)
