@@ -9,6 +9,8 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
+from rllm_torch.trainer.fingerprint import describe_changes
+
 __all__ = ["StepPlan", "plan_steps", "startup_summary"]
 
 
@@ -137,9 +139,11 @@ def startup_summary(trainer: Any, state: Any, resumed: Any, plan: StepPlan) -> l
     devices = f"{device}, {torch.get_num_threads()} thread(s)"
     if ranks.distributed:
         devices += f"; world size {ranks.world_size} ({torch.distributed.get_backend(ranks.process_group)})"
+    changes = trainer.checkpointer.changes if resumed is not None and state.global_step < plan.total_steps else {}
     rows = [
         ("run directory", str(trainer.run_dir)),
         ("state", run_state),
+        *([("", f"changed on resume: {describe_changes(changes)}")] if changes else []),
         ("model", _model_line(config, backend)),
         ("task", _task_line(config, trainer.train_dataset, trainer.val_dataset)),
         (
