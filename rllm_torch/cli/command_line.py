@@ -19,6 +19,7 @@ from rllm_torch.cli.run_config import TrainConfig
 from rllm_torch.errors import ConfigError, RLLMTorchError
 
 __all__ = [
+    "ERROR_EXIT_STATUS",
     "known_keys",
     "experiment_names",
     "check_command_line",
@@ -28,6 +29,8 @@ __all__ = [
 ]
 
 CONFIG_PACKAGE = "rllm_torch.configs"
+#: The exit status of ``rllm-torch-train`` after one of the package's errors (printed as one block).
+ERROR_EXIT_STATUS = 2
 
 
 def _walk(node: Any, prefix: str, out: set[str], open_prefixes: set[str] | None) -> None:
@@ -130,9 +133,11 @@ def check_known_keys(config: DictConfig) -> None:
 
 
 def report_error(exc: RLLMTorchError, stream=None) -> None:
-    """One block on stderr: the error's type and message (which says the fix), no traceback."""
+    """One block on stderr: the error's type and message (which says the fix), no traceback;
+    under a torchrun launch of several processes, the rank that prints it."""
     stream = stream or sys.stderr
-    print(f"rllm-torch-train: {type(exc).__name__}: {exc}", file=stream)
+    rank = f" (rank {os.environ.get('RANK')})" if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 else ""
+    print(f"rllm-torch-train{rank}: {type(exc).__name__}: {exc}", file=stream)
     print("  (set HYDRA_FULL_ERROR=1 to see the traceback)", file=stream, flush=True)
 
 

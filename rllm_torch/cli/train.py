@@ -29,7 +29,13 @@ import torch.distributed as dist
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from rllm_torch.cli.command_line import check_command_line, check_known_keys, remove_empty_run_dir, report_error
+from rllm_torch.cli.command_line import (
+    ERROR_EXIT_STATUS,
+    check_command_line,
+    check_known_keys,
+    remove_empty_run_dir,
+    report_error,
+)
 from rllm_torch.cli.config_checks import check_run_config
 from rllm_torch.cli.run_config import register_configs
 from rllm_torch.errors import ConfigError, RLLMTorchError, UnknownBackendError
@@ -195,7 +201,7 @@ def _hydra_main(config: DictConfig) -> None:
         if os.environ.get("RANK", "0") == "0" and HydraConfig.initialized():
             remove_empty_run_dir(HydraConfig.get().runtime.output_dir)  # only .hydra/: a failed start-up
         report_error(exc)
-        sys.exit(2)
+        sys.exit(ERROR_EXIT_STATUS)
 
 
 def main() -> None:
@@ -207,7 +213,7 @@ def main() -> None:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         report_error(exc)
-        sys.exit(2)
+        sys.exit(ERROR_EXIT_STATUS)
     _hydra_main()
     if torchrun_world_size() is not None:
         end_rank_process()
