@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -38,6 +41,21 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 )
 def test_a_misspelled_key_is_refused_with_the_nearest_known_key(argv, suggestion):
     with pytest.raises(ConfigError, match=f"did you mean `{suggestion}`"):
+        check_command_line(argv)
+
+
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (["rllm.rollout.n=abc"], r"rllm.rollout.n=abc: .*'abc'.* Integer.* \(default 8\)"),
+        (["backend.lr=fast"], r"backend.lr=fast: .*'fast'.* Float"),
+        (["data.shuffle=maybe"], r"data.shuffle=maybe: .*not a valid bool"),
+        (["model=tiny_gpt"], r"model=tiny_gpt: no such model config; the shipped ones are tiny, tiny_llama"),
+        (["task=arithmetics"], r"task=arithmetics: no such task config; the shipped ones are arithmetic, chain"),
+    ],
+)
+def test_a_value_of_the_wrong_type_or_an_unknown_group_option_is_refused_before_hydra(argv, match):
+    with pytest.raises(ConfigError, match=match):
         check_command_line(argv)
 
 
@@ -86,7 +104,10 @@ def _train_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.parametrize("bad", ["+rllm.rolout.n=4", "rllm.rollout.n=0", "backend.parallelism=tensor"])
+@pytest.mark.parametrize(
+    "bad",
+    ["+rllm.rolout.n=4", "rllm.rollout.n=0", "backend.parallelism=tensor", "rllm.rollout.n=abc", "model=tiny_gpt"],
+)
 def test_a_start_up_error_prints_one_block_and_leaves_no_run_directory(tmp_path, bad):
     done = _train_cli(bad, f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
     assert done.returncode == 2
@@ -94,6 +115,33 @@ def test_a_start_up_error_prints_one_block_and_leaves_no_run_directory(tmp_path,
     assert "Traceback" not in done.stderr and "Error executing job" not in done.stderr
     assert "HYDRA_FULL_ERROR=1" in done.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_a_failed_start_up_leaves_no_empty_directories_behind(tmp_path):
+    done = _train_cli("rllm.rollout.n=0", cwd=tmp_path)  # the default run directory: outputs/rllm_torch/arithmetic
+    assert done.returncode == 2
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ctrl_c_prints_one_line_saying_which_step_the_same_command_resumes_from(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    command = [sys.executable, "-m", "rllm_torch.train", *TINY, "rllm.trainer.total_batches=100000"]
+    command += ["rllm.trainer.save_freq=2", "rllm.trainer.logger=[jsonl]", f"hydra.run.dir={tmp_path / 'run'}"]
+    launch = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "run" / "checkpoints" / "step_000002").is_dir() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        launch.send_signal(signal.SIGINT)
+        _, err = launch.communicate(timeout=60)
+    finally:
+        launch.kill()
+    assert launch.returncode == 130
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+    assert re.fullmatch(
+        r"rllm-torch-train: interrupted; the same command resumes from step (\d+) \(.*step_0*\1\)", lines[-1]
+    ), lines[-1]
 
 
 def test_the_traceback_is_there_with_hydra_full_error(tmp_path):

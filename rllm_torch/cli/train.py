@@ -35,6 +35,7 @@ from rllm_torch.cli.command_line import (
     check_known_keys,
     remove_empty_run_dir,
     report_error,
+    resume_point,
 )
 from rllm_torch.cli.config_checks import check_run_config
 from rllm_torch.cli.run_config import register_configs
@@ -48,6 +49,7 @@ from rllm_torch.workflows.single_turn import SingleTurnWorkflow
 __all__ = ["main", "run", "backend_class", "BACKENDS"]
 
 BACKENDS = ("torch",)
+INTERRUPTED_EXIT_STATUS = 130  # 128 + SIGINT, the shell's convention for Ctrl-C
 
 
 def backend_class(name: str) -> type[BackendProtocol]:
@@ -202,6 +204,16 @@ def _hydra_main(config: DictConfig) -> None:
             remove_empty_run_dir(HydraConfig.get().runtime.output_dir)  # only .hydra/: a failed start-up
         report_error(exc)
         sys.exit(ERROR_EXIT_STATUS)
+    except KeyboardInterrupt:  # Ctrl-C: where the same command goes on, not a traceback
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        if os.environ.get("RANK", "0") == "0" and HydraConfig.initialized():
+            run_dir = config.rllm.trainer.default_local_dir or HydraConfig.get().runtime.output_dir
+            remove_empty_run_dir(run_dir)
+            print(
+                f"rllm-torch-train: interrupted; the same command {resume_point(run_dir)}", file=sys.stderr, flush=True
+            )
+        sys.exit(INTERRUPTED_EXIT_STATUS)
 
 
 def main() -> None:
