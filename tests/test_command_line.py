@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_module
-from trainer_fakes import make_config
+from trainer_fakes import RecordingBackend, TwoRoleWorkflow, make_config
 
+from rllm_torch import UnifiedTrainer
 from rllm_torch.cli.command_line import check_command_line, check_known_keys, experiment_names
 from rllm_torch.cli.run_config import register_configs
 from rllm_torch.cli.train import run
@@ -203,6 +204,47 @@ def test_the_start_up_summary_tells_a_new_a_resumed_and_a_finished_run_apart(tmp
     assert "state          already complete: step 4 of 4" in out and "nothing to train" in out
     assert "train:" not in capsys.readouterr().err  # no 100% bar again
     assert (tmp_path / "metrics.jsonl").read_text() == before
+
+
+def summary_of(tmp_path, capsys, train, *overrides) -> dict[str, str]:
+    """The start-up summary of a run on the fake backend: ``{row name: text}`` (continuation
+    rows under the name of the row above, joined)."""
+    config = make_config(tmp_path, "rllm.rollout.n=2", "rllm.trainer.total_batches=1", *overrides)
+    UnifiedTrainer(RecordingBackend, config, TwoRoleWorkflow, train, [{"prompt": "v0"}]).fit()
+    rows, name = {}, None
+    for line in capsys.readouterr().out.split("rllm_torch run\n", 1)[1].splitlines():
+        if not line.startswith("  "):
+            break
+        label, text = line[2:16].strip(), line[17:]
+        name = label or name
+        rows[name] = f"{rows[name]}; {text}" if not label else text
+    return rows
+
+
+TRAIN_16 = [{"prompt": f"p{i}"} for i in range(16)]
+
+
+def test_the_summary_of_a_validation_only_run_announces_no_training_steps(tmp_path, capsys):
+    rows = summary_of(tmp_path, capsys, TRAIN_16, "rllm.trainer.val_only=true", "rllm.trainer.total_batches=null")
+    assert rows["steps"] == "none: rllm.trainer.val_only=true validates the model once and trains nothing"
+
+
+def test_the_summary_says_how_many_prompts_a_step_really_takes(tmp_path, capsys):
+    rows = summary_of(tmp_path / "a", capsys, TRAIN_16[:2], "data.train_batch_size=64")
+    assert "2 prompts per step (the whole training set; data.train_batch_size=64)" in rows["algorithm"]
+    rows = summary_of(tmp_path / "b", capsys, TRAIN_16[:10], "data.train_batch_size=4")
+    assert "4 prompts per step (2 in the last step of each epoch)" in rows["algorithm"]
+    assert rows["steps"].startswith("1 (1 epoch of 3 steps)")
+
+
+@pytest.mark.parametrize(("estimator", "warned"), [("grpo", True), ("rloo", True), ("reinforce", False)])
+def test_one_rollout_per_prompt_with_a_group_estimator_is_said(tmp_path, capsys, estimator, warned):
+    rows = summary_of(tmp_path, capsys, TRAIN_16, "rllm.rollout.n=1", f"rllm.algorithm.adv_estimator={estimator}")
+    assert ("warning" in rows) == warned
+    if warned:
+        assert rows["warning"].startswith(
+            f"rllm.rollout.n=1: every group is one rollout, so {estimator} has no baseline"
+        )
 
 
 def test_a_restored_validation_shows_in_the_next_table():

@@ -193,7 +193,7 @@ class UnifiedTrainer:
             self.checkpointer.save(state, self.val_history)
         await self.backend.on_train_end(state)
         if plan.note and self.ranks.is_main:
-            print(f"trained {state.global_step} steps over {state.epoch} epochs: {plan.note}", flush=True)
+            print(f"trained {state.global_step} steps over {state.epoch + 1} epochs: {plan.note}", flush=True)
 
     def _write_run_files(self, resumed: CheckpointInfo | None) -> None:
         """Rank 0, when training starts: ``run_files``, and for a resume a line of
