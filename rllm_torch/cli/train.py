@@ -26,6 +26,7 @@ import hydra
 import numpy as np
 import torch
 import torch.distributed as dist
+import transformers
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -110,6 +111,8 @@ def run(config: DictConfig, *, run_files: dict[str, str] | None = None) -> Unifi
 
 
 def _train(config: DictConfig, ranks: RunRanks, run_files: dict[str, str]) -> UnifiedTrainer:
+    if not sys.stderr.isatty():  # a piped log: no progress bars (the console logger's follows tqdm's rule)
+        transformers.utils.logging.disable_progress_bar()
     seed = config.seed
     random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)
     backend_cls = backend_class(config.backend.name)
