@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_module
-from trainer_fakes import RecordingBackend, TwoRoleWorkflow, make_config
+from test_command_line import TINY
+from trainer_fakes import make_config
 
-from rllm_torch import UnifiedTrainer
 from rllm_torch.cli.command_line import known_keys
 from rllm_torch.cli.run_config import register_configs
 from rllm_torch.cli.train import run
@@ -44,33 +44,7 @@ def test_every_setting_is_fingerprinted_or_declared_resumable_and_no_table_names
     )  # no repeats
 
 
-# ---- a fake backend: fast checks of the fingerprint ----------------------------------------
-
-TRAIN = [{"prompt": f"p{i}"} for i in range(8)]
-
-
-def fake_trainer(tmp_path, *overrides):
-    config = make_config(
-        tmp_path, "data.train_batch_size=2", "rllm.rollout.n=2", "rllm.trainer.save_freq=2", *overrides
-    )
-    return UnifiedTrainer(RecordingBackend, config, TwoRoleWorkflow, TRAIN, None)
-
-
-@pytest.mark.parametrize(
-    ("key", "value"),
-    [
-        ("task.dataset", "basic_arithmetic"),  # two reasoning-gym datasets in one directory
-        ("task.val_size", "8"),
-        ("rllm.rollout.temperature", "0.7"),
-        ("backend.grad_clip", "0.5"),
-        ("rllm.algorithm.kl_coef", "0.1"),
-        ("rllm.compact_filtering.enable", "true"),
-    ],
-)
-def test_a_change_of_a_fingerprinted_setting_is_a_mismatch_naming_it(tmp_path, key, value):
-    fake_trainer(tmp_path, "rllm.trainer.total_batches=2").fit()
-    with pytest.raises(CheckpointMismatchError, match=rf"{key}: .* in the checkpoint, .* now"):
-        fake_trainer(tmp_path, "rllm.trainer.total_batches=4", f"{key}={value}")
+# ---- checkpoints from before a key was fingerprinted ---------------------------------------
 
 
 def test_a_checkpoint_written_before_a_key_existed_resumes_with_the_keys_default(tmp_path):
@@ -100,17 +74,7 @@ def test_the_default_run_directory_of_a_reasoning_gym_task_names_its_dataset():
 
 # ---- the real backend: a resumed run applies what it may change ------------------------------
 
-TINY = [
-    "task.train_size=16",
-    "task.val_size=4",
-    "data.train_batch_size=8",
-    "rllm.rollout.n=2",
-    "rllm.rollout.n_val=1",
-    "model.hidden_size=32",
-    "rllm.trainer.total_epochs=1",
-    "rllm.trainer.save_freq=2",
-    "rllm.trainer.logger=[console,jsonl]",
-]
+SETTINGS = [*TINY, "rllm.trainer.save_freq=2"]
 
 
 def lr_by_step(run_dir: Path) -> dict[int, float]:
@@ -120,10 +84,10 @@ def lr_by_step(run_dir: Path) -> dict[int, float]:
 
 def test_a_changed_learning_rate_and_schedule_apply_from_the_resumed_step_and_are_said_and_recorded(tmp_path, capsys):
     new = ["backend.lr=0.01", "rllm.algorithm.lr_schedule=linear", "rllm.trainer.total_batches=4"]
-    run(make_config(tmp_path / "whole", *TINY, *new))
-    run(make_config(tmp_path / "resumed", *TINY, "rllm.trainer.total_batches=2"))  # lr 0.001, constant
+    run(make_config(tmp_path / "whole", *SETTINGS, *new))
+    run(make_config(tmp_path / "resumed", *SETTINGS, "rllm.trainer.total_batches=2"))  # lr 0.001, constant
     capsys.readouterr()
-    run(make_config(tmp_path / "resumed", *TINY, *new))
+    run(make_config(tmp_path / "resumed", *SETTINGS, *new))
     out = capsys.readouterr().out
     whole, resumed = lr_by_step(tmp_path / "whole"), lr_by_step(tmp_path / "resumed")
     assert [resumed[s] for s in (1, 2)] == [0.001, 0.001]
@@ -152,7 +116,7 @@ def test_a_finished_run_started_again_with_a_changed_setting_writes_nothing(tmp_
         sys.executable,
         "-m",
         "rllm_torch.train",
-        *TINY,
+        *SETTINGS,
         "rllm.trainer.total_batches=2",
         f"hydra.run.dir={run_dir}",
     ]
@@ -168,7 +132,7 @@ def test_a_finished_run_started_again_with_a_changed_setting_writes_nothing(tmp_
 
 def test_weights_that_do_not_fit_the_model_built_now_are_a_mismatch_not_a_torch_traceback(tmp_path):
     data = tmp_path / "sums_train.jsonl"
-    settings = [*TINY[2:], "task.name=file", f"task.train_path={data}", "rllm.trainer.total_batches=1"]
+    settings = [*SETTINGS[2:], "task.name=file", f"task.train_path={data}", "rllm.trainer.total_batches=1"]
     data.write_text("".join(json.dumps({"prompt": f"{i}+1=", "answer": str(i + 1)}) + "\n" for i in range(8)))
     run(make_config(tmp_path / "run", *settings))
     # the same path with new characters: the character tokenizer, so the embedding, grows
