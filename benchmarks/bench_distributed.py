@@ -1,6 +1,7 @@
 """Estimators across gloo ranks: ours against the two ways peers move the batch, in one run.
 
-    python benchmarks/bench_distributed.py              # 2 and 4 processes, writes RESULTS_distributed.md
+    python benchmarks/bench_distributed.py              # 2 and 4 processes, writes outputs/benchmarks/RESULTS_distributed.md
+    python benchmarks/bench_distributed.py --write-results  # the same into the tracked benchmarks/RESULTS_distributed.md
     python benchmarks/bench_distributed.py --quick      # smaller, no file written
 
 Every rank holds ``N / W`` float32 rewards. Layouts: ``split`` (trajectory ``i`` on rank ``i % W``,
@@ -39,6 +40,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from machine import cpu_name
+from results import add_write_results, results_path
 
 import rllm_torch
 from rllm_torch import GroupedRewards, compute_advantages
@@ -293,7 +295,9 @@ def machine() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="N = 8k only, 2 ranks, 3 repeats; print, write nothing")
+    add_write_results(parser)
     args = parser.parse_args()
+    results = results_path(RESULTS.name, args.write_results)
     if args.quick:
         print(table(run((2,), (8 * 1024,), 3)))
         return
@@ -301,14 +305,14 @@ def main() -> None:
     text = table(rows)
     print(text)
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
-    old = RESULTS.read_text() if RESULTS.exists() else ""
+    old = results.read_text() if results.exists() else ""
     notes = old[old.index(NOTES_MARKER) :] if NOTES_MARKER in old else ""  # hand-written, kept
-    RESULTS.write_text(
+    results.write_text(
         f"# Estimators across ranks: measured {stamp}\n\n`python benchmarks/bench_distributed.py` on {machine()}.\n"
         "See the script's docstring for the methods, the layouts and how time and bytes are counted.\n\n"
         f"{text}\n\n{notes}"
     )
-    print(f"wrote {RESULTS}", file=sys.stderr)
+    print(f"wrote {results}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Estimator speed: rllm_torch against four references and a memory floor, in one run.
 
-    python benchmarks/bench_estimators.py                 # CPU, writes benchmarks/RESULTS.md
+    python benchmarks/bench_estimators.py                 # CPU, writes outputs/benchmarks/RESULTS.md
+    python benchmarks/bench_estimators.py --write-results # the same into the tracked benchmarks/RESULTS.md
     python benchmarks/bench_estimators.py --device cuda   # our estimators and the floor on CUDA
 
 Columns (milliseconds, median of repeats): ``ours`` the estimator on packed rewards;
@@ -29,6 +30,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from machine import cpu_name  # noqa: E402
 from references import dict_loop, factorize_bincount, per_group_loop  # noqa: E402
+from results import add_write_results, results_path  # noqa: E402
 
 import rllm_torch  # noqa: E402
 from rllm_torch import GroupedRewards, compute_advantages  # noqa: E402
@@ -212,10 +214,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
         "--slow-limit", type=int, default=4 * 1024 * 1024, help="largest N for the slow references (b) and (c)"
     )
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile column")
-    parser.add_argument(
-        "--output", type=Path, default=Path(__file__).parent / "RESULTS.md", help="results file ('-' to skip writing)"
-    )
+    parser.add_argument("--output", type=Path, default=None, help="results file ('-' to skip writing)")
+    add_write_results(parser)
     args = parser.parse_args(argv)
+    args.output = args.output or results_path("RESULTS.md", args.write_results)
     print(f"machine: {machine(args.device)}\n{HEADER}", flush=True)
     if args.device == "cuda":
         print(sync_check(args.device), flush=True)

@@ -1,7 +1,8 @@
 """Discounted returns over ``[B, T]`` (REINFORCE++'s reverse scan, and GAE's with ``gamma * lam``):
 our time-major scan against the alternatives, in one run, with their errors against float64.
 
-    python benchmarks/bench_returns.py        # writes benchmarks/RESULTS_returns.md
+    python benchmarks/bench_returns.py                  # writes outputs/benchmarks/RESULTS_returns.md
+    python benchmarks/bench_returns.py --write-results  # the same into the tracked benchmarks/RESULTS_returns.md
 
 Methods (float32 rewards with a random response mask, 10% untrained tokens):
 
@@ -32,6 +33,7 @@ from pathlib import Path
 
 import torch
 from machine import cpu_name
+from results import add_write_results, results_path
 
 from rllm_torch.estimators.token_level import discounted_returns
 
@@ -127,12 +129,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--shapes", default="1024x1024,256x4096,8192x128", help="comma-separated BxT")
     parser.add_argument("--gammas", default="0.99,1.0")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--output", default=str(Path(__file__).parent / "RESULTS_returns.md"))
+    parser.add_argument("--output", default=None, help="results file (default: see --write-results)")
+    add_write_results(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     rows = run(shapes, [float(g) for g in args.gammas.split(",")])
-    write(rows, Path(args.output))
+    write(rows, Path(args.output) if args.output else results_path("RESULTS_returns.md", args.write_results))
     return rows
 
 

@@ -2,7 +2,8 @@
 hand-written loop it replaced (the whole sequence through the model again for every new token),
 in one run, on the same prompts and models.
 
-    python benchmarks/bench_rollout.py            # writes benchmarks/RESULTS_rollout.md
+    python benchmarks/bench_rollout.py            # writes outputs/benchmarks/RESULTS_rollout.md
+    python benchmarks/bench_rollout.py --write-results  # the same into the tracked benchmarks/RESULTS_rollout.md
     python benchmarks/bench_rollout.py --device cuda
 
 Models: the default policy (GPT-2 style, 2 layers, d = 64) and a 4-layer d = 256 one, random
@@ -25,6 +26,7 @@ import torch.nn.functional as F
 import transformers
 from machine import cpu_name
 from omegaconf import OmegaConf
+from results import add_write_results, results_path
 
 from rllm_torch.backends.torch_backend import build_char_tokenizer, sample_completions
 from rllm_torch.backends.torch_backend.policy import build_policy
@@ -111,11 +113,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--lengths", default="2,16,64,256")
     parser.add_argument("--prompts", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--output", default=None)
+    parser.add_argument("--output", default=None, help="results file (default: see --write-results)")
+    add_write_results(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     rows = run(args.device, [int(v) for v in args.lengths.split(",")], args.prompts)
-    default = Path(__file__).parent / f"RESULTS_rollout{'_cuda' if args.device == 'cuda' else ''}.md"
+    default = results_path(f"RESULTS_rollout{'_cuda' if args.device == 'cuda' else ''}.md", args.write_results)
     write(rows, Path(args.output) if args.output else default, args.device, args.prompts)
     return rows
 

@@ -2,7 +2,8 @@
 
     pip install -e ".[bench]"                      # verl 0.9.1 (optional extra; a separate venv is
                                                    # best: verl pins transformers < 5.11)
-    python benchmarks/bench_token_level.py         # updates the token-level section of RESULTS.md
+    python benchmarks/bench_token_level.py         # the token-level section of outputs/benchmarks/RESULTS.md
+    python benchmarks/bench_token_level.py --write-results  # ... of the tracked benchmarks/RESULTS.md
 
 Two workloads, 1 torch thread, float32, medians in ms:
 
@@ -32,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from machine import cpu_name
+from results import add_write_results, results_path
 
 from rllm_torch import GroupedRewards, broadcast_to_tokens, grpo, sequence_scores
 
@@ -95,6 +97,7 @@ def ours(layout: str, index: np.ndarray, sizes: np.ndarray):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-write", action="store_true", help="print only")
+    add_write_results(parser)
     args = parser.parse_args()
     torch.set_num_threads(1)
     from verl import __version__ as verl_version
@@ -161,12 +164,13 @@ def main() -> None:
     )
     print(section)
     if not args.no_write:
-        text = RESULTS.read_text() if RESULTS.exists() else ""
+        results = results_path(RESULTS.name, args.write_results)
+        text = results.read_text() if results.exists() else ""
         if BEGIN in text:
             text = text[: text.index(BEGIN)] + section + text[text.index(END) + len(END) :]
         else:
             text = text.rstrip("\n") + "\n\n" + section + "\n"
-        RESULTS.write_text(text)
+        results.write_text(text)
 
 
 if __name__ == "__main__":

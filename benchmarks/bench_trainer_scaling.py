@@ -1,6 +1,7 @@
 """Seconds per training step of the default task on 1 and 2 processes, and the communication per step.
 
-    python benchmarks/bench_trainer_scaling.py            # writes benchmarks/RESULTS_trainer_scaling.md
+    python benchmarks/bench_trainer_scaling.py            # writes outputs/benchmarks/RESULTS_trainer_scaling.md
+    python benchmarks/bench_trainer_scaling.py --write-results  # the same into the tracked benchmarks/RESULTS_trainer_scaling.md
     python benchmarks/bench_trainer_scaling.py --steps 8  # a quick look, nothing written
 
 Each configuration runs ``rllm-torch-train`` on the default task (64 prompts x 8 rollouts a
@@ -32,6 +33,7 @@ from pathlib import Path
 
 import torch
 from machine import cpu_name
+from results import add_write_results, results_path
 
 RESULTS = Path(__file__).parent / "RESULTS_trainer_scaling.md"
 WARMUP_STEPS = 5
@@ -118,6 +120,7 @@ def main() -> None:
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=40, help="training steps per run (default 40)")
+    add_write_results(parser)
     args = parser.parse_args()
     rows = [measure(label, nproc, threads, args.steps) for label, nproc, threads in CONFIGS]
     text = table(rows)
@@ -126,11 +129,12 @@ def main() -> None:
         return
     cpu = cpu_name()
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
-    RESULTS.write_text(
+    results = results_path(RESULTS.name, args.write_results)
+    results.write_text(
         f"# Trainer scaling: measured {stamp}\n\n`python benchmarks/bench_trainer_scaling.py` ({args.steps} steps per run) "
         f"on {cpu}, {os.cpu_count()} cores, torch {torch.__version__}, gloo over loopback.\n\n{text}\n"
     )
-    print(f"wrote {RESULTS}", file=sys.stderr)
+    print(f"wrote {results}", file=sys.stderr)
 
 
 if __name__ == "__main__":

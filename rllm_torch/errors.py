@@ -20,6 +20,7 @@ __all__ = [
     "InvalidTrajectoryError",
     "UnknownBackendError",
     "DatasetNotFoundError",
+    "DatasetFormatError",
     "ModelNotFoundError",
     "WorkflowError",
     "CheckpointError",
@@ -71,7 +72,12 @@ class UnknownBackendError(ConfigError):
 
 
 class DatasetNotFoundError(ConfigError):
-    """A dataset file named in the task config does not exist or cannot be read."""
+    """A dataset file named in the task config does not exist."""
+
+
+class DatasetFormatError(ConfigError):
+    """A dataset file that is there but cannot be read as given: an unknown suffix, no rows, a
+    line that is not one JSON object, a row without the prompt or answer key."""
 
 
 class ModelNotFoundError(ConfigError):

@@ -218,9 +218,15 @@ def test_resume_mode_disable_in_a_directory_with_checkpoints_refuses_to_mix_two_
         ("task.max_digits", "9"),
         ("task.apply_chat_template", "true"),
         ("model.pad_token", "x"),
+        ("task.dataset", "basic_arithmetic"),  # two reasoning-gym datasets in one directory
+        ("task.val_size", "8"),
+        ("rllm.rollout.temperature", "0.7"),
+        ("backend.grad_clip", "0.5"),
+        ("rllm.algorithm.kl_coef", "0.1"),
+        ("rllm.compact_filtering.enable", "true"),
     ],
 )
-def test_a_changed_task_length_prompt_format_or_pad_token_is_a_mismatch_too(tmp_path, key, value):
+def test_a_change_of_a_fingerprinted_setting_is_a_mismatch_naming_it(tmp_path, key, value):
     trainer_for(tmp_path, "rllm.trainer.total_batches=2").fit()
     with pytest.raises(CheckpointMismatchError, match=rf"{key}: .* in the checkpoint, .* now"):
         trainer_for(tmp_path, "rllm.trainer.total_batches=4", f"{key}={value}")

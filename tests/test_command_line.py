@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_module
-from trainer_fakes import make_config
+from trainer_fakes import RecordingBackend, TwoRoleWorkflow, make_config
 
+from rllm_torch import UnifiedTrainer
 from rllm_torch.cli.command_line import check_command_line, check_known_keys, experiment_names
 from rllm_torch.cli.run_config import register_configs
 from rllm_torch.cli.train import run
@@ -38,6 +42,21 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 )
 def test_a_misspelled_key_is_refused_with_the_nearest_known_key(argv, suggestion):
     with pytest.raises(ConfigError, match=f"did you mean `{suggestion}`"):
+        check_command_line(argv)
+
+
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (["rllm.rollout.n=abc"], r"rllm.rollout.n=abc: .*'abc'.* Integer.* \(default 8\)"),
+        (["backend.lr=fast"], r"backend.lr=fast: .*'fast'.* Float"),
+        (["data.shuffle=maybe"], r"data.shuffle=maybe: .*not a valid bool"),
+        (["model=tiny_gpt"], r"model=tiny_gpt: no such model config; the shipped ones are tiny, tiny_llama"),
+        (["task=arithmetics"], r"task=arithmetics: no such task config; the shipped ones are arithmetic, chain"),
+    ],
+)
+def test_a_value_of_the_wrong_type_or_an_unknown_group_option_is_refused_before_hydra(argv, match):
+    with pytest.raises(ConfigError, match=match):
         check_command_line(argv)
 
 
@@ -86,7 +105,10 @@ def _train_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.parametrize("bad", ["+rllm.rolout.n=4", "rllm.rollout.n=0", "backend.parallelism=tensor"])
+@pytest.mark.parametrize(
+    "bad",
+    ["+rllm.rolout.n=4", "rllm.rollout.n=0", "backend.parallelism=tensor", "rllm.rollout.n=abc", "model=tiny_gpt"],
+)
 def test_a_start_up_error_prints_one_block_and_leaves_no_run_directory(tmp_path, bad):
     done = _train_cli(bad, f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
     assert done.returncode == 2
@@ -94,6 +116,33 @@ def test_a_start_up_error_prints_one_block_and_leaves_no_run_directory(tmp_path,
     assert "Traceback" not in done.stderr and "Error executing job" not in done.stderr
     assert "HYDRA_FULL_ERROR=1" in done.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_a_failed_start_up_leaves_no_empty_directories_behind(tmp_path):
+    done = _train_cli("rllm.rollout.n=0", cwd=tmp_path)  # the default run directory: outputs/rllm_torch/arithmetic
+    assert done.returncode == 2
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ctrl_c_prints_one_line_saying_which_step_the_same_command_resumes_from(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    command = [sys.executable, "-m", "rllm_torch.train", *TINY, "rllm.trainer.total_batches=100000"]
+    command += ["rllm.trainer.save_freq=2", "rllm.trainer.logger=[jsonl]", f"hydra.run.dir={tmp_path / 'run'}"]
+    launch = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "run" / "checkpoints" / "step_000002").is_dir() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        launch.send_signal(signal.SIGINT)
+        _, err = launch.communicate(timeout=60)
+    finally:
+        launch.kill()
+    assert launch.returncode == 130
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+    assert re.fullmatch(
+        r"rllm-torch-train: interrupted; the same command resumes from step (\d+) \(.*step_0*\1\)", lines[-1]
+    ), lines[-1]
 
 
 def test_the_traceback_is_there_with_hydra_full_error(tmp_path):
@@ -155,6 +204,47 @@ def test_the_start_up_summary_tells_a_new_a_resumed_and_a_finished_run_apart(tmp
     assert "state          already complete: step 4 of 4" in out and "nothing to train" in out
     assert "train:" not in capsys.readouterr().err  # no 100% bar again
     assert (tmp_path / "metrics.jsonl").read_text() == before
+
+
+def summary_of(tmp_path, capsys, train, *overrides) -> dict[str, str]:
+    """The start-up summary of a run on the fake backend: ``{row name: text}`` (continuation
+    rows under the name of the row above, joined)."""
+    config = make_config(tmp_path, "rllm.rollout.n=2", "rllm.trainer.total_batches=1", *overrides)
+    UnifiedTrainer(RecordingBackend, config, TwoRoleWorkflow, train, [{"prompt": "v0"}]).fit()
+    rows, name = {}, None
+    for line in capsys.readouterr().out.split("rllm_torch run\n", 1)[1].splitlines():
+        if not line.startswith("  "):
+            break
+        label, text = line[2:16].strip(), line[17:]
+        name = label or name
+        rows[name] = f"{rows[name]}; {text}" if not label else text
+    return rows
+
+
+TRAIN_16 = [{"prompt": f"p{i}"} for i in range(16)]
+
+
+def test_the_summary_of_a_validation_only_run_announces_no_training_steps(tmp_path, capsys):
+    rows = summary_of(tmp_path, capsys, TRAIN_16, "rllm.trainer.val_only=true", "rllm.trainer.total_batches=null")
+    assert rows["steps"] == "none: rllm.trainer.val_only=true validates the model once and trains nothing"
+
+
+def test_the_summary_says_how_many_prompts_a_step_really_takes(tmp_path, capsys):
+    rows = summary_of(tmp_path / "a", capsys, TRAIN_16[:2], "data.train_batch_size=64")
+    assert "2 prompts per step (the whole training set; data.train_batch_size=64)" in rows["algorithm"]
+    rows = summary_of(tmp_path / "b", capsys, TRAIN_16[:10], "data.train_batch_size=4")
+    assert "4 prompts per step (2 in the last step of each epoch)" in rows["algorithm"]
+    assert rows["steps"].startswith("1 (1 epoch of 3 steps)")
+
+
+@pytest.mark.parametrize(("estimator", "warned"), [("grpo", True), ("rloo", True), ("reinforce", False)])
+def test_one_rollout_per_prompt_with_a_group_estimator_is_said(tmp_path, capsys, estimator, warned):
+    rows = summary_of(tmp_path, capsys, TRAIN_16, "rllm.rollout.n=1", f"rllm.algorithm.adv_estimator={estimator}")
+    assert ("warning" in rows) == warned
+    if warned:
+        assert rows["warning"].startswith(
+            f"rllm.rollout.n=1: every group is one rollout, so {estimator} has no baseline"
+        )
 
 
 def test_a_restored_validation_shows_in_the_next_table():

@@ -103,6 +103,17 @@ def test_nan_in_batch_wide_estimators_stays_inside_the_call(estimator):
     assert not adv.isnan().any()
 
 
+@pytest.mark.parametrize("bad", [float("inf"), -float("inf")])
+@pytest.mark.parametrize("estimator", [grpo, rloo, reinforce, reinforce_plus_plus_baseline, prpo])
+def test_an_infinite_reward_is_confined_like_nan_to_its_group_or_batch_wide_to_its_call(estimator, bad):
+    # the README's rule: a NaN or infinite reward makes its group's advantages non-finite (its
+    # batch's, for the batch-wide estimators); the tensor path does not check (a check would sync)
+    adv, _ = estimator(packed([1.0, bad, 0.0], [1.0, 0.0], [2.0]))
+    assert not adv[:3].isfinite().all()
+    batch_wide = estimator in (reinforce_plus_plus_baseline, prpo)
+    assert adv[3:].isfinite().any() != batch_wide and adv[3:].isfinite().all() != batch_wide
+
+
 def test_bfloat16_rewards_give_float32_advantages():
     # 0.1 rounds to 0.10009765625 in bf16; [bf(0.1), 0]: mean m = 0.050048828125, std = m
     batch = GroupedRewards.from_groups([torch.tensor([0.1, 0.0], dtype=torch.bfloat16)])

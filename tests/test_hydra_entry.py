@@ -168,6 +168,8 @@ def test_python_m_rllm_torch_train_runs_a_short_training_in_a_subprocess(tmp_pat
         and (tmp_path / "checkpoints" / "final").is_dir()
     )
     assert not list(tmp_path.glob("*.log")), "Hydra's job log file would be empty: the console output is the log"
+    # piped, not a terminal: no progress bars (tqdm's rule for ours, and transformers' shard-writing bar)
+    assert "\r" not in done.stderr and "train:" not in done.stderr and "shards" not in done.stderr, done.stderr[-1000:]
 
 
 def test_python_m_rllm_torch_train_with_a_typo_exits_with_an_error_naming_the_key(tmp_path):

@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 import rllm_torch
 from rllm_torch import (
     AlgorithmConfig,
+    ConfigError,
     EstimatorOutputError,
     GroupedRewards,
     calculate_grpo_advantages,
@@ -159,6 +160,19 @@ def test_episilon_spelling_still_works_with_a_warning():
     with pytest.warns(DeprecationWarning, match="episilon"):
         algo = AlgorithmConfig.from_config(OmegaConf.create({"rllm": {"algorithm": {"episilon": 0.1}}}))
     assert algo.epsilon == 0.1
+
+
+def test_compute_advantages_takes_the_episilon_spelling_too_with_a_warning():
+    batch = GroupedRewards.from_padded(torch.tensor([[1.0, 0.0, 0.0]]))
+    with pytest.warns(DeprecationWarning, match="`episilon` is deprecated; use `epsilon`"):
+        adv, _ = compute_advantages(batch, "grpo", episilon=0.5)
+    assert torch.equal(adv, compute_advantages(batch, "grpo", epsilon=0.5)[0])
+    assert not torch.equal(adv, compute_advantages(batch, "grpo")[0])  # 0.5 was used, not the default
+    with (
+        pytest.warns(DeprecationWarning),
+        pytest.raises(ConfigError, match="epsilon=0.2 and the deprecated episilon=0.5"),
+    ):
+        compute_advantages(batch, "grpo", epsilon=0.2, episilon=0.5)
 
 
 def test_rloo_per_group_on_a_group_of_one_returns_a_pair():

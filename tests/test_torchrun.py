@@ -69,6 +69,28 @@ def test_a_bad_setting_stops_every_rank_at_start_up(tmp_path, override, message)
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
+def test_rllm_torch_torchrun_ends_a_run_stopped_by_a_bad_setting_with_that_error_not_torchruns_traceback(tmp_path):
+    launcher = [sys.executable, "-m", "rllm_torch.cli.launch", "--standalone", "--nproc_per_node=2"]
+    done = run(train(tmp_path / "run", "data.train_batch_size=7", launcher=launcher))
+    assert done.returncode == 2
+    assert "DistributedSetupError: data.train_batch_size=7 is not divisible by the world size 2" in done.stderr
+    assert "rllm-torch-torchrun: rank " in done.stderr.splitlines()[-1]
+    assert "Traceback" not in done.stderr and "ChildFailedError" not in done.stderr, done.stderr[-3000:]
+
+
+def test_the_default_run_directory_of_a_torchrun_launch_names_the_world_size(monkeypatch):
+    from hydra import compose, initialize_config_module
+
+    from rllm_torch.cli.run_config import register_configs
+
+    register_configs()
+    monkeypatch.setenv("WORLD_SIZE", "2")  # what torchrun sets in every rank
+    with initialize_config_module(config_module="rllm_torch.configs", version_base=None):
+        config = compose(config_name="train", return_hydra_config=True)
+    assert config.rllm.trainer.experiment_name == "arithmetic-world2"  # not the one-process run's directory
+    assert config.hydra.run.dir == "outputs/rllm_torch/arithmetic-world2"
+
+
 def _workers(launcher_pid: int) -> list[int]:
     found = subprocess.run(["pgrep", "-P", str(launcher_pid)], capture_output=True, text=True).stdout.split()
     return [int(pid) for pid in found]

@@ -10,24 +10,30 @@ import importlib.resources
 import os
 import shutil
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ValidationError
 
 from rllm_torch.cli.run_config import TrainConfig
 from rllm_torch.errors import ConfigError, RLLMTorchError
 
 __all__ = [
+    "ERROR_EXIT_STATUS",
     "known_keys",
     "experiment_names",
     "check_command_line",
     "check_known_keys",
     "report_error",
     "remove_empty_run_dir",
+    "resume_point",
 ]
 
 CONFIG_PACKAGE = "rllm_torch.configs"
+#: The exit status of ``rllm-torch-train`` after one of the package's errors (printed as one block).
+ERROR_EXIT_STATUS = 2
 
 
 def _walk(node: Any, prefix: str, out: set[str], open_prefixes: set[str] | None) -> None:
@@ -81,11 +87,13 @@ def check_command_line(argv: list[str]) -> None:
     """Check ``rllm-torch-train``'s arguments before Hydra composes them.
 
     Raises:
-        ConfigError: ``--config-name`` names no shipped experiment (the message lists them), or
-            an override names a key the schema does not know (``key=v`` or ``+key=v``; the
-            message suggests the nearest known key). Keys under ``hydra.`` and config-group
-            choices (``model=...``) are Hydra's to check. With ``--config-path``/``--config-dir``
-            (your own configs) only the keys are checked.
+        ConfigError: ``--config-name`` names no shipped experiment (the message lists them); an
+            override names a key the schema does not know (``key=v`` or ``+key=v``; the message
+            suggests the nearest known key), gives it a value of another type
+            (``rllm.rollout.n=abc``), or chooses a config-group option that is not shipped
+            (``model=tiny_gpt``; the message lists those that are). Keys under ``hydra.`` are
+            Hydra's to check. With ``--config-path``/``--config-dir`` (your own configs) only
+            the keys and their types are checked.
     """
     from hydra._internal.utils import get_args_parser  # Hydra's own command-line grammar
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -103,15 +111,47 @@ def check_command_line(argv: list[str]) -> None:
         )
     keys, open_prefixes = known_keys()
     groups = _config_groups()
+    schema = OmegaConf.structured(TrainConfig)
     for override in overrides:
         key = override.key_or_group
         if override.is_delete() or key == "hydra" or key.startswith(("hydra.", "hydra/")):
             continue
         if "." not in key and "/" not in key and (key in groups or own_configs):
-            continue  # a config-group choice, e.g. model=tiny_llama
+            if not own_configs:  # a config-group choice, e.g. model=tiny_llama
+                _check_group_option(key, override)
+            continue
         if not _is_known(key, keys, open_prefixes):
             how = "added with +" if override.is_add() or override.is_force_add() else "given on the command line"
             raise _unknown_key_error(key, keys, how)
+        if not override.is_sweep_override():
+            _check_type(schema, key, override)
+
+
+def _check_group_option(group: str, override: Any) -> None:
+    options = sorted(
+        p.name[: -len(".yaml")]
+        for p in importlib.resources.files(CONFIG_PACKAGE).joinpath(group).iterdir()
+        if p.name.endswith(".yaml")
+    )
+    value = override.value()
+    if isinstance(value, str) and value not in options:
+        raise ConfigError(
+            f"{group}={value}: no such {group} config; the shipped ones are {', '.join(options)} "
+            f"(configs/{group}/ in the repository), or set its keys one by one ({group}.<key>=...)."
+        )
+
+
+def _check_type(schema: DictConfig, key: str, override: Any) -> None:
+    """The override's value fits the schema's type of ``key`` (Hydra would refuse it later, in its
+    own words and with exit status 1)."""
+    default = OmegaConf.select(schema, key, default=None)
+    try:
+        OmegaConf.update(schema, key, override.value(), merge=True)
+    except ValidationError as exc:
+        reason = str(exc).splitlines()[0]
+        raise ConfigError(
+            f"{key}={override.get_value_element_as_str()}: {reason} (default {default}); give a value of that type."
+        ) from exc
 
 
 def check_known_keys(config: DictConfig) -> None:
@@ -130,17 +170,40 @@ def check_known_keys(config: DictConfig) -> None:
 
 
 def report_error(exc: RLLMTorchError, stream=None) -> None:
-    """One block on stderr: the error's type and message (which says the fix), no traceback."""
+    """One block on stderr: the error's type and message (which says the fix), no traceback;
+    under a torchrun launch of several processes, the rank that prints it."""
     stream = stream or sys.stderr
-    print(f"rllm-torch-train: {type(exc).__name__}: {exc}", file=stream)
+    rank = f" (rank {os.environ.get('RANK')})" if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 else ""
+    print(f"rllm-torch-train{rank}: {type(exc).__name__}: {exc}", file=stream)
     print("  (set HYDRA_FULL_ERROR=1 to see the traceback)", file=stream, flush=True)
 
 
 def remove_empty_run_dir(run_dir: str | os.PathLike | None) -> None:
     """Remove a run directory that holds nothing but Hydra's ``.hydra/`` (made by a launch that
-    failed at start-up); a directory with anything else in it (an earlier run) is kept."""
+    failed at start-up), and then each parent below the working directory that is left empty
+    (``outputs/rllm_torch/``); a directory with anything else in it (an earlier run) is kept."""
     if run_dir is None:
         return
-    path = Path(run_dir)
-    if path.is_dir() and {p.name for p in path.iterdir()} <= {".hydra"}:
-        shutil.rmtree(path, ignore_errors=True)
+    path = Path(run_dir).absolute()
+    if not path.is_dir() or not {p.name for p in path.iterdir()} <= {".hydra"}:
+        return
+    shutil.rmtree(path, ignore_errors=True)
+    cwd = Path.cwd().absolute()
+    for parent in path.parents:
+        if parent == cwd or cwd not in parent.parents or any(parent.iterdir()):
+            break
+        parent.rmdir()
+
+
+def resume_point(run_dir: str | os.PathLike) -> str:
+    """What starting the same command again does, from the newest complete checkpoint of
+    ``run_dir``: ``"resumes from step 32 (.../step_000032)"`` or ``"starts the run again from
+    step 0 (no checkpoint yet)"``."""
+    from rllm_torch.trainer.checkpoint import CheckpointStore
+
+    with warnings.catch_warnings():  # a partial checkpoint is named when the run resumes
+        warnings.simplefilter("ignore")
+        latest = CheckpointStore(Path(run_dir) / "checkpoints").latest()
+    if latest is None:
+        return "starts the run again from step 0 (no checkpoint yet)"
+    return f"resumes from step {latest.step} ({latest.path})"

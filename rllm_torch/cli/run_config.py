@@ -76,7 +76,7 @@ class TrainerSection:
     resume_from_path: str | None = None  # the checkpoint directory of resume_mode=resume_path (verl's spelling)
     log_table_every: int = 32  # the console logger prints a metrics table every this many steps (<= 0: never)
     project_name: str = "rllm_torch"
-    experiment_name: str = "${rllm_torch_default_experiment:${task.name},${task.train_path}}"  # the task's name; file-<dataset> for task=file
+    experiment_name: str = "${rllm_torch_default_experiment:${task.name},${task.train_path},${task.dataset}}"  # the task's name (see default_experiment_name)
     logger: list[str] = field(default_factory=lambda: ["console", "jsonl"])  # also: tensorboard, wandb (offline)
     default_local_dir: str | None = None  # the run directory (set to Hydra's output dir by the CLI)
 
@@ -197,32 +197,38 @@ class TrainConfig:
     imports: list[str] = field(default_factory=list)  # modules imported at start-up, e.g. ones registering estimators
 
 
-def default_experiment_name(task_name: str, train_path: str | None) -> str:
-    """The default ``rllm.trainer.experiment_name`` (and so run directory): the task's name, or
-    ``file-<dataset>`` for a file task (:func:`~rllm_torch.tasks.file_task.dataset_name`), so runs
-    of different tasks do not resume each other's checkpoints."""
+def default_experiment_name(task_name: str, train_path: str | None = None, dataset: str | None = None) -> str:
+    """The default ``rllm.trainer.experiment_name`` (and so run directory): the task's name;
+    ``file-<dataset>`` for a file task (:func:`~rllm_torch.tasks.file_task.dataset_name`),
+    ``reasoning_gym-<dataset>`` for a reasoning-gym one; and ``-world<N>`` after it under a
+    torchrun launch of ``N > 1`` processes (``WORLD_SIZE``). Runs of different tasks, or on
+    another number of processes, then do not try to resume each other's checkpoints.
+
+    Example:
+        >>> default_experiment_name("reasoning_gym", None, "leg_counting")
+        'reasoning_gym-leg_counting'
+    """
+    name = str(task_name)
     if task_name == "file" and train_path:
         from rllm_torch.tasks.file_task import dataset_name
 
-        return f"file-{dataset_name(train_path)}"
-    return str(task_name)
+        name = f"file-{dataset_name(train_path)}"
+    elif task_name == "reasoning_gym" and dataset:
+        name = f"reasoning_gym-{dataset}"
+    world_size = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    return f"{name}-world{world_size}" if world_size > 1 else name
 
 
 def register_configs() -> None:
     """Register :class:`TrainConfig` in Hydra's ConfigStore as ``train_schema`` (the first entry
     of ``configs/train.yaml``'s defaults list, so every group merges into typed fields), and the
-    resolvers the configs use: ``rllm_torch_default_experiment`` and ``rllm_torch_rank_zero``
-    (a value on rank 0, null on the other ranks of a torchrun launch: Hydra's ``.hydra/`` is
-    written once)."""
+    resolver the configs use: ``rllm_torch_default_experiment``."""
     ConfigStore.instance().store(name="train_schema", node=TrainConfig)
     _register_resolvers()
 
 
 def _register_resolvers() -> None:
     OmegaConf.register_new_resolver("rllm_torch_default_experiment", default_experiment_name, replace=True)
-    OmegaConf.register_new_resolver(
-        "rllm_torch_rank_zero", lambda value: value if os.environ.get("RANK", "0") == "0" else None, replace=True
-    )
 
 
 _register_resolvers()  # OmegaConf.structured(TrainConfig) resolves without Hydra too

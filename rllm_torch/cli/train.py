@@ -26,10 +26,18 @@ import hydra
 import numpy as np
 import torch
 import torch.distributed as dist
+import transformers
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from rllm_torch.cli.command_line import check_command_line, check_known_keys, remove_empty_run_dir, report_error
+from rllm_torch.cli.command_line import (
+    ERROR_EXIT_STATUS,
+    check_command_line,
+    check_known_keys,
+    remove_empty_run_dir,
+    report_error,
+    resume_point,
+)
 from rllm_torch.cli.config_checks import check_run_config
 from rllm_torch.cli.run_config import register_configs
 from rllm_torch.errors import ConfigError, RLLMTorchError, UnknownBackendError
@@ -42,6 +50,7 @@ from rllm_torch.workflows.single_turn import SingleTurnWorkflow
 __all__ = ["main", "run", "backend_class", "BACKENDS"]
 
 BACKENDS = ("torch",)
+INTERRUPTED_EXIT_STATUS = 130  # 128 + SIGINT, the shell's convention for Ctrl-C
 
 
 def backend_class(name: str) -> type[BackendProtocol]:
@@ -74,10 +83,14 @@ def import_user_modules(names: list[str]) -> None:
             ) from exc
 
 
-def run(config: DictConfig) -> UnifiedTrainer:
+def run(config: DictConfig, *, run_files: dict[str, str] | None = None) -> UnifiedTrainer:
     """Train with a composed config; returns the (shut down) trainer, whose ``val_history``
     holds every validation's metrics. Under torchrun, initialises ``torch.distributed`` first and
     destroys the process group at the end.
+
+    The run directory gets ``config.yaml`` (the resolved config) and ``run_files`` (``{relative
+    path: text}``; the command line passes Hydra's ``.hydra/`` record) once training starts, and
+    ``curves.png`` at the end; a run whose checkpoint already holds every step writes none of them.
 
     Raises:
         ConfigError (and subclasses), UnknownEstimatorError, DistributedSetupError: before
@@ -90,14 +103,16 @@ def run(config: DictConfig) -> UnifiedTrainer:
     ranks = init_run_ranks(config.backend.device, config.backend.get("dist_timeout_s", 600.0))
     clean = False
     try:
-        trainer = _train(config, ranks)
+        trainer = _train(config, ranks, run_files or {})
         clean = True
         return trainer
     finally:
         shutdown(ranks, clean=clean)
 
 
-def _train(config: DictConfig, ranks: RunRanks) -> UnifiedTrainer:
+def _train(config: DictConfig, ranks: RunRanks, run_files: dict[str, str]) -> UnifiedTrainer:
+    if not sys.stderr.isatty():  # a piped log: no progress bars (the console logger's follows tqdm's rule)
+        transformers.utils.logging.disable_progress_bar()
     seed = config.seed
     random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)
     backend_cls = backend_class(config.backend.name)
@@ -128,6 +143,7 @@ def _train(config: DictConfig, ranks: RunRanks) -> UnifiedTrainer:
         workflow_args=workflow_args,
         backend_args={"alphabet": task.alphabet, "answer_in_response": task.answer_in_response},
         ranks=ranks,
+        run_files={"config.yaml": OmegaConf.to_yaml(config, resolve=True), **run_files},
     )
     devices = ranks.gather(str(getattr(trainer.backend, "device", "unknown")))
     if ranks.is_main:
@@ -137,15 +153,14 @@ def _train(config: DictConfig, ranks: RunRanks) -> UnifiedTrainer:
                 f"devices {', '.join(f'rank {r}: {d}' for r, d in enumerate(devices))}",
                 flush=True,
             )
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(config, resolve=True))
     start = time.perf_counter()
     try:
         trainer.fit()
     finally:
         trainer.shutdown()
     if ranks.is_main:
-        if "jsonl" in trainer.logger.backends and (run_dir / "metrics.jsonl").is_file():
+        trained = not trainer.already_complete
+        if trained and "jsonl" in trainer.logger.backends and (run_dir / "metrics.jsonl").is_file():
             from rllm_torch.cli.plot import plot_run
 
             plot_run(run_dir)
@@ -168,17 +183,40 @@ def summarize(trainer: UnifiedTrainer, seconds: float, run_dir: Path) -> None:
 register_configs()
 
 
+def hydra_record(config: DictConfig) -> dict[str, str]:
+    """What Hydra writes into ``.hydra/`` with its default ``hydra.output_subdir`` (the composed
+    config, Hydra's own config and the overrides), for the trainer to write once the run starts
+    to train. ``configs/train.yaml`` sets ``output_subdir: null``, so that a launch that fails at
+    start-up or finds its run complete leaves the run directory as it was."""
+    hydra_config = HydraConfig.instance().cfg
+    return {
+        ".hydra/config.yaml": OmegaConf.to_yaml(config),
+        ".hydra/hydra.yaml": OmegaConf.to_yaml(hydra_config),
+        ".hydra/overrides.yaml": OmegaConf.to_yaml(hydra_config.hydra.overrides.task),
+    }
+
+
 @hydra.main(config_path="pkg://rllm_torch.configs", config_name="train", version_base=None)
 def _hydra_main(config: DictConfig) -> None:
     try:
-        run(config)
+        run(config, run_files=hydra_record(config))
     except RLLMTorchError as exc:  # the package's own errors: one clear block, no traceback
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         if os.environ.get("RANK", "0") == "0" and HydraConfig.initialized():
             remove_empty_run_dir(HydraConfig.get().runtime.output_dir)  # only .hydra/: a failed start-up
         report_error(exc)
-        sys.exit(2)
+        sys.exit(ERROR_EXIT_STATUS)
+    except KeyboardInterrupt:  # Ctrl-C: where the same command goes on, not a traceback
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        if os.environ.get("RANK", "0") == "0" and HydraConfig.initialized():
+            run_dir = config.rllm.trainer.default_local_dir or HydraConfig.get().runtime.output_dir
+            remove_empty_run_dir(run_dir)
+            print(
+                f"rllm-torch-train: interrupted; the same command {resume_point(run_dir)}", file=sys.stderr, flush=True
+            )
+        sys.exit(INTERRUPTED_EXIT_STATUS)
 
 
 def main() -> None:
@@ -190,7 +228,7 @@ def main() -> None:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         report_error(exc)
-        sys.exit(2)
+        sys.exit(ERROR_EXIT_STATUS)
     _hydra_main()
     if torchrun_world_size() is not None:
         end_rank_process()

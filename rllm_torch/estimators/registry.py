@@ -294,6 +294,7 @@ def compute_advantages(
     std_correction: int = 0,
     gamma: float = 1.0,
     lam: float = 1.0,
+    episilon: float | None = None,
     **options: object,
 ) -> tuple[Tensor, Tensor]:
     """Run the estimator registered as ``estimator`` on packed rewards.
@@ -316,6 +317,7 @@ def compute_advantages(
         norm_adv_by_std_in_grpo, epsilon, std_correction, gamma, lam: the run-wide options
             (:data:`RUN_OPTIONS`), passed to the estimators that declare them (``gamma`` and
             ``lam`` must lie in ``[0, 1]``).
+        episilon: rLLM's spelling of ``epsilon``, deprecated (a ``DeprecationWarning``).
         **options: the estimator's own options (e.g. ``k`` of ``pass_at_k``, ``whiten`` of
             ``gae``), each one the estimator must take.
 
@@ -331,13 +333,19 @@ def compute_advantages(
 
     Raises:
         UnknownEstimatorError: ``estimator`` is not registered.
-        ConfigError: an option the estimator does not take (the message lists those it takes).
+        ConfigError: an option the estimator does not take (the message lists those it takes);
+            ``epsilon`` and ``episilon`` both given, and different.
         InvalidRewardsError / InvalidRewardTypeError: a run option out of range or of the wrong
             type; a ``GroupedRewards`` given to a token-level estimator or the reverse.
         DistributedBatchError: the ranks call different estimators or options (validated batches).
         EstimatorOutputError: a custom estimator returned something else than a pair with one
             value per trajectory (per token, for a token-level one).
     """
+    if episilon is not None:
+        warnings.warn("`episilon` is deprecated; use `epsilon`.", DeprecationWarning, stacklevel=2)
+        if epsilon not in (1e-6, episilon):  # 1e-6: the default, so not given
+            raise ConfigError(f"got epsilon={epsilon!r} and the deprecated episilon={episilon!r}; pass only epsilon.")
+        epsilon = episilon
     checked = batch.process_group is not None and getattr(batch, "validated", False)
     run_options = dict(
         norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rllm_torch.errors import ConfigError, DatasetNotFoundError
+from rllm_torch.errors import ConfigError, DatasetFormatError, DatasetNotFoundError
 from rllm_torch.tasks.base import Task, alphabet_of, exact_match_reward
 from rllm_torch.workflows.single_turn import RewardFn
 
@@ -24,8 +24,9 @@ def load_rows(
     columns are kept.
 
     Raises:
-        DatasetNotFoundError: the file does not exist, has an unknown suffix, has no rows, a JSONL
-            line is not a JSON object, or a row lacks a key.
+        DatasetNotFoundError: the file does not exist.
+        DatasetFormatError: it has an unknown suffix or no rows, a JSONL line is not a JSON
+            object, or a row lacks a key.
     """
     file = Path(path)
     if not file.is_file():
@@ -39,17 +40,15 @@ def load_rows(
 
         raw = pq.read_table(file).to_pylist()
     else:
-        raise DatasetNotFoundError(
-            f"dataset file {str(file)!r}: unknown suffix {file.suffix!r}; use .jsonl or .parquet."
-        )
+        raise DatasetFormatError(f"dataset file {str(file)!r}: unknown suffix {file.suffix!r}; use .jsonl or .parquet.")
     if not raw:
-        raise DatasetNotFoundError(
+        raise DatasetFormatError(
             f"dataset file {str(file)!r} has no rows; give at least one row with keys {prompt_key!r} and {answer_key!r}."
         )
     rows = []
     for i, row in enumerate(raw):
         if prompt_key not in row or answer_key not in row:
-            raise DatasetNotFoundError(
+            raise DatasetFormatError(
                 f"{str(file)!r} row {i}: needs keys {prompt_key!r} and {answer_key!r}, has {sorted(row)}."
             )
         rows.append(
@@ -73,11 +72,11 @@ def _read_jsonl(file: Path) -> list[dict]:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise DatasetNotFoundError(
+                raise DatasetFormatError(
                     f'dataset file {str(file)!r}, line {number}: not valid JSON ({exc.msg} at column {exc.colno}); each line must be one JSON object such as {{"prompt": "3+4=", "answer": "7"}}.'
                 ) from exc
             if not isinstance(row, dict):
-                raise DatasetNotFoundError(
+                raise DatasetFormatError(
                     f'dataset file {str(file)!r}, line {number}: expected a JSON object, got {type(row).__name__}; each line must be one JSON object such as {{"prompt": "3+4=", "answer": "7"}}.'
                 )
             rows.append(row)
@@ -132,7 +131,7 @@ def file_task(task_config: Any) -> Task:
     ``prompt_key``, ``answer_key``, ``reward_fn``; ``data_source`` (a row's own wins) is the
     :func:`dataset_name` of the training file, for both splits: they are one dataset."""
     if not task_config.train_path:
-        raise DatasetNotFoundError("task.name=file needs task.train_path (a .jsonl or .parquet file).")
+        raise ConfigError("task.name=file needs task.train_path (a .jsonl or .parquet file).")
     keys = {"prompt_key": task_config.prompt_key, "answer_key": task_config.answer_key}
     source = dataset_name(task_config.train_path)
     train = load_rows(task_config.train_path, data_source=source, **keys)

@@ -1,6 +1,7 @@
-"""``ConsoleSink``: a ``tqdm`` progress bar over training steps (on stderr; tqdm shows the time
-left) with the current reward and the last validation pass@1, a compact ``rich`` table of the
-main metrics every ``table_every`` steps and one line per validation (on stdout)."""
+"""``ConsoleSink``: a ``tqdm`` progress bar over training steps (on stderr when it is a terminal;
+tqdm shows the time left) with the current reward and the last validation pass@1, a compact
+``rich`` table of the main metrics every ``table_every`` steps and one line per validation (on
+stdout)."""
 
 from __future__ import annotations
 
@@ -54,8 +55,14 @@ class ConsoleSink:
 
     def start(self, total_steps: int, initial_step: int) -> None:
         """Show the progress bar."""
-        self.bar = tqdm(
-            total=total_steps, initial=initial_step, desc="train", unit="step", dynamic_ncols=True, file=sys.stderr
+        self.bar = tqdm(  # disable=None: no bar when stderr is not a terminal (a piped log gets the tables)
+            total=total_steps,
+            initial=initial_step,
+            desc="train",
+            unit="step",
+            dynamic_ncols=True,
+            file=sys.stderr,
+            disable=None,
         )
         pass1 = [v for k, v in self.validation.items() if k.endswith("pass@1")]
         if pass1:  # a resumed run's last validation

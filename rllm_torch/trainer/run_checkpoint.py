@@ -7,7 +7,8 @@ epoch, last validation step, rejection-sampling state, validation history and, f
 its random-number-generator states (python ``random``, numpy, torch CPU, CUDA when present) and
 its :meth:`~BackendProtocol.rank_state_dict` (for the torch backend: its sampling generator).
 Its manifest records the config fingerprint (:mod:`~rllm_torch.trainer.fingerprint`), which
-includes the world size.
+includes the world size, and the resumable settings, so that a resumed run can say which of them
+it changes.
 
 In a run of several processes rank 0 alone writes (after gathering every rank's states, one
 ``all_gather_object``) and a failed write is raised on every rank; on resume every rank reads
@@ -32,9 +33,14 @@ import torch
 import torch.distributed.checkpoint as dcp
 from omegaconf import DictConfig
 
-from rllm_torch.errors import CheckpointError, ConfigError
+from rllm_torch.errors import CheckpointError, CheckpointMismatchError, ConfigError
 from rllm_torch.trainer.checkpoint import CheckpointInfo, CheckpointStore, read_manifest
-from rllm_torch.trainer.fingerprint import check_fingerprint, config_fingerprint
+from rllm_torch.trainer.fingerprint import (
+    check_fingerprint,
+    config_fingerprint,
+    resumable_changes,
+    resumable_settings,
+)
 from rllm_torch.trainer.ranks import RunRanks
 from rllm_torch.trainer.state import TrainerState
 
@@ -91,6 +97,8 @@ class RunCheckpointer:
         self.ranks = ranks if ranks is not None else RunRanks()
         self.store = CheckpointStore(run_dir / "checkpoints", max_to_keep=trainer.get("max_checkpoints_to_keep"))
         self.fingerprint = config_fingerprint(config, world_size=self.ranks.world_size)
+        self.resumable = resumable_settings(config)
+        self.changes: dict[str, tuple[Any, Any]] = {}  # resumable settings changed since the resumed checkpoint
         mode = str(trainer.get("resume_mode", "auto"))
         self.mode, self.path = mode, None
         if mode == "resume_path" or mode not in RESUME_MODES:
@@ -155,7 +163,12 @@ class RunCheckpointer:
                 "val_history": val_history,
                 "ranks": per_rank,
             }
-            metadata = {"fingerprint": self.fingerprint, "epoch": state.epoch, "batch_in_epoch": state.batch_in_epoch}
+            metadata = {
+                "fingerprint": self.fingerprint,
+                "resumable": self.resumable,
+                "epoch": state.epoch,
+                "batch_in_epoch": state.batch_in_epoch,
+            }
             try:
                 torch.save(self.backend.state_dict(), tmp / "backend.pt")
                 torch.save(trainer_state, tmp / "trainer.pt")
@@ -170,10 +183,12 @@ class RunCheckpointer:
     def resume(self, state: TrainerState, val_history: list) -> CheckpointInfo | None:
         """Restore ``state``, ``val_history`` (in place), the backend and the generators from the
         newest readable checkpoint chosen at construction; returns it (None: starting at step 0).
+        ``self.changes`` then holds the resumable settings that differ from the checkpoint's.
 
         Raises:
             CheckpointMismatchError: an older checkpoint, tried because the newer ones are
-                unreadable, does not fit the config.
+                unreadable, does not fit the config; or the model's weights do not fit the one
+                built now (e.g. a data file whose characters changed: another vocabulary).
             CheckpointError: ``resume_mode`` named a checkpoint that cannot be read.
         """
         for stale in self.store.remove_stale_temporaries() if self.ranks.is_main else []:
@@ -188,12 +203,24 @@ class RunCheckpointer:
                     raise CheckpointError(f"cannot read checkpoint {info.path}: {exc}") from exc
                 warnings.warn(f"skipping checkpoint {info.path}: unreadable ({exc}); trying an older one", stacklevel=2)
                 continue
-            self.backend.load_state_dict(backend_state)
+            try:
+                self.backend.load_state_dict(backend_state)
+            except (RuntimeError, ValueError) as exc:  # torch's "size mismatch for ...": a model of another shape
+                lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+                detail = next(
+                    (line for line in lines if "size mismatch" in line), lines[0] if lines else type(exc).__name__
+                )
+                raise CheckpointMismatchError(
+                    f"cannot resume from {info.path}: its weights do not fit the model built now ({detail}); "
+                    "the vocabulary or a shape setting changed (e.g. the characters of a data file). Restore the data and settings "
+                    "of that run, or start a new run in another directory (rllm.trainer.experiment_name=...)."
+                ) from exc
             sharded = self.backend.sharded_state_dict()
             if sharded is not None:  # every rank reads its shards (resharded if the layout allows)
                 dcp.load(sharded, checkpoint_id=info.path / SHARDED)
                 self.backend.load_sharded_state_dict(sharded)
             self._restore(trainer_state, state, val_history)
+            self.changes = resumable_changes(info.metadata.get("resumable"), self.resumable)
             return info
         return None
 

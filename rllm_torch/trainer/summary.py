@@ -9,7 +9,9 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
-__all__ = ["StepPlan", "plan_steps", "startup_summary"]
+from rllm_torch.trainer.fingerprint import describe_changes
+
+__all__ = ["StepPlan", "plan_steps", "startup_summary", "GROUP_BASELINE_ESTIMATORS"]
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,39 @@ def _task_line(config: Any, train: list | None, val: list | None) -> str:
     return f"{line}; no validation{hint}"
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _prompts_per_step(config: Any, train: list | None) -> str:
+    """``data.train_batch_size``, as the data loader will really batch the training set."""
+    batch_size = _select(config, "data.train_batch_size", None)
+    if batch_size is None or train is None:
+        return f"{batch_size if batch_size is not None else '?'} prompts per step"
+    if 0 < len(train) < batch_size:
+        return f"{len(train)} prompts per step (the whole training set; data.train_batch_size={batch_size})"
+    last = len(train) % batch_size
+    return f"{batch_size} prompts per step" + (f" ({last} in the last step of each epoch)" if last else "")
+
+
+#: Estimators whose baseline is a statistic of the prompt's group of rollouts: with one rollout a
+#: prompt every group is a singleton, and each advantage is the reward itself ("group of one").
+GROUP_BASELINE_ESTIMATORS = ("grpo", "rloo", "opo", "pass_at_k", "reinforce_plus_plus_baseline")
+
+
+def _singleton_groups_warning(rllm: Any) -> str:
+    algorithm = rllm.algorithm
+    used = [algorithm.adv_estimator, *dict(algorithm.get("estimator_map") or {}).values()]
+    grouped = [name for name in dict.fromkeys(used) if name in GROUP_BASELINE_ESTIMATORS]
+    if rllm.rollout.n != 1 or not grouped:
+        return ""
+    return (
+        f"rllm.rollout.n=1: every group is one rollout, so {', '.join(grouped)} has no baseline: each advantage is the "
+        "reward itself (the estimator's group-of-one rule); use rllm.rollout.n >= 2, or an estimator without groups "
+        "(reinforce, prpo)"
+    )
+
+
 def startup_summary(trainer: Any, state: Any, resumed: Any, plan: StepPlan) -> list[str]:
     """The lines the trainer prints (rank 0) before it trains: run directory, resume state,
     model, task, algorithm, steps, devices."""
@@ -132,22 +167,27 @@ def startup_summary(trainer: Any, state: Any, resumed: Any, plan: StepPlan) -> l
     estimator = algorithm.adv_estimator + ("" if algorithm.get("norm_adv_by_std_in_grpo", True) else " (no std)")
     if algorithm.get("estimator_map"):
         estimator += f", by role {dict(algorithm.estimator_map)}"
-    steps = f"{plan.total_steps} ({plan.epochs} epoch{'s' if plan.epochs != 1 else ''} of {plan.steps_per_epoch} steps)"
+    steps = f"{plan.total_steps} ({_count(plan.epochs, 'epoch')} of {_count(plan.steps_per_epoch, 'step')})"
+    if rllm.trainer.get("val_only"):
+        steps = "none: rllm.trainer.val_only=true validates the model once and trains nothing"
     device = str(getattr(backend, "device", "?"))
     devices = f"{device}, {torch.get_num_threads()} thread(s)"
     if ranks.distributed:
         devices += f"; world size {ranks.world_size} ({torch.distributed.get_backend(ranks.process_group)})"
+    changes = trainer.checkpointer.changes if resumed is not None and state.global_step < plan.total_steps else {}
     rows = [
         ("run directory", str(trainer.run_dir)),
         ("state", run_state),
+        *([("", f"changed on resume: {describe_changes(changes)}")] if changes else []),
         ("model", _model_line(config, backend)),
         ("task", _task_line(config, trainer.train_dataset, trainer.val_dataset)),
         (
             "algorithm",
             f"{estimator} advantages, {algorithm.get('loss_fn', 'ppo')} loss ({algorithm.get('loss_agg_mode', 'token-mean')}), "
-            f"{rllm.rollout.n} rollouts per prompt, {_select(config, 'data.train_batch_size', '?')} prompts per step",
+            f"{rllm.rollout.n} rollouts per prompt, {_prompts_per_step(config, trainer.train_dataset)}",
         ),
         *([("extras", extras)] if (extras := _extras_line(config)) else []),
+        *([("warning", warning)] if (warning := _singleton_groups_warning(rllm)) else []),
         ("steps", steps + (f"; {plan.note}" if plan.note else "")),
         ("devices", devices),
     ]

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -40,6 +41,7 @@ from omegaconf import DictConfig, OmegaConf
 from rllm_torch.advantage import collect_reward_and_advantage_from_trajectory_groups
 from rllm_torch.distributed import gather_objects
 from rllm_torch.trainer.backend import BackendProtocol
+from rllm_torch.trainer.checkpoint import CheckpointInfo
 from rllm_torch.trainer.ranks import RunRanks
 from rllm_torch.trainer.rejection_sampling import apply_rejection_sampling_and_filtering
 from rllm_torch.trainer.run_checkpoint import RunCheckpointer
@@ -68,6 +70,9 @@ class UnifiedTrainer:
         traj_grouping_hook: replaces the default episode → group transform.
         traj_group_adv_estimator_map: group role → estimator name, over ``rllm.algorithm.estimator_map``.
         ranks: the run's processes (default: one); given to the backend as ``ranks=``.
+        run_files: ``{path relative to the run directory: text}`` that rank 0 writes when the run
+            starts to train (not when its checkpoint already holds every step: such a run writes
+            nothing), e.g. the command line's ``config.yaml``.
 
     Raises:
         ConfigError / UnknownEstimatorError: bad settings, before anything is trained.
@@ -88,9 +93,12 @@ class UnifiedTrainer:
         traj_grouping_hook: Callable | None = None,
         traj_group_adv_estimator_map: dict | None = None,
         ranks: RunRanks | None = None,
+        run_files: dict[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
         self.ranks = ranks if ranks is not None else RunRanks()
+        self.run_files = dict(run_files or {})
+        self.already_complete = False  # set by fit: the checkpoint held every planned step
         self.workflow_class, self.workflow_args = workflow_class, workflow_args or {}
         self.train_dataset, self.val_dataset = train_dataset, val_dataset
         self.config, self.rllm_config = config, config.rllm
@@ -167,7 +175,10 @@ class UnifiedTrainer:
         if self.ranks.is_main:
             print("\n".join(startup_summary(self, state, resumed, plan)), flush=True)
         if resumed is not None and state.global_step >= plan.total_steps and not trainer.val_only:
-            return  # already complete: nothing to train, nothing to write again
+            self.already_complete = True
+            return  # nothing to train, and nothing in the run directory is written again
+        if self.ranks.is_main:
+            self._write_run_files(resumed)
         self.logger.open(resume_step=resumed.step if resumed is not None else -1)
         if self.val_history:  # the bar and the next metrics table show the last validation
             self.logger.restore_validation(*self.val_history[-1])
@@ -182,7 +193,21 @@ class UnifiedTrainer:
             self.checkpointer.save(state, self.val_history)
         await self.backend.on_train_end(state)
         if plan.note and self.ranks.is_main:
-            print(f"trained {state.global_step} steps over {state.epoch} epochs: {plan.note}", flush=True)
+            print(f"trained {state.global_step} steps over {state.epoch + 1} epochs: {plan.note}", flush=True)
+
+    def _write_run_files(self, resumed: CheckpointInfo | None) -> None:
+        """Rank 0, when training starts: ``run_files``, and for a resume a line of
+        ``resumes.jsonl``: the checkpoint, its step and the resumable settings changed since."""
+        for name, text in self.run_files.items():
+            path = self.run_dir / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        if resumed is not None:
+            changed = {key: [old, new] for key, (old, new) in self.checkpointer.changes.items()}
+            row = {"step": resumed.step, "checkpoint": str(resumed.path), "changed": changed}
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            with open(self.run_dir / "resumes.jsonl", "a") as file:
+                file.write(json.dumps(row, default=str) + "\n")
 
     async def _fit_async(self, state: TrainerState, dataloader: Any, plan: StepPlan) -> None:
         trainer = self.rllm_config.trainer

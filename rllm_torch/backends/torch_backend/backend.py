@@ -382,10 +382,16 @@ class TorchBackend(BackendProtocol):
                 num_training_steps=total,
             )
             if self._pending_scheduler_state is not None:
-                self.scheduler.load_state_dict(self._pending_scheduler_state)
+                # resumed: the checkpoint's step count, with the current backend.lr, lr_schedule and
+                # warmup (resumable settings: trainer/fingerprint.py), so a changed one applies from here
+                base_lrs = [self.settings.lr] * len(self.optimizer.param_groups)
+                self.scheduler.load_state_dict({**self._pending_scheduler_state, "base_lrs": base_lrs})
                 self._pending_scheduler_state = None
-                for group, lr in zip(self.optimizer.param_groups, self.scheduler.get_last_lr(), strict=True):
-                    group["lr"] = lr  # building the scheduler reset it to the step-0 value
+                step = self.scheduler.last_epoch
+                for group, base, lr_lambda in zip(
+                    self.optimizer.param_groups, base_lrs, self.scheduler.lr_lambdas, strict=True
+                ):
+                    group["lr"] = base * lr_lambda(step)  # building the scheduler reset it to the step-0 value
 
     async def update_policy(self, trainer_state: TrainerState) -> None:
         """``backend.ppo_epochs`` passes over the batch, each in ``ceil(R / backend.mini_batch_size)``
@@ -515,6 +521,8 @@ class TorchBackend(BackendProtocol):
             self.optimizer.load_state_dict(state["optimizer"])
         if self.critic is not None:
             self.critic.load_state_dict(state)
+            for group in self.critic.optimizer.param_groups:  # resumable: the current backend.critic.lr
+                group["lr"] = self.settings.critic.lr
         self.scheduler, self._pending_scheduler_state = None, state["scheduler"]
 
     def sharded_state_dict(self) -> dict[str, Any] | None:
