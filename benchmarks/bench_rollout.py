@@ -30,7 +30,7 @@ from results import add_write_results, results_path
 
 from rllm_torch.backends.torch_backend import build_char_tokenizer, sample_completions
 from rllm_torch.backends.torch_backend.policy import build_policy
-from rllm_torch.backends.torch_backend.sampling import _forward_logits, _left_padded
+from rllm_torch.backends.torch_backend.sampling import _left_padded
 
 MODELS = {"default (2 x 64)": (2, 64, 4), "4 x 256": (4, 256, 4)}
 
@@ -41,7 +41,9 @@ def old_loop(model, prompts, *, max_new_tokens, eos_token_id, pad_token_id, temp
     ids_NT, mask_NT = _left_padded(prompts, pad_token_id, next(model.parameters()).device)
     alive_N = torch.ones(len(prompts), dtype=torch.bool, device=ids_NT.device)
     for _ in range(max_new_tokens):
-        logits_NV = _forward_logits(model, ids_NT, mask_NT)[:, -1].float() / temperature
+        position_ids_NT = (mask_NT.cumsum(-1) - 1).clamp(min=0)
+        logits_NTV = model(input_ids=ids_NT, attention_mask=mask_NT, position_ids=position_ids_NT, use_cache=False).logits
+        logits_NV = logits_NTV[:, -1].float() / temperature
         token_N = torch.multinomial(logits_NV.softmax(-1), 1, generator=generator).squeeze(1)
         _ = F.log_softmax(logits_NV, -1).gather(1, token_N[:, None])
         token_N = torch.where(alive_N, token_N, torch.full_like(token_N, pad_token_id))

@@ -208,14 +208,16 @@ class TaskReward:
 
 
 def trl_worker(spec_path: Path) -> None:
-    """Train with TRL's ``GRPOTrainer`` as the spec (written by :func:`main`) says; one JSON line per
-    step into ``<out>/trl/metrics.jsonl`` with :data:`STEP_KEYS`."""
+    """Train with TRL's ``GRPOTrainer`` as the spec (written by :func:`main`, or by
+    ``bench_memory.py``) says; one JSON line per step into ``<out>/trl/metrics.jsonl`` with
+    :data:`STEP_KEYS`. The spec's optional ``trl_args`` replace ``GRPOConfig`` settings below (e.g.
+    micro-batches, ``bf16``, gradient checkpointing) and ``threads`` the torch thread count (1)."""
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    torch.set_num_threads(1)
     spec = json.loads(spec_path.read_text())
+    torch.set_num_threads(spec.get("threads", 1))
     config = compose_config(spec["task"], spec["overrides"])
     task = build_task(config.task)
     tokenizer = load_tokenizer(spec["model_dir"], task.alphabet)
@@ -224,7 +226,7 @@ def trl_worker(spec_path: Path) -> None:
     run_dir = Path(spec["out"]) / "trl"
     run_dir.mkdir(parents=True, exist_ok=True)
     rollout, backend = config.rllm.rollout, config.backend
-    args = GRPOConfig(
+    settings = dict(
         output_dir=str(run_dir),
         max_steps=spec["steps"],
         per_device_train_batch_size=config.data.train_batch_size * rollout.n,  # completions per optimizer step
@@ -257,6 +259,7 @@ def trl_worker(spec_path: Path) -> None:
         eval_strategy="no",
         dataloader_num_workers=0,
     )
+    args = GRPOConfig(**(settings | spec.get("trl_args", {})))
     metrics = (run_dir / "metrics.jsonl").open("w")
 
     class StepRecorder(TrainerCallback):

@@ -27,6 +27,7 @@ __all__ = [
     "CheckpointMismatchError",
     "DistributedSetupError",
     "DistributedBatchError",
+    "OutOfMemoryError",
 ]
 
 
@@ -113,3 +114,9 @@ class DistributedSetupError(RLLMTorchError, ValueError):
 class DistributedBatchError(RLLMTorchError, ValueError):
     """The ranks of a process group passed batches that do not fit together (different
     ``num_groups``, reward dtypes or layouts)."""
+
+
+class OutOfMemoryError(RLLMTorchError, RuntimeError):
+    """A stage of a training step (sampling, the log-prob passes, the update) ran out of device or
+    host memory. Not an input error, and not retried: it wraps the allocator's error
+    (``__cause__``) and names the stage and the settings that lower its memory."""

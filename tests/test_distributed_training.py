@@ -4,6 +4,7 @@ training on the whole batch."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
 
 import pytest
@@ -38,6 +39,17 @@ SPLITS = {"uneven": (3, 1), "rank 1 empty": (4, 0)}
         ["rllm.algorithm.loss_agg_mode=token-mean", "backend.parallelism=fsdp"],
         ["rllm.algorithm.loss_agg_mode=seq-mean-token-mean", "backend.parallelism=fsdp", "model.arch=llama"],
         ["rllm.algorithm.adv_estimator=gae", "backend.critic.enable=true", "rllm.algorithm.lam=0.9"],
+        # micro-batches of at most 14 padded tokens (2 rows of 5-7): 6 on the rank with 3 groups, 2 on
+        # the other (or 0: it runs zero-loss forwards to match the count); compared with one
+        # process training the whole batch in one forward
+        ["rllm.algorithm.loss_agg_mode=seq-mean-token-sum", "backend.micro_batch_tokens=14"],
+        ["rllm.algorithm.loss_agg_mode=token-mean", "backend.parallelism=fsdp", "backend.micro_batch_tokens=14"],
+        [
+            "rllm.algorithm.adv_estimator=gae",
+            "backend.critic.enable=true",
+            "backend.micro_batch_tokens=14",
+            "rllm.algorithm.loss_agg_mode=seq-mean-token-mean",
+        ],
     ],
     ids=[
         "token-mean",
@@ -47,6 +59,9 @@ SPLITS = {"uneven": (3, 1), "rank 1 empty": (4, 0)}
         "fsdp",
         "fsdp+llama",
         "gae+critic",
+        "micro-batches",
+        "fsdp+micro-batches",
+        "gae+critic+micro-batches",
     ],
 )
 def test_one_update_on_two_ranks_gives_the_weights_of_one_process(pool, split, dotlist):
@@ -54,7 +69,9 @@ def test_one_update_on_two_ranks_gives_the_weights_of_one_process(pool, split, d
     first, _ = SPLITS[split]
     shares = [groups[:first], groups[first:]]
     (w0, m0), (w1, m1) = pool.run_ok(tasks.one_update, [(share, dotlist, True) for share in shares])
-    want_w, want_m = tasks.one_update(groups, [d for d in dotlist if "parallelism" not in d], False)
+    want_w, want_m = tasks.one_update(
+        groups, [d for d in dotlist if "parallelism" not in d and "micro" not in d], False
+    )
     initial = tasks.initial_weights(*[d for d in dotlist if d.startswith(("model.", "backend.critic"))])
     g0, g1, want_g = m0.pop("grads"), m1.pop("grads"), want_m.pop("grads")
     assert want_g.keys() == g0.keys() and want_g  # lm_head is tied to wte: one parameter
@@ -86,3 +103,39 @@ def test_a_mean_of_per_rank_token_means_would_have_been_caught(pool):
     assert not math.isclose(m0["actor/grad_norm"], want_m["actor/grad_norm"], rel_tol=1e-3)
     want = want_m["grads"]["transformer.wte.weight"]
     assert (m0["grads"]["transformer.wte.weight"] - want).norm() > 1e-2 * want.norm()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("peft") is None, reason="LoRA needs peft (the lora extra)")
+def test_lora_adapters_on_two_ranks_train_as_on_one_process_and_the_base_stays_frozen(pool):
+    groups = tasks.fixed_groups(seed=7, num_groups=4, n=4, eos=tasks.eos_id())
+    dotlist = ["model.arch=llama", "model.lora.r=4", "backend.lr=0.01", "backend.micro_batch_tokens=14"]
+    (w0, m0), (w1, m1) = pool.run_ok(tasks.one_update, [(groups[:3], dotlist, True), (groups[3:], dotlist, True)])
+    want_w, want_m = tasks.one_update(groups, dotlist[:-1], False)
+    initial = tasks.initial_weights(*dotlist[:3])
+    g0, g1, want_g = m0.pop("grads"), m1.pop("grads"), want_m.pop("grads")
+    assert m0 == m1 and g0.keys() == g1.keys() == want_g.keys() and all("lora_" in k for k in g0)
+    for key, want in want_g.items():
+        assert torch.equal(g0[key], g1[key]) and (g0[key] - want).norm() <= 1e-5 * want.norm() + 1e-9, key
+    for key, want in want_w.items():
+        assert torch.equal(w0[key], w1[key]), key
+        step = (want - initial[key]).norm()
+        if "lora_" in key and "lora_A" not in key:  # lora_B starts at 0 and moves; A moves once B is not 0
+            assert step > 0, key
+        if "lora_" not in key:
+            assert torch.equal(w0[key], initial[key]), f"{key}: a frozen base weight changed"
+        assert (w0[key] - want).norm() <= 1e-3 * max(step, 1e-12) or torch.equal(w0[key], want), key
+
+
+def test_fsdp_with_bf16_compute_trains_the_same_step_to_bf16_rounding(pool):
+    """FSDP2's MixedPrecisionPolicy (bf16 parameters in the forwards, float32 gradient reduction)
+    against one process in float32: the same step to bf16's rounding, identical on both ranks."""
+    groups = tasks.fixed_groups(seed=7, num_groups=4, n=4, eos=tasks.eos_id())
+    dotlist = ["model.arch=llama", "backend.parallelism=fsdp", "backend.dtype=bfloat16"]
+    (w0, m0), (w1, m1) = pool.run_ok(tasks.one_update, [(groups[:2], dotlist, True), (groups[2:], dotlist, True)])
+    _, want_m = tasks.one_update(groups, ["model.arch=llama"], False)
+    g0, g1 = m0.pop("grads"), m1.pop("grads")
+    assert all(torch.equal(g0[k], g1[k]) for k in g0)
+    assert m0 == m1 and all(torch.equal(w0[k], w1[k]) and w0[k].dtype == torch.float32 for k in w0)
+    assert m0["actor/grad_norm"] == pytest.approx(want_m["actor/grad_norm"], rel=0.03)
+    assert m0["actor/entropy"] == pytest.approx(want_m["actor/entropy"], rel=0.01)
+    assert m0["actor/entropy"] != want_m["actor/entropy"]  # bf16 did run

@@ -12,9 +12,9 @@ from trainer_fakes import make_config
 
 from rllm_torch import AlgorithmConfig
 from rllm_torch.backends.torch_backend import TorchBackend, build_char_tokenizer
+from rllm_torch.backends.torch_backend.forward import token_log_probs
 from rllm_torch.backends.torch_backend.losses import kl_penalty
 from rllm_torch.backends.torch_backend.policy import build_policy
-from rllm_torch.backends.torch_backend.sampling import token_log_probs
 from rllm_torch.cli.train import run
 from rllm_torch.errors import ConfigError
 from rllm_torch.trainer import TokenBatch, compute_token_advantages
@@ -94,7 +94,7 @@ def _token_batch(backend, rows=3, width=6):
 def _loss_and_grads(backend, batch):
     rows = torch.arange(batch.input_ids.shape[0])
     backend.model.zero_grad()
-    loss, stats = backend._mini_batch_loss(batch, rows, backend._global_normaliser(batch.response_mask))
+    loss, stats = backend._micro_batch_loss(batch, rows, backend._global_normaliser(batch.response_mask))
     loss.backward()
     return loss.detach(), stats, [p.grad.clone() for p in backend.model.parameters()]
 

@@ -150,14 +150,17 @@ def _backend_step(dotlist: list[str], *, recompute_old: bool = False):
     state = TrainerState(trajectory_groups=_groups(fixed_groups(0, 4, 4, eos_id())), total_steps=1)
     state.backend_batch = backend.transform_to_backend_batch(state)
     forwards = []
-    backend.model.register_forward_hook(lambda *_: forwards.append(1))
+    backend.model.base_model.register_forward_hook(lambda *_: forwards.append(1))  # the body: every pass
 
     async def step():
         await backend.process_backend_batch(state)
         old = state.backend_batch.old_log_probs
         if recompute_old:
             with torch.no_grad():
-                state.backend_batch.old_log_probs = backend._log_probs(backend.model, state.backend_batch)
+                rows = torch.arange(state.backend_batch.input_ids.shape[0])
+                state.backend_batch.old_log_probs = backend._log_probs(
+                    backend.actor.scorer, state.backend_batch, [rows]
+                )
         await backend.compute_advantages(state, AlgorithmConfigFrom(config))
         await backend.update_policy(state)
         return old
@@ -197,7 +200,7 @@ def test_the_old_log_probs_are_a_pass_of_their_own_when_the_update_is_not_the_on
 
 
 def test_forwards_run_only_up_to_the_longest_real_row_and_pad_back_with_zeros():
-    from rllm_torch.backends.torch_backend.sampling import on_real_columns
+    from rllm_torch.backends.torch_backend.forward import on_real_columns
 
     ids = torch.tensor([[5, 6, 7, 0, 0, 0], [5, 6, 0, 0, 0, 0]])
     mask = (torch.arange(6) < torch.tensor([[3], [2]])).long()
@@ -231,7 +234,7 @@ def test_the_critic_values_are_computed_on_the_real_columns_only(tmp_path):
     backend.critic.model.register_forward_hook(
         lambda _m, args, kwargs, _out: widths.append(kwargs["input_ids"].shape[1]), with_kwargs=True
     )
-    values = backend.critic.values(batch)
+    values = backend.critic.values(batch, [torch.arange(batch.input_ids.shape[0])])
     real = int(batch.attention_mask.sum(-1).max())
     assert widths == [real] and values.shape == wide.shape and not values[:, real:].any()
     with torch.no_grad():

@@ -69,10 +69,10 @@ def backend_config(*dotlist: str):
     return OmegaConf.merge(base, OmegaConf.from_dotlist(list(dotlist)))
 
 
-def one_update(data: list[dict], dotlist: list[str], distributed: bool) -> tuple[dict, dict]:
-    """One real update of the torch backend on this rank's fixed groups: ``(weights, metrics)``,
-    the metrics with ``"grads"``, the parameters' last gradient."""
-    ranks = RunRanks(dist.get_rank(), dist.get_world_size(), 0, dist.group.WORLD) if distributed else RunRanks()
+def update_once(
+    data: list[dict], dotlist: list[str], ranks: RunRanks | None = None
+) -> tuple[TorchBackend, TrainerState]:
+    """The real torch backend after one update on ``data``'s fixed groups, and its state."""
     config = backend_config(*dotlist)
     backend = TorchBackend(config, alphabet=ALPHABET, ranks=ranks)
     backend.init_rollout_engine()
@@ -85,8 +85,16 @@ def one_update(data: list[dict], dotlist: list[str], distributed: bool) -> tuple
         await backend.update_policy(state)
 
     asyncio.run(step())
+    return backend, state
+
+
+def one_update(data: list[dict], dotlist: list[str], distributed: bool) -> tuple[dict, dict]:
+    """One real update of the torch backend on this rank's fixed groups: ``(weights, metrics)``,
+    the metrics with ``"grads"``, the parameters' last gradient."""
+    ranks = RunRanks(dist.get_rank(), dist.get_world_size(), 0, dist.group.WORLD) if distributed else RunRanks()
+    backend, state = update_once(data, dotlist, ranks)
     weights = _weights(backend)
-    # the last mini-batch's gradient is still in .grad (zero_grad runs before each backward)
+    # the last mini-batch's gradient is still in .grad (zero_grad runs before each mini-batch)
     grads = {k: _full(p.grad) for k, p in backend.model.named_parameters() if p.grad is not None}
     return weights, state.metrics | {"grads": grads}
 

@@ -117,6 +117,14 @@ class RllmConfig:
 
 
 @dataclass
+class LoraSection:
+    r: int = 0  # LoRA rank (peft; pip install rllm_torch[lora]); 0: no LoRA, the whole model trains
+    alpha: int = 16  # scaling alpha / r of the adapters' update
+    dropout: float = 0.0
+    target_modules: list[str] = field(default_factory=lambda: ["all-linear"])  # module names, or all-linear
+
+
+@dataclass
 class ModelConfig:
     path: str | None = None  # a local save_pretrained directory; None: build from the fields below
     ref_path: str | None = None  # the reference policy of the KL terms; None: a frozen copy of the initial policy
@@ -126,6 +134,7 @@ class ModelConfig:
     hidden_size: int = 64
     num_heads: int = 4
     max_positions: int = 32
+    lora: LoraSection = field(default_factory=LoraSection)
 
 
 @dataclass
@@ -177,6 +186,10 @@ class BackendConfig:
     seed: int = 0
     parallelism: str = "ddp"  # under torchrun: ddp (DistributedDataParallel) | fsdp (FSDP2 fully_shard)
     dist_timeout_s: float = 600.0  # torch.distributed collective timeout under torchrun, seconds
+    dtype: str = "float32"  # float32 | bfloat16 (bf16 compute under autocast, float32 weights and AdamW state)
+    micro_batch_tokens: int | None = 16384  # padded tokens per forward/backward (gradient accumulation); None: no limit
+    log_prob_chunk_tokens: int | None = None  # tokens per chunk of the output head's logits; None: 128 MiB of them
+    gradient_checkpointing: bool = False  # recompute each block's activations in the backward (the model's own support)
     critic: CriticSection = field(default_factory=CriticSection)
 
 

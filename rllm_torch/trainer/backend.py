@@ -342,6 +342,10 @@ class BackendProtocol(ABC):
     async def update_policy(self, trainer_state: TrainerState) -> None:
         """Update the policy from ``trainer_state.backend_batch``; put metrics in the state."""
 
+    def summary_rows(self) -> list[tuple[str, str]]:
+        """Extra ``(name, value)`` rows of the start-up summary (e.g. the memory settings); none by default."""
+        return []
+
     # ---- hooks -----------------------------------------------------------------------------
     async def on_train_start(self, trainer_state: TrainerState) -> None:
         """Before the first validation and batch."""

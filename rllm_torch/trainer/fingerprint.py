@@ -46,6 +46,10 @@ FINGERPRINT_KEYS = (
     "model.hidden_size",
     "model.num_heads",
     "model.max_positions",
+    "model.lora.r",  # the adapters' shapes are in the checkpoint
+    "model.lora.alpha",
+    "model.lora.dropout",
+    "model.lora.target_modules",
     # the task: its rows, prompts and reward (reasoning-gym's dataset, a file's path and keys)
     "task.name",
     "task.seed",
@@ -129,6 +133,7 @@ FINGERPRINT_KEYS = (
     "backend.device",
     "backend.seed",
     "backend.parallelism",
+    "backend.dtype",  # the numerics of every forward
 )
 
 #: Settings a resumed run may change: the new value applies from the resumed step on, the start-up
@@ -165,6 +170,9 @@ RESUMABLE_KEYS = (
     "backend.rollout_batch_size",
     "backend.num_threads",
     "backend.dist_timeout_s",
+    "backend.micro_batch_tokens",  # micro-batches accumulate the same gradient
+    "backend.log_prob_chunk_tokens",
+    "backend.gradient_checkpointing",
     "rllm.algorithm.use_rllm",  # read by nothing (kept for rLLM's configs)
 )
 

@@ -180,6 +180,7 @@ def startup_summary(trainer: Any, state: Any, resumed: Any, plan: StepPlan) -> l
         ("state", run_state),
         *([("", f"changed on resume: {describe_changes(changes)}")] if changes else []),
         ("model", _model_line(config, backend)),
+        *(backend.summary_rows() if hasattr(backend, "summary_rows") else []),
         ("task", _task_line(config, trainer.train_dataset, trainer.val_dataset)),
         (
             "algorithm",

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rllm_torch.errors import WorkflowError
+from rllm_torch.errors import OutOfMemoryError, WorkflowError
 from rllm_torch.types import Episode, TerminationReason
 from rllm_torch.workflows.base import Workflow
 
@@ -56,7 +56,8 @@ class UnifiedWorkflowEngine:
         workflow_args: keyword arguments of each workflow.
         rollout_engine: given to every workflow.
         n_parallel_tasks: how many episodes run at once (>= 1).
-        retry_limit: attempts per episode (>= 1); an attempt that raises is retried until then.
+        retry_limit: attempts per episode (>= 1); an attempt that raises is retried until then,
+            except for an :class:`~rllm_torch.errors.OutOfMemoryError`, which stops the run at once.
         raise_on_error: after the last failed attempt, raise :class:`WorkflowError` (True) or
             record an episode with ``termination_reason=ERROR``, no trajectory and the error in
             ``info["error"]`` (False).
@@ -116,7 +117,9 @@ class UnifiedWorkflowEngine:
                 try:
                     episode = await workflow.run(task, uid)
                     break
-                except Exception as exc:  # noqa: BLE001 - any workflow failure is retried
+                except OutOfMemoryError:  # a retry would fail the same way: stop the run with its advice
+                    raise
+                except Exception as exc:  # noqa: BLE001 - any other workflow failure is retried
                     last_error = exc
             else:
                 if self.raise_on_error:

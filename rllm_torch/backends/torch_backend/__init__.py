@@ -2,10 +2,12 @@
 (PPO, importance sampling, CISPO, DRO, cross-entropy) on packed token tensors."""
 
 from rllm_torch.backends.torch_backend.backend import TorchBackend
+from rllm_torch.backends.torch_backend.forward import PolicyScorer, TokenScores, token_log_probs, token_scores
+from rllm_torch.backends.torch_backend.logprobs import chunked_token_log_probs
 from rllm_torch.backends.torch_backend.losses import *  # noqa: F403 - re-exported public surface
 from rllm_torch.backends.torch_backend.losses import __all__ as _losses_all
 from rllm_torch.backends.torch_backend.rollout import SamplingParams, TorchRolloutEngine
-from rllm_torch.backends.torch_backend.sampling import sample_completions, token_log_probs
+from rllm_torch.backends.torch_backend.sampling import sample_completions
 from rllm_torch.backends.torch_backend.tokenizer import build_char_tokenizer
 
 __all__ = [
@@ -14,6 +16,10 @@ __all__ = [
     "SamplingParams",
     "sample_completions",
     "token_log_probs",
+    "token_scores",
+    "TokenScores",
+    "PolicyScorer",
+    "chunked_token_log_probs",
     "build_char_tokenizer",
     *_losses_all,
 ]

@@ -1,38 +1,50 @@
-"""``TorchBackend``: the embedded backend. A ``transformers`` causal LM is sampled by
-:class:`TorchRolloutEngine` and trained on :class:`~rllm_torch.trainer.token_batch.TokenBatch`
-tensors with the loss ``rllm.algorithm.loss_fn`` aggregated by ``loss_agg_mode``, AdamW and
-gradient clipping.
+"""``TorchBackend``: the embedded backend. A ``transformers`` causal LM (the
+:class:`~rllm_torch.backends.torch_backend.actor.Actor`) is sampled by :class:`TorchRolloutEngine`
+and trained on :class:`~rllm_torch.trainer.token_batch.TokenBatch` tensors with the loss
+``rllm.algorithm.loss_fn`` aggregated by ``loss_agg_mode``, AdamW and gradient clipping.
+
+**Memory.** Log-probs never form ``[N, T, V]`` logits: the model's body runs on the rows and only
+the trained response positions reach the output head, in chunks (:mod:`.logprobs`). Each
+mini-batch is split into micro-batches of at most ``backend.micro_batch_tokens`` padded tokens
+(rows of similar length together), whose gradients accumulate before the optimizer step; the
+loss of every micro-batch is divided by the mini-batch's global token (or sequence) count, so
+the accumulated gradient is the one-batch gradient for every ``loss_agg_mode``. The old-log-prob,
+reference and value passes run in the same micro-batches. ``backend.dtype=bfloat16`` computes in
+bf16 (float32 weights and optimizer state), ``backend.gradient_checkpointing`` recomputes block
+activations in the backward, ``model.lora.r`` trains LoRA adapters only.
 
 On several processes (``torchrun``, :class:`~rllm_torch.trainer.ranks.RunRanks`) each rank
 samples its share of every step's prompts with its own generator, and trains a
 ``DistributedDataParallel`` copy of the policy: each loss is divided by the token (or sequence)
 count of the *global* mini-batch and multiplied by the world size, so DDP's gradient average is
-the gradient of the global loss, and the weights stay identical on every rank.
+the gradient of the global loss, and the weights stay identical on every rank. Ranks agree on
+the number of micro-batches of each mini-batch (a rank with fewer runs zero-loss forwards), and
+gradients cross the ranks once per optimizer step.
 
-With ``rllm.algorithm.use_kl_loss`` or ``use_kl_in_reward`` a frozen **reference policy** (a
-copy of the initial policy, or ``model.ref_path``) gives ``ref_log_probs`` next to the old
-log-probs; the KL to it is a loss term (``kl_loss_coef`` times ``kl_loss_type``, aggregated by
-``loss_agg_mode``) or a per-token penalty on the rewards (``kl_coef`` times ``kl_penalty``).
-With ``backend.critic.enable`` (``adv_estimator=gae``) a **critic**
-(:mod:`~rllm_torch.backends.torch_backend.critic`) gives each response token's value, and is
-trained on the GAE returns with the clipped value loss and its own AdamW, one step per
+With ``rllm.algorithm.use_kl_loss`` or ``use_kl_in_reward`` a frozen **reference policy** gives
+``ref_log_probs`` next to the old log-probs; the KL to it is a loss term (``kl_loss_coef`` times
+``kl_loss_type``, aggregated by ``loss_agg_mode``) or a per-token penalty on the rewards
+(``kl_coef`` times ``kl_penalty``). With ``backend.critic.enable`` (``adv_estimator=gae``) a
+**critic** (:mod:`~rllm_torch.backends.torch_backend.critic`) gives each response token's value,
+and is trained on the GAE returns with the clipped value loss and its own AdamW, one step per
 mini-batch beside the policy's.
 """
 
 from __future__ import annotations
 
-import copy
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
-from torch.nn.parallel import DistributedDataParallel
+from omegaconf import DictConfig
+from torch import Tensor
 from transformers import get_scheduler
 
+from rllm_torch.backends.torch_backend.actor import Actor, wrap_ddp
 from rllm_torch.backends.torch_backend.critic import Critic
 from rllm_torch.backends.torch_backend.data import TaskDataLoader
+from rllm_torch.backends.torch_backend.forward import causal_lm
+from rllm_torch.backends.torch_backend.logprobs import default_chunk_tokens
 from rllm_torch.backends.torch_backend.losses import (
     AGG_MODES,
     KL_ESTIMATORS,
@@ -42,16 +54,21 @@ from rllm_torch.backends.torch_backend.losses import (
     loss_normaliser,
     policy_loss,
 )
-from rllm_torch.backends.torch_backend.policy import build_policy, check_context, context_length, resolve_device
+from rllm_torch.backends.torch_backend.micro_batches import gradient_sync, split_rows, stage_memory
+from rllm_torch.backends.torch_backend.policy import (
+    check_context,
+    context_length,
+    resolve_compute_dtype,
+    resolve_device,
+)
 from rllm_torch.backends.torch_backend.rollout import SamplingParams, TorchRolloutEngine
-from rllm_torch.backends.torch_backend.sampling import on_real_columns, token_log_probs
 from rllm_torch.backends.torch_backend.tokenizer import (
     encode_prompts,
     has_saved_tokenizer,
     load_tokenizer,
     require_chat_template,
 )
-from rllm_torch.errors import ConfigError, ModelNotFoundError
+from rllm_torch.errors import ConfigError
 from rllm_torch.trainer.backend import BackendProtocol
 from rllm_torch.trainer.ranks import RunRanks
 from rllm_torch.trainer.state import TrainerState
@@ -60,7 +77,6 @@ from rllm_torch.trainer.token_batch import build_token_batch
 __all__ = ["TorchBackend"]
 
 _SCHEDULES = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}
-PARALLELISMS = ("ddp", "fsdp")
 # update stats that are each rank's share of a global loss (summed over the ranks); the others
 # are token sums (divided by the global token count)
 _SHARE_STATS = ("loss", "kl_loss", "critic/vf_loss")
@@ -78,7 +94,7 @@ class TorchBackend(BackendProtocol):
             ``backend.parallelism`` (``ddp``: ``DistributedDataParallel``).
 
     Raises:
-        ConfigError / ModelNotFoundError: bad model, device, loss or parallelism settings.
+        ConfigError / ModelNotFoundError: bad model, device, dtype, memory, loss or parallelism settings.
     """
 
     name = "torch"
@@ -100,94 +116,85 @@ class TorchBackend(BackendProtocol):
         self.device = resolve_device(
             self.settings.device, local_rank=self.ranks.local_rank if self.ranks.distributed else None
         )
-        self.tokenizer = load_tokenizer(config.model.path, alphabet, pad_token=config.model.get("pad_token"))
+        self.compute_dtype = resolve_compute_dtype(self.settings.dtype, self.device)
+        budget = self.settings.micro_batch_tokens
+        if budget is not None and budget < 1:
+            raise ConfigError(f"backend.micro_batch_tokens must be >= 1 (or null: no limit), got {budget}.")
+        chunk = self.settings.log_prob_chunk_tokens
+        if chunk is not None and chunk < 1:
+            raise ConfigError(f"backend.log_prob_chunk_tokens must be >= 1 (or null: automatic), got {chunk}.")
+        self.tokenizer = load_tokenizer(config.model.path, alphabet, pad_token=config.model.pad_token)
         self.tokenizer_from_path = has_saved_tokenizer(config.model.path)
-        self.apply_chat_template = bool(config.task.get("apply_chat_template", False))
-        self.model = build_policy(config.model, self.tokenizer, seed=self.settings.seed).to(self.device)
+        self.apply_chat_template = bool(config.task.apply_chat_template)
+        self.actor = Actor(config, self.tokenizer, self.device, self.ranks, self.compute_dtype)
+        self.model = self.actor.model
         algorithm = rllm.algorithm
         self.use_kl_loss, self.use_kl_in_reward = bool(algorithm.use_kl_loss), bool(algorithm.use_kl_in_reward)
-        self.ref_model = self._reference_policy(config.model) if self.use_kl_loss or self.use_kl_in_reward else None
-        self.parallelism = self.settings.get("parallelism", "ddp")
-        self.sharded = self.ranks.distributed and self.parallelism == "fsdp"
         self.critic = (
             Critic(
                 config.model,
-                self.model,
+                self.actor.base,
                 self.settings.critic,
                 seed=self.settings.seed + 1,
-                wrap=self._wrap if not self.sharded else (lambda module: module),  # fsdp: refused in validate_config
+                # fsdp: refused in validate_config
+                wrap=(lambda module: module)
+                if self.actor.sharded
+                else (lambda m: wrap_ddp(m, self.ranks, self.device)),
                 pad_token_id=self.tokenizer.pad_token_id,
+                autocast_dtype=self.compute_dtype,
+                gradient_checkpointing=self.settings.gradient_checkpointing,
             )
             if self.settings.critic.enable
             else None
         )
-        self.train_model = self._wrap(self.model)
-        self.loss_fn = rllm.algorithm.loss_fn or "ppo"
-        self.loss_agg_mode = rllm.algorithm.get("loss_agg_mode", "token-mean")
-        self.loss_agg_horizon = rllm.algorithm.get("loss_agg_horizon") or rllm.rollout.max_new_tokens
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=self.settings.lr, weight_decay=self.settings.weight_decay
-        )
+        self.loss_fn = algorithm.loss_fn or "ppo"
+        self.loss_agg_mode = algorithm.loss_agg_mode
+        self.loss_agg_horizon = algorithm.loss_agg_horizon or rllm.rollout.max_new_tokens
         self.scheduler, self._pending_scheduler_state = None, None
         self.run_dir = Path(
             rllm.trainer.default_local_dir or f"outputs/{rllm.trainer.project_name}/{rllm.trainer.experiment_name}"
         )
 
-    def _reference_policy(self, model_config: DictConfig) -> torch.nn.Module:
-        """The frozen reference policy: ``model.ref_path``, or a copy of the initial policy (built
-        before any checkpoint is loaded, so a resumed run keeps the same reference).
+    @property
+    def ref_model(self) -> torch.nn.Module | None:
+        """The frozen reference policy's own copy (None without a KL term, or with LoRA, whose
+        reference is the model with its adapters disabled)."""
+        return self.actor.ref_model
 
-        Raises:
-            ConfigError / ModelNotFoundError: ``model.ref_path`` has no model, or a vocabulary of
-                another size than the policy's (the log-probs would be of other tokens).
-        """
-        if model_config.ref_path is None:
-            ref = copy.deepcopy(self.model)
-        else:
-            ref_config = OmegaConf.merge(model_config, {"path": model_config.ref_path})
-            try:
-                ref = build_policy(ref_config, self.tokenizer, key="model.ref_path").to(self.device)
-            except ModelNotFoundError as exc:
-                raise ModelNotFoundError(
-                    f"model.ref_path={model_config.ref_path!r}: no model there (expected a directory with config.json, "
-                    "as save_pretrained writes); leave model.ref_path unset for a frozen copy of the initial policy."
-                ) from exc
-            mine, theirs = self.model.config.vocab_size, ref.config.vocab_size
-            if mine != theirs:
-                raise ConfigError(
-                    f"model.ref_path={model_config.ref_path!r} has a vocabulary of {theirs} tokens but the policy has {mine}: "
-                    "the reference must share the policy's tokenizer; leave model.ref_path unset to use the initial policy."
-                )
-        return ref.eval().requires_grad_(False)
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        return self.actor.optimizer
 
-    def _wrap(self, model: torch.nn.Module) -> torch.nn.Module:
-        """The module the training forward passes go through: DDP over the ranks, or the model."""
-        if self.parallelism not in PARALLELISMS:
-            raise ConfigError(
-                f"backend.parallelism={self.parallelism!r} is not known to the torch backend; choose from {PARALLELISMS}."
+    def summary_rows(self) -> list[tuple[str, str]]:
+        """The start-up summary's ``memory`` row: compute dtype, micro-batch budget, head chunk,
+        activation checkpointing and LoRA."""
+        s, lora = self.settings, self.config.model.lora
+        vocab = causal_lm(self.model).get_output_embeddings().weight.shape[0]
+        chunk = s.log_prob_chunk_tokens or default_chunk_tokens(vocab)
+        parts = [
+            "bfloat16 compute (float32 weights and AdamW state)" if self.compute_dtype else "float32",
+            f"micro-batches of {s.micro_batch_tokens} tokens" if s.micro_batch_tokens else "no micro-batches",
+            f"log-probs in chunks of {chunk} tokens",
+            f"activation checkpointing {'on' if s.gradient_checkpointing else 'off'}",
+        ]
+        if self.actor.lora:
+            trainable = sum(p.numel() for p in self.actor.parameters)
+            targets = ",".join(lora.target_modules)
+            parts.append(
+                f"LoRA r={lora.r} alpha={lora.alpha} on {targets} ({trainable / 1e6:.2f}M trainable parameters)"
             )
-        if not self.ranks.distributed:
-            if self.parallelism == "fsdp":
-                raise ConfigError(
-                    "backend.parallelism=fsdp shards the policy over the processes of a torchrun launch, and this run is one "
-                    "process: launch it with torchrun --nproc_per_node=N, or leave backend.parallelism=ddp."
-                )
-            return model
-        if self.parallelism == "fsdp":
-            from rllm_torch.backends.torch_backend.sharding import shard_policy
-
-            return shard_policy(model, self.ranks)
-        device_ids = [self.device.index] if self.device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=device_ids, process_group=self.ranks.process_group)
+        else:
+            parts.append("no LoRA")
+        return [("memory", ", ".join(parts))]
 
     def validate_config(self) -> None:
         if self.loss_fn not in LOSS_FNS:
             raise ConfigError(f"rllm.algorithm.loss_fn={self.loss_fn!r}: the torch backend implements {LOSS_FNS}.")
         if self.loss_agg_mode not in AGG_MODES:
             raise ConfigError(f"rllm.algorithm.loss_agg_mode={self.loss_agg_mode!r} is not one of {AGG_MODES}.")
-        if self.loss_agg_horizon < 1 or self.settings.get("dro_beta", 0.05) < 0:
+        if self.loss_agg_horizon < 1 or self.settings.dro_beta < 0:
             raise ConfigError(
-                f"rllm.algorithm.loss_agg_horizon must be >= 1 and backend.dro_beta >= 0, got {self.loss_agg_horizon} and {self.settings.get('dro_beta')}."
+                f"rllm.algorithm.loss_agg_horizon must be >= 1 and backend.dro_beta >= 0, got {self.loss_agg_horizon} and {self.settings.dro_beta}."
             )
         self._validate_kl_and_critic()
         rollout = self.config.rllm.rollout
@@ -201,7 +208,8 @@ class TorchBackend(BackendProtocol):
     def validate_prompts(self, tasks: list[dict]) -> None:
         """Every prompt encodes without unknown tokens, the longest (as the sampler encodes it)
         and ``rllm.rollout.max_new_tokens`` fit in the policy's context
-        (:func:`~rllm_torch.backends.torch_backend.policy.check_context`), and, for a task whose
+        (:func:`~rllm_torch.backends.torch_backend.policy.check_context`) and in one micro-batch
+        (``backend.micro_batch_tokens``), and, for a task whose
         reward needs the whole answer, ``max_new_tokens`` holds the longest answer.
 
         Raises:
@@ -221,7 +229,15 @@ class TorchBackend(BackendProtocol):
                         "task's text, or leave model.path unset for a character tokenizer built from the task."
                     )
         max_new_tokens = self.config.rllm.rollout.max_new_tokens
-        check_context(max(map(len, ids)), max_new_tokens, context_length(self.model))
+        longest = max(map(len, ids))
+        check_context(longest, max_new_tokens, context_length(self.model))
+        budget = self.settings.micro_batch_tokens
+        if budget is not None and longest + max_new_tokens > budget:
+            raise ConfigError(
+                f"backend.micro_batch_tokens={budget} is smaller than the longest row a step can hold: the longest "
+                f"prompt has {longest} tokens and rllm.rollout.max_new_tokens={max_new_tokens}; raise "
+                f"backend.micro_batch_tokens to {longest + max_new_tokens} or more (or null: no limit)."
+            )
         answers = [str(t["answer"]) for t in rows if "answer" in t]
         if self.answer_in_response and answers:
             lengths = [len(a) for a in self.tokenizer(answers, add_special_tokens=False)["input_ids"]]
@@ -236,7 +252,7 @@ class TorchBackend(BackendProtocol):
 
     def _validate_kl_and_critic(self) -> None:
         algorithm = self.config.rllm.algorithm
-        if self.config.model.get("ref_path") is not None and self.ref_model is None:
+        if self.config.model.get("ref_path") is not None and not self.actor.has_reference:
             raise ConfigError(
                 f"model.ref_path={self.config.model.ref_path!r} is set but no KL term uses a reference policy; set "
                 "rllm.algorithm.use_kl_loss=true or use_kl_in_reward=true, or leave model.ref_path unset."
@@ -256,7 +272,7 @@ class TorchBackend(BackendProtocol):
                 f"backend.critic.enable=true but no estimator uses a critic (estimators: {sorted(map(str, estimators))}); "
                 "use rllm.algorithm.adv_estimator=gae, or set backend.critic.enable=false."
             )
-        if self.critic is not None and self.sharded:
+        if self.critic is not None and self.actor.sharded:
             raise ConfigError(
                 "backend.critic.enable=true with backend.parallelism=fsdp is not supported yet; use backend.parallelism=ddp."
             )
@@ -273,6 +289,7 @@ class TorchBackend(BackendProtocol):
             max_batch_size=self.settings.rollout_batch_size,
             seed=self.settings.seed + self.ranks.rank,  # each rank its own rollouts
             apply_chat_template=self.apply_chat_template,
+            autocast_dtype=self.compute_dtype,
         )
         return self.rollout_engine
 
@@ -293,25 +310,10 @@ class TorchBackend(BackendProtocol):
         n = self.config.rllm.rollout.n_val if is_validation else self.config.rllm.rollout.n
         self.rollout_engine.validation = is_validation
         tasks = [(task_id, task, k) for task_id, task in batch for k in range(n)]
-        with self._sampling_weights():
+        with self.actor.sampling_weights():
             return await agent_workflow_engine.execute_tasks(
                 [t for _, t, _ in tasks], [i for i, _, _ in tasks], [k for _, _, k in tasks]
             )
-
-    def _sampling_weights(self):
-        """FSDP: the whole policy gathered for a sampling phase (ranks sample different numbers of
-        tokens, so their forwards must not communicate); otherwise nothing to do."""
-        if not self.sharded:
-            return nullcontext()
-        from rllm_torch.backends.torch_backend.sharding import gathered_weights
-
-        return gathered_weights(self.model)
-
-    def _dummy_forward(self) -> torch.Tensor:
-        """A one-token forward through the training module: a rank with no row takes part in the
-        collectives that the others' forwards (FSDP) and backwards (DDP, FSDP) run."""
-        dummy = torch.full((1, 1), self.tokenizer.pad_token_id, dtype=torch.int64, device=self.device)
-        return self.train_model(input_ids=dummy).logits.sum() * 0.0
 
     def transform_to_backend_batch(self, trainer_state: TrainerState):
         use_pre = bool(self.config.rllm.algorithm.use_precomputed_advantage)
@@ -319,12 +321,29 @@ class TorchBackend(BackendProtocol):
             trainer_state.trajectory_groups, pad_token_id=self.tokenizer.pad_token_id, use_precomputed_advantage=use_pre
         ).to(self.device)
 
-    def _log_probs(self, model: torch.nn.Module, batch, rows: slice | torch.Tensor = slice(None)) -> torch.Tensor:
-        """``[R, T]`` token log-probs of ``rows``; the forward runs on the rows cut to their
-        longest real row (right padding beyond it is never computed), padded back with zeros."""
-        temperature = self.config.rllm.rollout.temperature
-        forward = lambda ids, mask: token_log_probs(model, ids, mask, temperature=temperature)
-        return on_real_columns(forward, batch.input_ids[rows], batch.attention_mask[rows])
+    def _micro_batches(self, batch, rows: Tensor, *, collective: bool) -> list[Tensor]:
+        """``rows`` in micro-batches of at most ``backend.micro_batch_tokens`` padded tokens
+        (:func:`~rllm_torch.backends.torch_backend.micro_batches.split_rows`). ``collective``:
+        the passes are collectives (training; FSDP forwards), so every rank gets the largest
+        count over the ranks (one all-reduce), padded with empty micro-batches."""
+        micro = split_rows(rows, batch.attention_mask, self.settings.micro_batch_tokens)
+        if collective and self.ranks.distributed:
+            count = int(self.ranks.reduce([float(len(micro))], op="max")[0])
+            micro += [rows[:0]] * (count - len(micro))
+        return micro
+
+    @torch.no_grad()
+    def _log_probs(self, scorer: torch.nn.Module, batch, micro_batches: list[Tensor]) -> Tensor:
+        """``[R, T]`` log-probs of the batch's trained response tokens (0 elsewhere), one forward
+        per micro-batch; an empty micro-batch runs a zero-loss forward (FSDP: a collective)."""
+        log_probs = torch.zeros_like(batch.response_mask)
+        for rows in micro_batches:
+            if rows.numel():
+                positions = batch.response_mask[rows] > 0
+                log_probs[rows] = scorer(batch.input_ids[rows], batch.attention_mask[rows], positions).log_probs
+            elif scorer is self.actor.train_model:
+                self.actor.dummy_loss()
+        return log_probs
 
     def _global_rows(self, batch) -> int:
         """The batch's rows over every rank: one all-reduce per batch, its result kept in
@@ -338,32 +357,46 @@ class TorchBackend(BackendProtocol):
         s = self.settings
         return s.ppo_epochs, -(-total_rows // min(s.mini_batch_size or total_rows, total_rows))
 
+    def _memory_advice(self) -> str:
+        s = self.settings
+        advice = [f"lower backend.micro_batch_tokens (now {s.micro_batch_tokens})"]
+        if not s.gradient_checkpointing:
+            advice.append("set backend.gradient_checkpointing=true")
+        if self.compute_dtype is None:
+            advice.append("set backend.dtype=bfloat16")
+        if self.config.model.lora.r == 0:
+            advice.append("train LoRA adapters (model.lora.r=16)")
+        return ", ".join(advice[:-1]) + f" or {advice[-1]}" if len(advice) > 1 else advice[0]
+
     async def process_backend_batch(self, trainer_state: TrainerState) -> None:
         """Old log-probs (and, when configured, the reference policy's log-probs, the KL penalty
-        of the rewards and the critic's values) of every row, without gradient.
+        of the rewards and the critic's values) of every row, without gradient, in micro-batches.
 
         With a single update per batch (one epoch, one mini-batch) and no KL in the reward, the
         old log-probs are left None: the update's own forward runs on the weights that sampled
         the batch, so a separate no-gradient pass would compute the same numbers (TRL skips it
-        too), and the update takes them from its forward, detached."""
-        batch = trainer_state.backend_batch
-        num_rows, total_rows = batch.input_ids.shape[0], self._global_rows(batch)
+        too), and the update takes them from its forward, detached.
+
+        Raises:
+            OutOfMemoryError: a pass ran out of memory (naming the settings that lower it).
+        """
+        batch, actor = trainer_state.backend_batch, self.actor
+        total_rows = self._global_rows(batch)
         single_update = self._updates_per_batch(max(total_rows, 1)) == (1, 1) and not self.use_kl_in_reward
-        with torch.no_grad():
+        rows = torch.arange(batch.input_ids.shape[0], device=self.device)
+        with stage_memory("computing the old, reference and value passes", self._memory_advice()):
             if single_update:
                 batch.old_log_probs = None
-            elif num_rows:
-                batch.old_log_probs = self._log_probs(self.train_model if self.sharded else self.model, batch)
-            else:  # this rank has no row in this step (its prompts were filtered out)
-                batch.old_log_probs = torch.zeros_like(batch.rollout_log_probs)
-                if self.sharded:  # the other ranks' forwards all-gather weights: take part
-                    self._dummy_forward()
-            if self.ref_model is not None:
-                batch.ref_log_probs = (
-                    self._log_probs(self.ref_model, batch) if num_rows else torch.zeros_like(batch.rollout_log_probs)
-                )
+            else:
+                micro = self._micro_batches(batch, rows, collective=actor.sharded)
+                batch.old_log_probs = self._log_probs(actor.scoring_module(), batch, micro)
+            if actor.has_reference:
+                scorer, context = actor.reference()
+                with context:
+                    micro = self._micro_batches(batch, rows, collective=False)
+                    batch.ref_log_probs = self._log_probs(scorer, batch, micro)
             if self.critic is not None:
-                batch.values = self.critic.values(batch)
+                batch.values = self.critic.values(batch, self._micro_batches(batch, rows, collective=False))
         if self.use_kl_in_reward:
             algorithm, mask = self.config.rllm.algorithm, batch.response_mask
             kl = kl_penalty(batch.old_log_probs, batch.ref_log_probs, algorithm.kl_penalty)
@@ -377,60 +410,74 @@ class TorchBackend(BackendProtocol):
             warmup = int(self.config.rllm.algorithm.warmup_steps_ratio * total)
             self.scheduler = get_scheduler(
                 _SCHEDULES[self.config.rllm.algorithm.lr_schedule],
-                self.optimizer,
+                self.actor.optimizer,
                 num_warmup_steps=warmup,
                 num_training_steps=total,
             )
             if self._pending_scheduler_state is not None:
                 # resumed: the checkpoint's step count, with the current backend.lr, lr_schedule and
                 # warmup (resumable settings: trainer/fingerprint.py), so a changed one applies from here
-                base_lrs = [self.settings.lr] * len(self.optimizer.param_groups)
+                base_lrs = [self.settings.lr] * len(self.actor.optimizer.param_groups)
                 self.scheduler.load_state_dict({**self._pending_scheduler_state, "base_lrs": base_lrs})
                 self._pending_scheduler_state = None
                 step = self.scheduler.last_epoch
                 for group, base, lr_lambda in zip(
-                    self.optimizer.param_groups, base_lrs, self.scheduler.lr_lambdas, strict=True
+                    self.actor.optimizer.param_groups, base_lrs, self.scheduler.lr_lambdas, strict=True
                 ):
                     group["lr"] = base * lr_lambda(step)  # building the scheduler reset it to the step-0 value
 
     async def update_policy(self, trainer_state: TrainerState) -> None:
         """``backend.ppo_epochs`` passes over the batch, each in ``ceil(R / backend.mini_batch_size)``
         shuffled, near-equal mini-batches of the ``R`` rows of every rank (one row per step;
-        ``mini_batch_size`` None: the whole batch), one AdamW step each. Each rank trains on its
-        own rows of every mini-batch; the loss is normalised over the global mini-batch."""
-        batch, s, ranks = trainer_state.backend_batch, self.settings, self.ranks
+        ``mini_batch_size`` None: the whole batch), one AdamW step each, its gradient accumulated
+        over micro-batches. Each rank trains on its own rows of every mini-batch; the loss is
+        normalised over the global mini-batch.
+
+        Raises:
+            OutOfMemoryError: the update ran out of memory (naming the settings that lower it).
+        """
+        batch, ranks = trainer_state.backend_batch, self.ranks
         num_rows, total_rows = batch.input_ids.shape[0], self._global_rows(batch)
         if total_rows == 0:  # nothing to train on anywhere (the trainer skips such steps itself)
             return
         epochs, num_minis = self._updates_per_batch(total_rows)
         self._ensure_scheduler(trainer_state, epochs * num_minis)
         local_stats, grad_norms = [], []
-        for _ in range(epochs):
-            order = torch.randperm(num_rows, device=self.device)
-            for rows in order.tensor_split(num_minis):  # this rank's part of each global mini-batch
-                normaliser = self._global_normaliser(batch.response_mask[rows])
-                loss, stats = self._mini_batch_loss(batch, rows, normaliser)
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                grad_norms.append(torch.nn.utils.clip_grad_norm_(self.model.parameters(), s.grad_clip))
-                self.optimizer.step()
-                self.scheduler.step()
-                if self.critic is not None:
-                    stats |= self.critic.step(
-                        batch,
-                        rows,
-                        normaliser,
-                        loss_agg_mode=self.loss_agg_mode,
-                        horizon=self.loss_agg_horizon,
-                        world_size=ranks.world_size,
-                    )
-                local_stats.append(stats)
+        with stage_memory("updating the policy", self._memory_advice()):
+            for _ in range(epochs):
+                order = torch.randperm(num_rows, device=self.device)
+                for rows in order.tensor_split(num_minis):  # this rank's part of each global mini-batch
+                    normaliser = self._global_normaliser(batch.response_mask[rows])
+                    micro = self._micro_batches(batch, rows, collective=True)
+                    self.actor.optimizer.zero_grad(set_to_none=True)
+                    stats = {}
+                    for i, micro_rows in enumerate(micro):
+                        last = i == len(micro) - 1
+                        with gradient_sync(self.actor.train_model, last):
+                            loss, micro_stats = self._micro_batch_loss(batch, micro_rows, normaliser)
+                            loss.backward()
+                        if self.critic is not None:
+                            with gradient_sync(self.critic.train_model, last):
+                                micro_stats |= self.critic.backward(
+                                    batch,
+                                    micro_rows,
+                                    normaliser,
+                                    loss_agg_mode=self.loss_agg_mode,
+                                    horizon=self.loss_agg_horizon,
+                                    world_size=ranks.world_size,
+                                )
+                        stats = {k: stats.get(k, 0) + v for k, v in micro_stats.items()}
+                    grad_norms.append(self.actor.step())
+                    self.scheduler.step()
+                    if self.critic is not None:
+                        self.critic.step()
+                    local_stats.append(stats)
         trainer_state.metrics |= self._global_update_stats(local_stats, grad_norms)
         trainer_state.metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
         if self.critic is not None and (critic_norm := self.critic.take_grad_norm()) is not None:
             trainer_state.metrics["critic/grad_norm"] = critic_norm
 
-    def _global_normaliser(self, mask_RT: torch.Tensor) -> torch.Tensor:
+    def _global_normaliser(self, mask_RT: Tensor) -> Tensor:
         """``loss_agg_mode``'s normaliser of a mini-batch over every rank's rows (one all-reduce)."""
         normaliser = loss_normaliser(mask_RT, self.loss_agg_mode)
         if self.ranks.distributed:
@@ -438,19 +485,20 @@ class TorchBackend(BackendProtocol):
             torch.distributed.all_reduce(normaliser, group=self.ranks.process_group)
         return normaliser
 
-    def _mini_batch_loss(
-        self, batch, rows: torch.Tensor, normaliser: torch.Tensor
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """This rank's loss on ``rows`` of a global mini-batch (times the world size, for DDP's
-        mean) and its local stats: shares of the global loss (:data:`_SHARE_STATS`), token sums
-        of the diagnostics, and ``tokens``. Old log-probs left None by :meth:`process_backend_batch`
-        are this forward's, detached."""
+    def _micro_batch_loss(self, batch, rows: Tensor, normaliser: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        """This rank's loss on the micro-batch ``rows`` of a global mini-batch (divided by the
+        mini-batch's global ``normaliser``, times the world size for DDP's mean) and its local
+        stats: shares of the global loss (:data:`_SHARE_STATS`), token sums of the diagnostics
+        (the policy's entropy among them), and ``tokens``. Old log-probs left None by
+        :meth:`process_backend_batch` are this forward's, detached."""
         s, world = self.settings, self.ranks.world_size
         mask_RT = batch.response_mask[rows]
         if rows.numel():
-            log_probs, anchor = self._log_probs(self.train_model, batch, rows), 0.0
+            positions = mask_RT > 0
+            scores = self.actor.train_model(batch.input_ids[rows], batch.attention_mask[rows], positions, True)
+            log_probs, entropy, anchor = scores.log_probs, scores.entropy, 0.0
         else:  # no row here: a zero loss through the same forward, so the gradient collectives still run
-            log_probs, anchor = batch.rollout_log_probs[rows], self._dummy_forward()
+            log_probs, entropy, anchor = batch.rollout_log_probs[rows], None, self.actor.dummy_loss()
         old_log_probs = log_probs.detach() if batch.old_log_probs is None else batch.old_log_probs[rows]
         aggregation = dict(loss_agg_mode=self.loss_agg_mode, horizon=self.loss_agg_horizon, normaliser=normaliser)
         loss, extra = policy_loss(
@@ -461,14 +509,15 @@ class TorchBackend(BackendProtocol):
             mask_RT,
             clip_ratio_low=s.clip_ratio_low,
             clip_ratio_high=s.clip_ratio_high,
-            beta=s.get("dro_beta", 0.05),
+            beta=s.dro_beta,
             **aggregation,
         )
         tokens = mask_RT.sum()
         stats = {"loss": loss.detach(), "tokens": tokens} | {k: v.detach() * tokens for k, v in extra.items()}
+        stats["entropy"] = (entropy.detach() * mask_RT).sum() if entropy is not None else tokens * 0.0
         # the sampler against the trainer on the same weights (a token sum, like the diagnostics)
         stats["rollout_logprob_abs_diff"] = ((old_log_probs - batch.rollout_log_probs[rows]).abs() * mask_RT).sum()
-        if self.ref_model is not None:  # the old policy's KL to the reference, in two estimators
+        if self.actor.has_reference:  # the old policy's KL to the reference, in two estimators
             for name, kind in (("ref/kl_k1", "kl"), ("ref/kl_k3", "low_var_kl")):
                 stats[name] = (kl_penalty(old_log_probs, batch.ref_log_probs[rows], kind) * mask_RT).sum()
         if self.use_kl_loss:  # DeepSeekMath's GRPO: + beta * KL(policy || reference), aggregated like the loss
@@ -504,21 +553,18 @@ class TorchBackend(BackendProtocol):
         return {k: float(v) for k, v in out.items()}
 
     def state_dict(self) -> dict[str, Any]:
-        """Model, optimizer and lr-scheduler state dicts (the same on every rank), and the critic's
-        model and optimizer when there is one; with FSDP the scheduler only (the model and optimizer shards are :meth:`sharded_state_dict`)."""
+        """Model (LoRA: adapters), optimizer and lr-scheduler state dicts (the same on every
+        rank), and the critic's model and optimizer when there is one; with FSDP the scheduler
+        only (the model and optimizer shards are :meth:`sharded_state_dict`)."""
         scheduler = self.scheduler.state_dict() if self.scheduler is not None else self._pending_scheduler_state
-        if self.sharded:
-            return {"scheduler": scheduler}
-        state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "scheduler": scheduler}
+        state = self.actor.state_dict() | {"scheduler": scheduler}
         if self.critic is not None:
             state |= self.critic.state_dict()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s dict; the lr scheduler, built at the first update, gets its state then."""
-        if not self.sharded:
-            self.model.load_state_dict(state["model"])
-            self.optimizer.load_state_dict(state["optimizer"])
+        self.actor.load_state_dict(state)
         if self.critic is not None:
             self.critic.load_state_dict(state)
             for group in self.critic.optimizer.param_groups:  # resumable: the current backend.critic.lr
@@ -527,16 +573,10 @@ class TorchBackend(BackendProtocol):
 
     def sharded_state_dict(self) -> dict[str, Any] | None:
         """FSDP: this rank's model and optimizer shards, for ``torch.distributed.checkpoint``."""
-        if not self.sharded:
-            return None
-        from rllm_torch.backends.torch_backend.sharding import sharded_state
-
-        return sharded_state(self.model, self.optimizer)
+        return self.actor.sharded_state_dict() if self.actor.sharded else None
 
     def load_sharded_state_dict(self, state: dict[str, Any]) -> None:
-        from rllm_torch.backends.torch_backend.sharding import load_sharded_state
-
-        load_sharded_state(self.model, self.optimizer, state)
+        self.actor.load_sharded_state_dict(state)
 
     def rank_state_dict(self) -> dict[str, Any]:
         """This rank's sampling generator."""
@@ -546,21 +586,11 @@ class TorchBackend(BackendProtocol):
         self.rollout_engine.generator.set_state(state["rollout_generator"])
 
     def save_checkpoint(self, name: str) -> Path | None:
-        """Save the model and tokenizer to ``{run_dir}/checkpoints/{name}`` (``save_pretrained``;
-        rank 0 writes and returns the path; with FSDP every rank must call, to gather the weights)."""
+        """Save the model (LoRA: adapters merged) and tokenizer to ``{run_dir}/checkpoints/{name}``
+        (``save_pretrained``; rank 0 writes and returns the path; with FSDP every rank must call,
+        to gather the weights)."""
         path = self.run_dir / "checkpoints" / name
-        if self.sharded:
-            from rllm_torch.backends.torch_backend.sharding import full_model_state
-
-            state = full_model_state(self.model)
-            if not self.ranks.is_main:
-                return None
-            unsharded = build_policy(self.config.model, self.tokenizer, seed=self.settings.seed)
-            unsharded.load_state_dict(state)
-            unsharded.save_pretrained(path)
-        elif self.ranks.is_main:
-            self.model.save_pretrained(path)
-        else:
+        if not self.actor.save_pretrained(path):
             return None
         self.tokenizer.save_pretrained(path)
         return path

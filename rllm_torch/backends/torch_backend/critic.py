@@ -21,8 +21,9 @@ import torch.nn.functional as F
 from torch import Tensor
 from transformers import AutoModelForTokenClassification, PreTrainedModel
 
+from rllm_torch.backends.torch_backend.forward import on_real_columns
 from rllm_torch.backends.torch_backend.losses import clipped_value_loss
-from rllm_torch.backends.torch_backend.sampling import on_real_columns
+from rllm_torch.backends.torch_backend.policy import compute_autocast, enable_gradient_checkpointing
 from rllm_torch.errors import ConfigError
 
 __all__ = ["Critic", "build_critic", "token_values"]
@@ -75,6 +76,8 @@ class Critic:
         seed: seeds the critic's initialisation.
         wrap: the training wrapper of the backend (DDP over the ranks, or the identity).
         pad_token_id: the token of the one-token forward a rank without rows runs.
+        autocast_dtype: the forwards' autocast dtype (``backend.dtype``; None: float32).
+        gradient_checkpointing: recompute the blocks' activations in the backward.
     """
 
     def __init__(
@@ -86,35 +89,44 @@ class Critic:
         seed: int,
         wrap: Callable[[torch.nn.Module], torch.nn.Module],
         pad_token_id: int,
+        autocast_dtype: torch.dtype | None = None,
+        gradient_checkpointing: bool = False,
     ) -> None:
         self.settings = settings
         self.model = build_critic(model_config, policy, seed=seed)
+        if gradient_checkpointing:
+            enable_gradient_checkpointing(self.model)
         self.train_model = wrap(self.model)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
-        self.pad_token_id = pad_token_id
+        self.pad_token_id, self.autocast_dtype = pad_token_id, autocast_dtype
         self.grad_norms: list[Tensor] = []
 
+    def _values(self, model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        with compute_autocast(input_ids.device, self.autocast_dtype):
+            return on_real_columns(partial(token_values, model), input_ids, attention_mask)
+
     @torch.no_grad()
-    def values(self, batch: Any) -> Tensor:
-        """``[R, T]`` float32 values of the batch's response tokens (0 elsewhere, and for no rows)."""
-        if not batch.input_ids.shape[0]:
-            return torch.zeros_like(batch.response_mask)
-        values = on_real_columns(partial(token_values, self.model), batch.input_ids, batch.attention_mask)
+    def values(self, batch: Any, micro_batches: list[Tensor]) -> Tensor:
+        """``[R, T]`` float32 values of the batch's response tokens (0 elsewhere, and for no rows),
+        one forward per micro-batch of rows."""
+        values = torch.zeros_like(batch.response_mask)
+        for rows in micro_batches:
+            if rows.numel():
+                values[rows] = self._values(self.model, batch.input_ids[rows], batch.attention_mask[rows])
         return values * batch.response_mask
 
-    def step(
+    def backward(
         self, batch: Any, rows: Tensor, normaliser: Tensor, *, loss_agg_mode: str, horizon: int, world_size: int
     ) -> dict[str, Tensor]:
-        """One AdamW step on ``rows``: the clipped value loss against ``batch.returns``, normalised
-        over the global mini-batch like the policy loss (times ``world_size`` for DDP's mean). A
-        rank without rows runs a zero loss through a one-token forward, so DDP's all-reduce stays
-        in step. Returns the step's stats: ``critic/vf_loss`` (this rank's share) and the token
-        sums ``critic/vf_clipfrac``, ``critic/values``; the gradient norm goes to ``grad_norms``."""
+        """The clipped value loss of one micro-batch ``rows`` against ``batch.returns``,
+        normalised over the global mini-batch like the policy loss (times ``world_size`` for DDP's
+        mean), backpropagated into the accumulated gradient. A rank without rows runs a zero loss
+        through a one-token forward, so DDP's all-reduce stays in step. Returns the stats:
+        ``critic/vf_loss`` (this rank's share) and the token sums ``critic/vf_clipfrac``, ``critic/values``."""
         s = self.settings
         mask_RT = batch.response_mask[rows]
         if rows.numel():
-            forward = partial(token_values, self.train_model)
-            values, anchor = on_real_columns(forward, batch.input_ids[rows], batch.attention_mask[rows]), 0.0
+            values, anchor = self._values(self.train_model, batch.input_ids[rows], batch.attention_mask[rows]), 0.0
         else:
             dummy = torch.full((1, 1), self.pad_token_id, dtype=torch.int64, device=batch.input_ids.device)
             values, anchor = batch.values[rows], self.train_model(input_ids=dummy).logits.sum() * 0.0
@@ -128,16 +140,20 @@ class Critic:
             horizon=horizon,
             normaliser=normaliser,
         )
-        self.optimizer.zero_grad(set_to_none=True)
         ((s.loss_coef * loss + anchor) * world_size).backward()
-        self.grad_norms.append(torch.nn.utils.clip_grad_norm_(self.model.parameters(), s.grad_clip))
-        self.optimizer.step()
         tokens = mask_RT.sum()
         return {
             "critic/vf_loss": loss.detach(),
             "critic/vf_clipfrac": extra["vf_clipfrac"] * tokens,
             "critic/values": (values.detach() * mask_RT).sum(),
         }
+
+    def step(self) -> None:
+        """Clip the accumulated gradient to ``grad_clip`` (its norm goes to ``grad_norms``), one
+        AdamW step, and clear the gradient for the next mini-batch."""
+        self.grad_norms.append(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.grad_clip))
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
 
     def take_grad_norm(self) -> float | None:
         """The mean gradient norm of the steps since the last call (None if there was none)."""

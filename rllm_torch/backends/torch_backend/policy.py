@@ -3,6 +3,7 @@ config with random weights."""
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +12,20 @@ from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, PreTrain
 
 from rllm_torch.errors import ConfigError, ModelNotFoundError
 
-__all__ = ["build_policy", "resolve_device", "context_length", "check_context", "ARCHITECTURES"]
+__all__ = [
+    "build_policy",
+    "resolve_device",
+    "resolve_compute_dtype",
+    "enable_gradient_checkpointing",
+    "compute_autocast",
+    "context_length",
+    "check_context",
+    "ARCHITECTURES",
+    "DTYPES",
+]
 
 ARCHITECTURES = ("gpt2", "llama")
+DTYPES = ("float32", "bfloat16")
 
 
 def build_policy(
@@ -131,3 +143,64 @@ def resolve_device(name: str, *, local_rank: int | None = None) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError("backend.device=cuda but CUDA is not available; use backend.device=auto or cpu.")
     return device
+
+
+def bf16_supported(device: torch.device) -> bool:
+    """Whether ``device`` computes in bfloat16 natively: a CUDA GPU that says so, or a CPU with
+    AVX-512 BF16 or AMX (elsewhere PyTorch emulates it, many times slower than float32)."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+
+
+def resolve_compute_dtype(name: str, device: torch.device) -> torch.dtype | None:
+    """``backend.dtype``: None for ``float32`` (no autocast), ``torch.bfloat16`` for ``bfloat16``.
+
+    bfloat16 is compute only: the forwards run under ``torch.autocast`` (FSDP2: a
+    ``MixedPrecisionPolicy`` with bf16 parameters and float32 gradient reduction) while the
+    weights, gradients and AdamW state stay float32, so small updates are not lost to bf16's
+    8-bit mantissa (what verl's FSDP workers and TRL's ``bf16=True`` do); log-probs, losses and
+    the head's logits accumulate in float32.
+
+    Raises:
+        ConfigError: an unknown name (float16 included: it needs loss scaling, which the trainer
+            does not do), or bfloat16 on a device without bf16 support.
+    """
+    if name not in DTYPES:
+        hint = " (float16 needs loss scaling; use bfloat16)" if name == "float16" else ""
+        raise ConfigError(f"backend.dtype={name!r} is not one of {DTYPES}{hint}.")
+    if name == "float32":
+        return None
+    if not bf16_supported(device):
+        raise ConfigError(
+            f"backend.dtype=bfloat16 but the {device.type} device has no native bfloat16 support (a GPU of compute "
+            "capability 8.0 or newer, or a CPU with AVX-512 BF16 / AMX): set backend.dtype=float32."
+        )
+    return torch.bfloat16
+
+
+def compute_autocast(device: torch.device | str, dtype: torch.dtype | None) -> AbstractContextManager:
+    """``torch.autocast`` to ``dtype`` on ``device``'s type (:func:`resolve_compute_dtype`), or a
+    no-op for None (float32)."""
+    if dtype is None:
+        return nullcontext()
+    return torch.autocast(torch.device(device).type, dtype=dtype)
+
+
+def enable_gradient_checkpointing(model: PreTrainedModel, *, key: str = "backend.gradient_checkpointing") -> None:
+    """Recompute each transformer block's activations in the backward (``transformers``'
+    ``activation_checkpointing_enable``, formerly ``gradient_checkpointing_enable``, with
+    PyTorch's non-reentrant checkpoint).
+
+    Raises:
+        ConfigError: the model's class does not support it (naming ``key``).
+    """
+    if not getattr(model, "supports_gradient_checkpointing", False):
+        raise ConfigError(
+            f"{key}=true but {type(model).__name__} does not support gradient checkpointing; set {key}=false."
+        )
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x's name
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)

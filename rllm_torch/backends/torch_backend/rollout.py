@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from rllm_torch.backends.torch_backend.policy import check_context, context_length
+from rllm_torch.backends.torch_backend.micro_batches import stage_memory
+from rllm_torch.backends.torch_backend.policy import check_context, compute_autocast, context_length
 from rllm_torch.backends.torch_backend.sampling import sample_completions
 from rllm_torch.backends.torch_backend.tokenizer import encode_prompts
 from rllm_torch.workflows.rollout import ModelOutput, RolloutEngine
@@ -39,9 +40,11 @@ class TorchRolloutEngine(RolloutEngine):
         seed: seeds the sampling generator (on the model's device).
         apply_chat_template: format each prompt as a user message with the tokenizer's chat
             template (:func:`~rllm_torch.backends.torch_backend.tokenizer.encode_prompts`).
+        autocast_dtype: sample under ``torch.autocast`` in this dtype (``backend.dtype``; None: off).
 
     Raises (from ``generate``, to every waiting call):
         ConfigError: a prompt and ``max_new_tokens`` do not fit in the model's context.
+        OutOfMemoryError: sampling ran out of memory (naming the settings that lower it).
     """
 
     def __init__(
@@ -54,8 +57,10 @@ class TorchRolloutEngine(RolloutEngine):
         max_batch_size: int = 1024,
         seed: int = 0,
         apply_chat_template: bool = False,
+        autocast_dtype: torch.dtype | None = None,
     ) -> None:
         self.model, self.tokenizer, self.apply_chat_template = model, tokenizer, apply_chat_template
+        self.autocast_dtype = autocast_dtype
         self.train_params, self.val_params, self.max_batch_size = train_params, val_params, max_batch_size
         self.generator = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
         self.validation = False
@@ -92,17 +97,23 @@ class TorchRolloutEngine(RolloutEngine):
         check_context(max(map(len, prompt_ids)), params.max_new_tokens, context_length(self.model))
         was_training = self.model.training
         self.model.eval()
+        autocast = compute_autocast(next(self.model.parameters()).device, self.autocast_dtype)
+        advice = (
+            f"lower backend.rollout_batch_size (now {self.max_batch_size}; prompts per generate call) or "
+            f"rllm.rollout.max_new_tokens (now {params.max_new_tokens}), or set backend.dtype=bfloat16"
+        )
         try:
-            responses, logprobs, reasons = sample_completions(
-                self.model,
-                prompt_ids,
-                max_new_tokens=params.max_new_tokens,
-                eos_token_id=self.tokenizer.eos_token_id,
-                pad_token_id=self.tokenizer.pad_token_id,
-                temperature=params.temperature,
-                top_p=params.top_p,
-                generator=self.generator,
-            )
+            with stage_memory("sampling", advice), autocast:
+                responses, logprobs, reasons = sample_completions(
+                    self.model,
+                    prompt_ids,
+                    max_new_tokens=params.max_new_tokens,
+                    eos_token_id=self.tokenizer.eos_token_id,
+                    pad_token_id=self.tokenizer.pad_token_id,
+                    temperature=params.temperature,
+                    top_p=params.top_p,
+                    generator=self.generator,
+                )
         finally:
             self.model.train(was_training)
         # the final eos is dropped; any other special token stays in the text (and fails exact match)

@@ -1,22 +1,24 @@
 """Batched sampling from a causal LM through ``transformers``' ``generate`` (KV cache, sampling
-with temperature and top-p), and per-token log-probs (pure functions of tensors).
+with temperature and top-p), recording each sampled token's log-prob as generation goes.
 
 Prompts are left padded so every row's next token is at the last column; ``generate`` counts
-position ids over real tokens, so padding does not shift positions, and :func:`token_log_probs`
-does the same for right-padded training rows.
+position ids over real tokens, so padding does not shift positions, and the trainer's scoring
+forward (:mod:`~rllm_torch.backends.torch_backend.forward`) does the same for right-padded rows.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
-from transformers import GenerationConfig
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
-__all__ = ["sample_completions", "token_log_probs", "on_real_columns"]
+from rllm_torch.backends.torch_backend.forward import causal_lm
+
+__all__ = ["sample_completions"]
 
 
 class _EndedRowsMaskWarning(logging.Filter):
@@ -32,11 +34,51 @@ class _EndedRowsMaskWarning(logging.Filter):
 logging.getLogger("transformers.modeling_utils").addFilter(_EndedRowsMaskWarning())
 
 
-def _forward_logits(model: torch.nn.Module, input_ids_NT: Tensor, attention_mask_NT: Tensor) -> Tensor:
-    position_ids_NT = (attention_mask_NT.cumsum(-1) - 1).clamp(min=0)
-    return model(
-        input_ids=input_ids_NT, attention_mask=attention_mask_NT, position_ids=position_ids_NT, use_cache=False
-    ).logits
+class _SampledLogProbs(LogitsProcessor):
+    """Records ``log softmax(z / τ)`` of every sampled token from the raw logits ``z`` of its step.
+
+    ``generate`` calls its processors with each step's raw float32 logits before the
+    temperature and top-p warpers (a custom processor runs first); the token sampled from them is
+    known at the next call (the last column of ``input_ids``), or, for the last step, from the
+    returned sequences (:meth:`finish`). Only one step's logits are held, never all steps'."""
+
+    def __init__(self, temperature: float) -> None:
+        self.temperature = temperature
+        self.logp: list[Tensor] = []
+        self._logits_NV: Tensor | None = None
+
+    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        if self._logits_NV is not None:
+            self._take(input_ids[:, -1])
+        self._logits_NV = scores
+        return scores
+
+    def _take(self, tokens_N: Tensor) -> None:
+        scaled_NV = self._logits_NV.float() / self.temperature
+        picked_N = scaled_NV.gather(1, tokens_N[:, None]).squeeze(1)
+        self.logp.append(picked_N - torch.logsumexp(scaled_NV, -1))
+
+    def finish(self, last_tokens_N: Tensor) -> Tensor:
+        """``[N, S]`` log-probs of the ``S`` sampled steps, given the last step's tokens."""
+        if self._logits_NV is not None:
+            self._take(last_tokens_N)
+            self._logits_NV = None
+        return torch.stack(self.logp, 1) if self.logp else last_tokens_N.new_zeros((last_tokens_N.shape[0], 0)).float()
+
+
+@contextmanager
+def _own_generation_defaults(model: torch.nn.Module) -> Iterator[None]:
+    """Inside, ``model.generation_config`` is the library default, so a checkpoint's
+    ``generation_config.json`` (Qwen2.5-Instruct's ``repetition_penalty=1.05``, ``top_k=20``, ...)
+    cannot change the sampling distribution behind the sampler's back: it is what
+    ``rllm.rollout.*`` says, the one the log-probs are of."""
+    lm = causal_lm(model)
+    saved = lm.generation_config
+    lm.generation_config = GenerationConfig()
+    try:
+        yield
+    finally:
+        lm.generation_config = saved
 
 
 def _left_padded(prompts: list[list[int]], pad_token_id: int, device: torch.device) -> tuple[Tensor, Tensor]:
@@ -63,10 +105,11 @@ def sample_completions(
     """Sample one completion per prompt, all prompts in one left-padded ``generate`` call.
 
     ``model.generate`` with the KV cache, ``do_sample`` with ``temperature`` and nucleus
-    ``top_p`` (``top_k`` off), ``eos_token_id`` and ``pad_token_id``, and the raw logits of
-    every step (``return_dict_in_generate``, ``output_logits``). A row stops after it samples
-    ``eos_token_id`` (kept in its response) or after ``max_new_tokens`` tokens.
-    ``temperature=0`` is greedy decoding.
+    ``top_p`` (``top_k`` off, nothing else from the model's ``generation_config``),
+    ``eos_token_id`` and ``pad_token_id``. A row stops after it samples ``eos_token_id`` (kept in
+    its response) or after ``max_new_tokens`` tokens. ``temperature=0`` is greedy decoding.
+    Each sampled token's log-prob is taken from its step's logits as generation goes
+    (:class:`_SampledLogProbs`): one ``[N, V]`` step is held, not ``max_new_tokens`` of them.
 
     ``generate`` samples from torch's global generator; to keep each rank's own ``generator``
     (saved in checkpoints, so a resumed run samples what an uninterrupted one would), every
@@ -89,20 +132,23 @@ def sample_completions(
         top_k=0 if sampling else None,
         eos_token_id=eos_token_id,
         pad_token_id=pad_token_id,
-        return_dict_in_generate=True,
-        output_logits=True,
         # a preallocated cache for long responses: the dynamic cache's per-step concatenation
         # cost 3.3 s against 1.9 s for 32 x 256 new tokens (default model, CPU), while for fewer
         # tokens the static cache's set-up costs more than it saves (64 tokens: 0.56 s vs 0.48 s)
         cache_implementation="static" if max_new_tokens >= 128 else None,
     )
     seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device if generator else "cpu"))
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+    recorder = _SampledLogProbs(temperature if sampling else 1.0)
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), _own_generation_defaults(model):
         torch.manual_seed(seed)
-        out = model.generate(input_ids=ids_NT, attention_mask=mask_NT, generation_config=config)
-    new_NS = out.sequences[:, ids_NT.shape[1] :]
-    logits_NSV = torch.stack(out.logits, 1).float() / (temperature if sampling else 1.0)
-    logp_NS = logits_NSV.log_softmax(-1).gather(2, new_NS[:, :, None]).squeeze(2)
+        sequences = model.generate(
+            input_ids=ids_NT,
+            attention_mask=mask_NT,
+            generation_config=config,
+            logits_processor=LogitsProcessorList([recorder]),
+        )
+    new_NS = sequences[:, ids_NT.shape[1] :]
+    logp_NS = recorder.finish(new_NS[:, -1])
     ended_NS = (new_NS == eos_token_id).long().cumsum(1)
     kept_NS = (ended_NS - (new_NS == eos_token_id).long()) == 0  # up to and including the first eos
     lengths = kept_NS.sum(1).tolist()
@@ -110,29 +156,3 @@ def sample_completions(
     logprobs = [row[:n] for row, n in zip(logp_NS.cpu().tolist(), lengths, strict=True)]
     reasons = ["stop" if r and r[-1] == eos_token_id else "length" for r in responses]
     return responses, logprobs, reasons
-
-
-def on_real_columns(forward: Callable[[Tensor, Tensor], Tensor], input_ids: Tensor, attention_mask: Tensor) -> Tensor:
-    """``forward(input_ids, attention_mask)`` on the columns up to the longest real row of
-    right-padded ``[R, T]`` rows, its ``[R, W]`` result padded back with zeros to ``[R, T]``: the
-    padding beyond the longest row is never computed. One host sync (the width)."""
-    if not attention_mask.shape[0]:
-        return forward(input_ids, attention_mask)
-    width = max(int(attention_mask.sum(-1).max()), 1)
-    return F.pad(forward(input_ids[:, :width], attention_mask[:, :width]), (0, input_ids.shape[1] - width))
-
-
-def token_log_probs(
-    model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, *, temperature: float = 1.0
-) -> Tensor:
-    """``[N, T]`` float32 log-prob of each token given the tokens before it, under
-    ``softmax(logits / temperature)``; column 0 (no context) is 0. Right-padded rows.
-
-    Args:
-        input_ids: ``[N, T]`` int64. attention_mask: ``[N, T]``, 1 on real tokens.
-    """
-    logits_NTV = _forward_logits(model, input_ids, attention_mask)[:, :-1].float()
-    if temperature > 0:
-        logits_NTV = logits_NTV / temperature
-    logp_NT = torch.gather(F.log_softmax(logits_NTV, -1), 2, input_ids[:, 1:, None]).squeeze(2)
-    return F.pad(logp_NT, (1, 0))

@@ -29,7 +29,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from rllm_torch.errors import ConfigError
 from rllm_torch.trainer.ranks import RunRanks
@@ -37,8 +37,15 @@ from rllm_torch.trainer.ranks import RunRanks
 __all__ = ["shard_policy", "gathered_weights", "sharded_state", "load_sharded_state", "full_model_state"]
 
 
-def shard_policy(model: torch.nn.Module, ranks: RunRanks) -> torch.nn.Module:
-    """``model`` sharded in place over every rank (FSDP2), returned for convenience.
+def shard_policy(
+    root: torch.nn.Module, model: torch.nn.Module, ranks: RunRanks, *, param_dtype: torch.dtype | None = None
+) -> torch.nn.Module:
+    """``root`` (the module the forwards go through: the policy's
+    :class:`~rllm_torch.backends.torch_backend.forward.PolicyScorer`) sharded in place over every
+    rank (FSDP2): each transformer block of ``model`` one unit, ``root`` the last; returned for
+    convenience. With ``param_dtype`` (bfloat16) the gathered parameters are cast to it for the
+    forwards and gradients are reduced in float32 (``MixedPrecisionPolicy``); the shards, and
+    AdamW's state, stay float32.
 
     Raises:
         ConfigError: the model names no block class to shard by (``_no_split_modules``).
@@ -50,11 +57,13 @@ def shard_policy(model: torch.nn.Module, ranks: RunRanks) -> torch.nn.Module:
         )
     device = next(model.parameters()).device
     mesh = init_device_mesh(device.type, (ranks.world_size,))
+    policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32) if param_dtype else None
+    options = {"mesh": mesh} | ({"mp_policy": policy} if policy is not None else {})
     for module in model.modules():
         if type(module).__name__ in blocks:
-            fully_shard(module, mesh=mesh)
-    fully_shard(model, mesh=mesh)
-    return model
+            fully_shard(module, **options)
+    fully_shard(root, **options)
+    return root
 
 
 def _units(model: torch.nn.Module) -> list[FSDPModule]:

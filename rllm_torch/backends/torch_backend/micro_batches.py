@@ -1,0 +1,97 @@
+"""Micro-batches: the rows of a mini-batch split into forward/backward passes of at most
+``backend.micro_batch_tokens`` padded tokens (verl's ``ppo_max_token_len_per_gpu``), rows of
+similar length together so that little padding is computed; and out-of-memory errors that say
+which stage failed and which setting lowers its memory."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+
+import torch
+from torch import Tensor
+from torch.distributed.fsdp import FSDPModule
+from torch.nn.parallel import DistributedDataParallel
+
+from rllm_torch.errors import ConfigError, OutOfMemoryError
+
+__all__ = ["plan_micro_batches", "split_rows", "gradient_sync", "stage_memory"]
+
+
+def plan_micro_batches(lengths: list[int], budget: int | None) -> list[list[int]]:
+    """Positions of ``lengths`` grouped into micro-batches: sorted by length, longest first, and
+    packed greedily so that each micro-batch's rows times its longest row is at most ``budget``.
+
+    Args:
+        lengths: each row's real (unpadded) length in tokens.
+        budget: padded tokens per micro-batch (``backend.micro_batch_tokens``); None: one
+            micro-batch of every row.
+
+    Returns:
+        Lists of positions into ``lengths``, each non-empty; ``[]`` for no row.
+
+    Raises:
+        ConfigError: a row longer than ``budget`` (naming the setting and the row's length).
+
+    Example:
+        >>> plan_micro_batches([3, 9, 4, 8, 2], 16)
+        [[1], [3, 2], [0, 4]]
+    """
+    if not lengths:
+        return []
+    if budget is None:
+        return [list(range(len(lengths)))]
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    if lengths[order[0]] > budget:
+        raise ConfigError(
+            f"backend.micro_batch_tokens={budget} is smaller than a row of {lengths[order[0]]} tokens (prompt and "
+            f"response): raise it to {lengths[order[0]]} or more, or lower rllm.rollout.max_new_tokens."
+        )
+    plan, current = [], []
+    for i in order:
+        if current and (len(current) + 1) * lengths[current[0]] > budget:
+            plan.append(current)
+            current = []
+        current.append(i)
+    return plan + [current]
+
+
+def split_rows(rows: Tensor, attention_mask: Tensor, budget: int | None) -> list[Tensor]:
+    """:func:`plan_micro_batches` of ``rows`` (``[R]`` int64 indices into ``attention_mask``'s
+    rows), as index tensors on ``rows``' device (one host sync for the lengths)."""
+    lengths = attention_mask[rows].sum(-1).tolist()
+    return [rows[torch.tensor(group, device=rows.device)] for group in plan_micro_batches(lengths, budget)]
+
+
+def gradient_sync(module: torch.nn.Module, sync: bool) -> AbstractContextManager:
+    """The context of one micro-batch's forward and backward through a training ``module``:
+    with ``sync`` False (every micro-batch but a step's last), DDP's ``no_sync`` or FSDP2's
+    ``set_requires_gradient_sync(False)``, so gradients accumulate locally and cross the ranks
+    once per optimizer step; a no-op for a module that is neither."""
+    if isinstance(module, DistributedDataParallel):
+        return nullcontext() if sync else module.no_sync()
+    if isinstance(module, FSDPModule):
+        module.set_requires_gradient_sync(sync)
+    return nullcontext()
+
+
+_ALLOCATION_FAILURES = ("out of memory", "can't allocate memory", "not enough memory")
+
+
+@contextmanager
+def stage_memory(stage: str, advice: str) -> Iterator[None]:
+    """Inside, an allocation failure (CUDA's ``torch.OutOfMemoryError``, the CPU allocator's
+    ``RuntimeError``) becomes one :class:`OutOfMemoryError` naming ``stage`` and ``advice``.
+
+    Raises:
+        OutOfMemoryError: from the allocator's error (its ``__cause__``).
+    """
+    try:
+        yield
+    except OutOfMemoryError:
+        raise
+    except RuntimeError as exc:  # torch.OutOfMemoryError is a RuntimeError too
+        if not isinstance(exc, torch.OutOfMemoryError) and not any(s in str(exc) for s in _ALLOCATION_FAILURES):
+            raise
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise OutOfMemoryError(f"out of memory while {stage} ({first_line}); {advice}") from exc
