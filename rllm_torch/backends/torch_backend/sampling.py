@@ -54,7 +54,9 @@ class _SampledLogProbs(LogitsProcessor):
         return scores
 
     def _take(self, tokens_N: Tensor) -> None:
-        scaled_NV = self._logits_NV.float() / self.temperature
+        scaled_NV = self._logits_NV.float()
+        if self.temperature != 1.0:
+            scaled_NV = scaled_NV / self.temperature
         picked_N = scaled_NV.gather(1, tokens_N[:, None]).squeeze(1)
         self.logp.append(picked_N - torch.logsumexp(scaled_NV, -1))
 
