@@ -206,6 +206,15 @@ def estimate_tokens(rewards: list, mask: list, values: list, estimator: str, opt
     return adv.numpy(), returns.numpy()
 
 
+def whiten_tokens(values: list, mask: list, width: int, dtype: str) -> np.ndarray:
+    """``masked_whiten`` of this rank's ``[B, T]`` values, over every rank's trained tokens."""
+    from rllm_torch.estimators import masked_whiten
+
+    values_BT = torch.tensor(values, dtype=torch.float64).to(DTYPES[dtype]).reshape(-1, width)
+    mask_BT = torch.tensor(mask, dtype=torch.float64).to(DTYPES[dtype]).reshape(-1, width)
+    return masked_whiten(values_BT, mask_BT, process_group=None).double().numpy()
+
+
 def error_of(spec: dict, estimator: str, options: dict) -> str:
     """The type and message of what this rank raised (``""`` if nothing)."""
     try:

@@ -44,7 +44,7 @@ _SHARED_DOCS = {
         float64 rewards and float32 otherwise, 0 on untrained tokens; detached, new tensors (the
         input is not modified).""",
     "ranks_tokens": """Across ranks (``TokenRewards(..., process_group=pg)``): whitening is over every rank's
-        trained tokens (one ``all_gather`` of 3 float64 values per rank, merged exactly); every
+        trained tokens (one ``all_gather`` of 4 float64 values per rank, merged exactly); every
         rank must call. Returns are per row and need no communication.""",
     "ranks": """Across ranks (a batch built with ``process_group``, :mod:`rllm_torch.distributed`):
         each rank gets the advantages of its own trajectories, equal to one process's on the

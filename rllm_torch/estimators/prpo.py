@@ -36,7 +36,7 @@ def prpo(batch: GroupedRewards, *, epsilon: float = 1e-6) -> tuple[Tensor, Tenso
     whole batch NaN.
     {numerics}
     {ranks}
-    Collectives per call: 1 (an ``all_gather`` of 3 values per rank) for either layout.
+    Collectives per call: 1 (an ``all_gather`` of 4 values per rank) for either layout.
 
     References: rLLM's ``rLLMAdvantageEstimator.PRPO`` (batch-level reward whitening, as in
     REINFORCE++'s global normalisation, arXiv:2501.03262), with the semantics of DESIGN.md §3.
