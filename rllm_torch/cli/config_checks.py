@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from rllm_torch.cli.run_config import TaskConfig, TrainConfig
 from rllm_torch.errors import ConfigError, DistributedSetupError
 
-__all__ = ["check_run_config", "check_world_size", "FILE_TASK_KEYS"]
+__all__ = ["check_run_config", "check_world_size", "check_loss_options", "FILE_TASK_KEYS"]
 
 # key -> (lower bound, whether the bound itself is allowed, upper bound or None); None values
 # of optional keys are not checked.
@@ -35,6 +35,7 @@ _BOUNDS: dict[str, tuple[float, bool, float | None]] = {
     "backend.mini_batch_size": (1, True, None),
     "backend.clip_ratio_low": (0, True, None),
     "backend.clip_ratio_high": (0, True, None),
+    "backend.clip_ratio_c": (1, False, None),
     "backend.rollout_batch_size": (1, True, None),
     "backend.num_threads": (1, True, None),
     "backend.critic.lr": (0, False, None),
@@ -111,6 +112,20 @@ def check_task_keys(task_config: Any) -> None:
                 )
 
 
+def check_loss_options(config: Any) -> None:
+    """``backend.clip_ratio_c`` (dual-clip PPO) set for a loss other than ``ppo``, which would ignore it.
+
+    Raises:
+        ConfigError: naming both keys and the fix.
+    """
+    loss_fn = OmegaConf.select(config, "rllm.algorithm.loss_fn", default="ppo") or "ppo"
+    if OmegaConf.select(config, "backend.clip_ratio_c", default=None) is not None and loss_fn != "ppo":
+        raise ConfigError(
+            f"backend.clip_ratio_c={config.backend.clip_ratio_c} is dual-clip PPO's cap, and rllm.algorithm.loss_fn={loss_fn!r} "
+            "has no such clip: drop backend.clip_ratio_c, or use rllm.algorithm.loss_fn=ppo."
+        )
+
+
 def check_world_size(config: Any, world_size: int) -> None:
     """Settings a run of ``world_size`` processes cannot honour (checked before the process group
     is set up, so every rank raises the same error and none waits for the others).
@@ -144,9 +159,11 @@ def check_run_config(config: Any, world_size: int = 1) -> None:
     """All start-up checks of a composed ``rllm-torch-train`` config.
 
     Raises:
-        ConfigError: a numeric setting out of range, or a file-task key given to another task.
+        ConfigError: a numeric setting out of range, a loss option the loss does not take, or a
+            file-task key given to another task.
         DistributedSetupError: see :func:`check_world_size`.
     """
     check_bounds(config)
+    check_loss_options(config)
     check_task_keys(config.task)
     check_world_size(config, world_size)

@@ -24,6 +24,9 @@ class AlgorithmSection:
     use_rllm: bool = False  # ignored (kept for rLLM configs)
     use_precomputed_advantage: bool = False
     loss_fn: str = "ppo"  # ppo | importance_sampling | cispo | dro | cross_entropy
+    importance_sampling_level: str = (
+        "token"  # token | sequence (GSPO's sequence ratio; ppo, importance_sampling, cispo)
+    )
     loss_agg_mode: str = "token-mean"  # token-mean | seq-mean-token-sum | seq-mean-token-mean | seq-mean-token-sum-norm
     loss_agg_horizon: int | None = None  # H of seq-mean-token-sum-norm; None: rllm.rollout.max_new_tokens
     lr_schedule: str = "constant"  # constant | linear | cosine
@@ -169,6 +172,7 @@ class BackendConfig:
     mini_batch_size: int | None = None  # rows (one per step) per optimizer step; None: the whole batch
     clip_ratio_low: float = 0.2
     clip_ratio_high: float = 0.2
+    clip_ratio_c: float | None = None  # dual-clip PPO: cap -c*A on the loss of A < 0 (> 1; verl's 3.0); None: off
     dro_beta: float = 0.05  # weight of the quadratic log-ratio penalty of loss_fn=dro
     rollout_batch_size: int = 1024  # prompts per sampling forward pass
     num_threads: int | None = (

@@ -455,6 +455,8 @@ class TorchBackend(BackendProtocol):
             mask_RT,
             clip_ratio_low=s.clip_ratio_low,
             clip_ratio_high=s.clip_ratio_high,
+            clip_ratio_c=s.get("clip_ratio_c"),
+            importance_sampling_level=self.config.rllm.algorithm.get("importance_sampling_level", "token"),
             beta=s.get("dro_beta", 0.05),
             **aggregation,
         )
