@@ -21,8 +21,8 @@ _LR_SCHEDULES = ("linear", "cosine", "constant")
 
 
 class rLLMAdvantageEstimator(str, Enum):  # noqa: N801 - rLLM's public name
-    """The built-in advantage estimators (rLLM's enum, plus ``PRPO``, ``OPO``, ``PASS_AT_K`` and the
-    token-level ``REINFORCE_PLUS_PLUS`` and ``GAE``).
+    """The built-in advantage estimators (rLLM's enum, plus ``PRPO``, ``OPO``, ``PASS_AT_K``,
+    ``GRPO_PASSK``, ``GPG``, ``GDPO`` and the token-level ``REINFORCE_PLUS_PLUS`` and ``GAE``).
 
     ``rLLMAdvantageEstimator("anything else")`` gives ``OTHER``, as in rLLM (``_missing_``).
     :class:`AlgorithmConfig` does not go through that fallback: a custom name stays a str.
@@ -37,6 +37,9 @@ class rLLMAdvantageEstimator(str, Enum):  # noqa: N801 - rLLM's public name
     PASS_AT_K = "pass_at_k"
     REINFORCE_PLUS_PLUS = "reinforce_plus_plus"
     GAE = "gae"
+    GRPO_PASSK = "grpo_passk"
+    GPG = "gpg"
+    GDPO = "gdpo"
     OTHER = "other"
 
     @classmethod

@@ -305,6 +305,21 @@ class SegmentLayout:
         """Per-group means over every rank, shaped like :meth:`sum` (NaN for an empty group)."""
         return self.sum(x).div_(self.counts)
 
+    def max(self, x: Tensor) -> Tensor:
+        """Per-group maxima over every rank (one ``max`` all-reduce of ``[G]`` when split), shaped
+        like :meth:`sum`; ``-inf`` for an empty group. NaN values may or may not win: callers that
+        care test for NaN themselves."""
+        if self.group_size is not None:
+            high = x.amax(dim=1, keepdim=True) if x.shape[1] else x.new_full((self.num_groups, 1), -torch.inf)
+        else:
+            high = x.new_full((self.num_groups,), -torch.inf).scatter_reduce_(0, self.index, x, "amax")
+        return all_reduce_(high, self.group_comm, op="max")
+
+    def batch_total(self, x: Tensor) -> Tensor:
+        """Sums over the whole batch, every rank of ``batch_comm`` (one ``sum`` all-reduce): of the
+        flat ``[N]`` values, a 0-d tensor, or of each row of ``[C, N]``, ``[C]``."""
+        return all_reduce_(x.sum(dim=-1), self.batch_comm)
+
     def sum_of_squares(self, x: Tensor) -> Tensor:
         """Per-group sums of ``x * x``, shaped like :meth:`sum`."""
         return self.sum(x * x)
@@ -365,11 +380,7 @@ class SegmentLayout:
             if x.shape[-1 if dense else 0] == 0:  # no member: nothing to shift
                 return x.new_zeros((self.num_groups, 1) if dense else (self.num_groups,))
             return x[:, :1] if dense else torch.index_select(x, 0, self.first_index)
-        if dense:
-            high = x.amax(dim=1, keepdim=True) if x.shape[1] else x.new_full((self.num_groups, 1), -torch.inf)
-        else:
-            high = x.new_full((self.num_groups,), -torch.inf).scatter_reduce_(0, self.index, x, "amax")
-        return all_reduce_(high, self.group_comm, op="max")
+        return self.max(x)
 
     def _sum_and_counts(self, x: Tensor) -> tuple[Tensor, Tensor | int]:
         """Per-group sums (in ``x``'s dtype) and counts over every rank; one ``sum`` all-reduce of

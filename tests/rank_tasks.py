@@ -21,6 +21,9 @@ def build_batch(spec: dict) -> GroupedRewards:
     if spec["kind"] == "flat":
         rewards = torch.tensor(spec["rewards"], dtype=torch.float64).to(dtype)
         index = torch.tensor(spec["index"], dtype=torch.int64)
+        components = spec.get("components")  # [N, R] rewards of R reward functions (gdpo)
+        if components is not None:
+            common["reward_components"] = torch.tensor(components, dtype=torch.float64).reshape(len(index), -1)
         return GroupedRewards.from_flat(
             rewards, index, num_groups=spec["num_groups"], validate=spec.get("validate", True), **common
         )

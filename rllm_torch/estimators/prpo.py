@@ -8,7 +8,7 @@ from rllm_torch.estimators._common import (
     check_batch,
     check_epsilon,
     shared_docstring,
-    std_plus_epsilon,
+    standardise_over_batch,
     working_rewards,
 )
 from rllm_torch.packing import GroupedRewards
@@ -49,7 +49,5 @@ def prpo(batch: GroupedRewards, *, epsilon: float = 1e-6) -> tuple[Tensor, Tenso
     check_batch(batch, "prpo")
     epsilon = check_epsilon(epsilon)
     x, layout = working_rewards(batch)
-    whole, x_1N = layout.whole_batch(layout.flat(x))
-    stats = whole.center(x_1N, singleton_baseline=None)
-    adv = whole.flat(stats.values.div_(std_plus_epsilon(stats.var().sqrt_(), epsilon)))
+    adv = standardise_over_batch(layout.flat(x), layout, epsilon)
     return adv, adv
