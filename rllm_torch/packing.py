@@ -167,10 +167,10 @@ class GroupedRewards:
             facts = {"local_groups": local_groups}
             if packed is not None:
                 facts |= {"num_groups": packed.num_groups, "device type": packed.device.type}
-                if packed.num_trajectories:  # a rank with no trajectory takes the others' dtype
-                    facts["reward dtype"] = packed.rewards.dtype
                 components = packed.reward_components
-                facts["reward components"] = 0 if components is None else components.shape[-1]
+                if packed.num_trajectories:  # a rank with no trajectory takes the others' dtype and R
+                    facts["reward dtype"] = packed.rewards.dtype
+                    facts["reward components"] = 0 if components is None else components.shape[-1]
             checked = ("local_groups", "device type", "reward dtype", "reward components")
             checked += () if local_groups else ("num_groups",)
             everyone = agree_across_ranks(group, error, facts, must_match=checked)

@@ -137,3 +137,30 @@ def test_the_peer_estimators_across_ranks_equal_one_process(pool, estimator, opt
         np.testing.assert_allclose(got, want.numpy()[owner == r], rtol=1e-9, atol=1e-9)
         if estimator != "gdpo":  # the constant group: exactly 0 on both ranks (gdpo whitens it)
             assert np.all(got[index[owner == r] == 2] == 0.0)
+
+
+def test_gdpo_on_a_rank_without_trajectories_joins_the_whitening_without_components(pool):
+    """Rank-local groups: the empty rank knows no ``R``, yet every rank makes the same collectives."""
+    components = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [1.0, 0.0], [0.0, 0.0]])
+    index = [0, 0, 1, 1, 1]
+    one = GroupedRewards.from_flat(
+        torch.tensor(components[:, 0]), torch.tensor(index), reward_components=torch.tensor(components)
+    )
+    want, _ = compute_advantages(one, "gdpo")
+    full = dict(kind="flat", rewards=components[:, 0].tolist(), index=index, components=components.tolist(),
+                num_groups=2, dtype="float64", local=True)  # fmt: skip
+    empty = dict(kind="flat", rewards=[], index=[], num_groups=0, dtype="float64", local=True)
+    (got, _, _), (nothing, _, _) = pool.run_ok(rank_tasks.estimate, [(full, "gdpo", {}), (empty, "gdpo", {})])
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-12, atol=1e-12)
+    assert nothing.shape == (0,)
+
+
+def test_ranks_that_disagree_on_the_number_of_reward_components_fail_on_every_rank(pool):
+    specs = [
+        dict(kind="flat", rewards=[1.0, 0.0], index=[0, 0], components=[[1.0, 0.0], [0.0, 1.0]], num_groups=1,
+             dtype="float64", local=True),
+        dict(kind="flat", rewards=[1.0, 0.0], index=[0, 0], components=[[1.0, 0, 1], [0.0, 1, 1]], num_groups=1,
+             dtype="float64", local=True),
+    ]  # fmt: skip
+    errors = pool.run(rank_tasks.error_of, [(s, "gdpo", {}) for s in specs])
+    assert all("reward components" in e for e in errors), errors

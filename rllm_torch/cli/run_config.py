@@ -38,7 +38,12 @@ class AlgorithmSection:
     # estimator -> its own options; the built-ins' are listed so that they can be set without "+"
     # (rllm.algorithm.estimator_options.pass_at_k.k=4); a custom estimator's options take "+"
     estimator_options: dict[str, Any] = field(
-        default_factory=lambda: {"pass_at_k": {"k": None}, "gae": {"whiten": True}}
+        default_factory=lambda: {
+            "pass_at_k": {"k": None},
+            "gae": {"whiten": True},
+            "grpo": {"scale_rewards": "group"},  # group | batch (TRL's batch std)
+            "gdpo": {"reward_weights": None},  # one weight per reward function; None: all 1
+        }
     )
     use_kl_loss: bool = False  # a KL(policy || reference) term in the loss (DeepSeekMath's GRPO)
     kl_loss_coef: float = 0.001

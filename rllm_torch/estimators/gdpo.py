@@ -100,6 +100,13 @@ def gdpo(
     check_batch(batch, "gdpo")
     epsilon, std_correction = check_epsilon(epsilon), check_correction(std_correction)
     components = batch.reward_components
+    layout = batch.layout
+    if components is None and batch.num_trajectories == 0 and (batch.process_group is None or batch.local_groups):
+        # a rank without trajectories (rank-local groups) knows no R, and needs none: its groups'
+        # normalisations are its own; it joins the batch whitening with nothing
+        empty = batch.rewards.detach().to(accumulation_dtype(batch.rewards.dtype))
+        adv = standardise_over_batch(empty, layout, epsilon, std_correction)
+        return adv, adv
     if components is None or components.shape[-1] < 2:
         have = "no reward components" if components is None else "one reward function"
         raise InvalidRewardsError(
@@ -109,7 +116,6 @@ def gdpo(
             "a task whose reward functions set Trajectory.reward_components)."
         )
     weights = _check_weights(reward_weights, components.shape[-1])
-    layout = batch.layout
     values = components.detach().to(accumulation_dtype(components.dtype))
     total_N = torch.zeros(values.shape[0], dtype=values.dtype, device=values.device)
     for k, w in enumerate(weights):  # R GRPO normalisations (a loop over reward functions, not groups)

@@ -74,7 +74,8 @@ def build_pipeline_configs(config: DictConfig, estimator_map: dict | None = None
 
 def check_estimator_call(name: object, algorithm: AlgorithmConfig, group_size: int) -> None:
     """Run estimator ``name`` once with the run's options on a synthetic group of ``group_size``
-    binary rewards (one correct; token-level estimators: responses of two tokens, zero values),
+    binary rewards (one correct; as reward components too, one column per ``reward_weights``
+    entry or two; token-level estimators: responses of two tokens, zero values),
     so an option it does not take, a missing or out-of-range option (``pass_at_k``'s ``k`` above
     ``rllm.rollout.n``) stops the run at start-up instead of at the first step.
 
@@ -90,7 +91,10 @@ def check_estimator_call(name: object, algorithm: AlgorithmConfig, group_size: i
     else:
         rewards = torch.zeros(1, n, dtype=torch.float64)
         rewards[0, 0] = 1.0
-        batch = GroupedRewards.from_padded(rewards, weights=torch.ones(1, n))
+        columns = kwargs.get("reward_weights")  # gdpo's: one column per reward function, else two
+        columns = len(columns) if isinstance(columns, (list, tuple)) else 2
+        components = rewards[..., None].expand(1, n, columns)
+        batch = GroupedRewards.from_padded(rewards, weights=torch.ones(1, n), reward_components=components)
     label = getattr(name, "value", name)
     try:
         compute_advantages(batch, name, **kwargs)
