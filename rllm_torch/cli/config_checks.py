@@ -47,6 +47,7 @@ _BOUNDS: dict[str, tuple[float, bool, float | None]] = {
     "rllm.algorithm.lam": (0, True, 1),
     "rllm.algorithm.kl_loss_coef": (0, True, None),
     "rllm.algorithm.kl_coef": (0, True, None),
+    "rllm.algorithm.filter_groups.max_num_gen_batches": (1, True, None),
     "model.num_layers": (1, True, None),
     "model.hidden_size": (1, True, None),
     "model.num_heads": (1, True, None),
@@ -132,8 +133,9 @@ def check_world_size(config: Any, world_size: int) -> None:
 
     Raises:
         DistributedSetupError: more ranks than prompts per step, a ``data.train_batch_size`` not
-            divisible by the world size, or episode-mode rejection sampling (it accumulates per
-            rank, so the ranks would disagree on when a batch is released).
+            divisible by the world size, episode-mode rejection sampling (it accumulates per
+            rank, so the ranks would disagree on when a batch is released) or dynamic sampling
+            (each rank would draw its own number of batches).
     """
     batch = config.data.train_batch_size
     if world_size > batch:
@@ -145,6 +147,11 @@ def check_world_size(config: Any, world_size: int) -> None:
         raise DistributedSetupError(
             f"data.train_batch_size={batch} is not divisible by the world size {world_size}: every rank takes an equal "
             f"share of each step's prompts; use a multiple of {world_size} (e.g. {batch - batch % world_size or world_size})."
+        )
+    if world_size > 1 and OmegaConf.select(config, "rllm.algorithm.filter_groups.enable", default=False):
+        raise DistributedSetupError(
+            "rllm.algorithm.filter_groups.enable=true (dynamic sampling) is not supported on more than one process: each "
+            "rank would draw its own number of extra batches. Run it on one process, or disable it."
         )
     if world_size > 1 and config.rllm.rejection_sample.enable:
         raise DistributedSetupError(

@@ -17,6 +17,15 @@ __all__ = ["TrainConfig", "RllmConfig", "ModelConfig", "TaskConfig", "BackendCon
 
 
 @dataclass
+class FilterGroupsSection:
+    enable: bool = (
+        False  # DAPO's dynamic sampling: draw batches until every step has data.train_batch_size prompts with signal
+    )
+    metric: str = "reward"  # reward (raw rewards not all equal) | is_correct (not all right or all wrong; verl's acc)
+    max_num_gen_batches: int = 10  # batches a step may draw, the first included; reached: train on what was found, warn
+
+
+@dataclass
 class AlgorithmSection:
     adv_estimator: str = "grpo"  # a registered estimator name
     norm_adv_by_std_in_grpo: bool = True  # False: Dr. GRPO
@@ -51,6 +60,7 @@ class AlgorithmSection:
     use_kl_in_reward: bool = False  # subtract kl_coef * KL per token from the rewards (RLHF's penalty)
     kl_penalty: str = "kl"  # the KL estimator in the reward: kl (k1) | abs | mse (k2) | low_var_kl (k3)
     kl_coef: float = 0.001
+    filter_groups: FilterGroupsSection = field(default_factory=FilterGroupsSection)
 
 
 @dataclass
