@@ -111,3 +111,12 @@ def test_dynamic_sampling_and_episode_mode_rejection_sampling_are_exclusive(tmp_
     config = make_config(tmp_path, "rllm.algorithm.filter_groups.enable=true", "rllm.rejection_sample.enable=true")
     with pytest.raises(ConfigError, match="both accumulate groups"):
         UnifiedTrainer(TaskRecordingBackend, config, SignalWorkflow, TRAIN, None)
+
+
+def test_total_batches_counts_steps_even_when_steps_draw_several_batches(tmp_path, capsys):
+    """Three steps fill one epoch of six batches: five steps take a second epoch, not a short run."""
+    trainer, rows = run(tmp_path, "rllm.trainer.total_batches=5")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]
+    trainer, rows = run(tmp_path / "epochs", "rllm.trainer.total_epochs=1")  # no total_batches: one pass
+    assert len(rows) == 3
+    assert "dynamic sampling: trained 3 steps in rllm.trainer.total_epochs=1 (of 6 batches)" in capsys.readouterr().out

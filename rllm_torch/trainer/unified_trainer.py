@@ -203,11 +203,20 @@ class UnifiedTrainer:
         await self.backend.on_train_end(state)
         if plan.note and self.ranks.is_main:
             print(f"trained {state.global_step} steps over {state.epoch} epochs: {plan.note}", flush=True)
+        if self.dynamic_sampler.config.enable and state.global_step < plan.total_steps and self.ranks.is_main:
+            print(
+                f"dynamic sampling: trained {state.global_step} steps in rllm.trainer.total_epochs={trainer.total_epochs} "
+                f"(of {plan.total_steps} batches): a step draws batches until it has enough prompts with signal; set "
+                "rllm.trainer.total_batches to train a number of steps",
+                flush=True,
+            )
 
     async def _fit_async(self, state: TrainerState, dataloader: Any, plan: StepPlan) -> None:
         trainer = self.rllm_config.trainer
         self.logger.start_progress(state.total_steps, state.global_step)
-        for epoch in range(state.epoch, plan.epochs):
+        # dynamic sampling draws several batches a step: with total_batches, as many epochs as it takes
+        by_steps = self.dynamic_sampler.config.enable and trainer.total_batches
+        for epoch in itertools.count(state.epoch) if by_steps else range(state.epoch, plan.epochs):
             state.epoch = epoch
             await self.backend.on_epoch_start(state)
             if hasattr(dataloader, "set_epoch"):
