@@ -81,6 +81,15 @@ def test_the_trainers_token_batch_gives_gdpo_its_components_and_leaves_untrained
     assert got[2] == 0.0
 
 
+def test_a_batch_without_trajectories_or_components_has_none():
+    assert build_token_batch([], pad_token_id=0).reward_components is None  # a rank with nothing to train
+    groups = _groups(COMPONENTS)
+    for g in groups:
+        for t in g.trajectories:
+            t.reward_components = None
+    assert build_token_batch(groups, pad_token_id=0).reward_components is None
+
+
 def test_the_collector_gives_gdpo_its_components():
     groups = _groups(COMPONENTS)
     collect_reward_and_advantage_from_trajectory_groups(groups, AlgorithmConfig(estimator="gdpo"))

@@ -19,8 +19,7 @@ def gpg(batch: GroupedRewards) -> tuple[Tensor, Tensor]:
     over every rank).
 
     With binary rewards ``M`` counts the correct trajectories, so a batch where few are correct
-    gets larger advantages: the gradient is rescaled as if only those samples had been drawn
-    (GPG's "accurate gradient estimation"); no std division. Pair it with ``loss_fn=cross_entropy``
+    gets larger advantages (verl's form of GPG's batch-level correction); no std division. Pair it with ``loss_fn=cross_entropy``
     (``-A log π``, verl's ``loss_mode=gpg``) for GPG's plain policy gradient.
 
     Args:

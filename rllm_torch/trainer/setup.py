@@ -36,7 +36,8 @@ def build_pipeline_configs(config: DictConfig, estimator_map: dict | None = None
 
     Raises:
         ConfigError: ``rllm`` is missing; ``rejection_sample.multiplier != 1`` without
-            ``rejection_sample.enable``; an invalid algorithm or filtering setting.
+            ``rejection_sample.enable``; an invalid algorithm or filtering setting; ``gdpo`` with
+            ``use_kl_in_reward`` (the penalty would not reach its reward components).
         UnknownEstimatorError: the estimator or an ``estimator_map`` entry is not registered.
     """
     rllm = config.get("rllm") if isinstance(config, DictConfig) else None
@@ -68,6 +69,12 @@ def build_pipeline_configs(config: DictConfig, estimator_map: dict | None = None
     for name in {algorithm.estimator, *algorithm.estimator_map.values()}:
         is_token_level(name)  # UnknownEstimatorError for a name that is not registered
         check_estimator_call(name, algorithm, rllm.rollout.get("n", 1))
+        if getattr(name, "value", name) == "gdpo" and rllm.algorithm.get("use_kl_in_reward", False):
+            raise ConfigError(
+                "estimator gdpo normalises each reward function's rewards (Trajectory.reward_components), and the KL "
+                "penalty of rllm.algorithm.use_kl_in_reward=true comes off the scalar reward: it would not reach gdpo's "
+                "advantages. Use rllm.algorithm.use_kl_loss=true for a KL term with gdpo."
+            )
     transform = TransformConfig(broadcast=algorithm.stepwise_advantage_mode == "broadcast")
     return PipelineConfigs(cf, transform, rs_config, algorithm)
 

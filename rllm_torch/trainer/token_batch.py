@@ -194,7 +194,7 @@ def _components_tensor(components: list[list[float] | None], groups: list[Trajec
             first such trajectory named).
     """
     lengths = {None if c is None else len(c) for c in components}
-    if lengths == {None}:
+    if lengths <= {None}:  # no trajectory, or none with components
         return None
     if len(lengths) > 1:
         first = components[0]
