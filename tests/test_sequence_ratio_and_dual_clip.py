@@ -122,6 +122,29 @@ def test_dual_clip_caps_the_loss_of_negative_advantages_whose_ratio_grew():
     assert plain.item() == pytest.approx((5 + 2 - 1.2 - 0.5) / 4) and "clip_fraction_lower" not in plain_stats
 
 
+def test_dual_clip_matches_verls_formula_in_a_float64_loop():
+    """Per token, verl's ``compute_policy_loss_vanilla``: ``l1 = max(-ρA, -clip(ρ)A)``; where
+    ``A < 0``, ``min(l1, -cA)``; then the token mean over the mask."""
+    gen = torch.Generator().manual_seed(4)
+    log_ratio = torch.randn(5, 7, generator=gen, dtype=torch.float64) * 1.5  # ratios from 0.01 to 90
+    adv = torch.randn(5, 7, generator=gen, dtype=torch.float64)
+    mask = (torch.rand(5, 7, generator=gen) > 0.2).double()
+    loss, stats = ppo_clip_loss(torch.zeros_like(adv), -log_ratio, adv, mask, clip_ratio_c=3.0, clip_ratio_high=0.28)
+    total, capped = 0.0, 0
+    for n in range(5):
+        for t in range(7):
+            if not mask[n, t]:
+                continue
+            rho, a = math.exp(log_ratio[n, t].item()), adv[n, t].item()
+            token = max(-rho * a, -min(max(rho, 0.8), 1.28) * a)
+            if a < 0 and token > -3.0 * a:
+                token, capped = -3.0 * a, capped + 1
+            total += token
+    assert loss.item() == pytest.approx(total / mask.sum().item(), rel=1e-12)
+    assert stats["clip_fraction_lower"].item() == pytest.approx(capped / mask.sum().item())
+    assert capped > 0
+
+
 def test_dual_clip_with_the_sequence_ratio():
     # log-ratios |LOG_RATIO|: row 0 log s = (0.3 + 0.1 + 0.4) / 3, s = 1.3056, A = 1: clipped, -1.2;
     # row 1 log s = (0.5 + 0.1) / 2 = 0.3, s = 1.3499, A = -2: PPO's max(2.6997, 2.4) = 2.6997, capped
