@@ -14,9 +14,11 @@ Numerics, defined here once for the whole package (every estimator goes through
 * **Centring** (:meth:`SegmentLayout.center`): ``x - mean`` is rounded once, at its own scale,
   never at the scale of a common offset of the group's values. float64 values: ``(x - shift) -
   (mean - shift)`` with ``shift`` a member of the group (its first; its maximum when the group is
-  split over ranks), so the deviations are exact at any offset. float32 values: in float64,
-  where ``x - mean`` is exact but for the float64 mean's own rounding (``2**-53`` of the mean),
-  then rounded once to float32. A constant group has centred values and variance exactly 0.
+  split over ranks), so the deviations are exact at any offset. float32 values: the mean a
+  float64 sum, ``x - mean`` formed in float64 (exact but for the mean's own rounding, ``2**-53``
+  of the mean) and rounded once to float32; ragged groups subtract the mean rounded to float32
+  (exact at an offset), then the remainder. A constant group has centred values and variance
+  exactly 0.
 * **Across ranks** (a process group, :mod:`rllm_torch.distributed`): per-rank sums of the
   shifted values, the counts and the centred squares are all-reduced (``O(G)`` payload, a fixed
   number of collectives); the result equals one process's on the concatenated batch up to the
@@ -448,8 +450,10 @@ class SegmentLayout:
           (:meth:`_shift`: its first member; its maximum when the group is split over ranks),
           whose deviations ``x - shift`` are exact at any offset (the group's values within a
           factor of 2 of each other).
-        * float32 (and lower): in float64, where ``x`` and ``x - shift`` are exact, with the mean
-          a float64 sum (exact below ``2**29`` members), then rounded once to float32.
+        * float32 (and lower): the mean a float64 sum (exact below ``2**29`` members); dense
+          groups form ``x - mean`` in float64 and round it once to float32, ragged ones subtract
+          ``shift``, the mean rounded to float32 (exact at an offset), then the remainder
+          (:meth:`_center_in_float64`).
         * float32 inside ``torch.compile`` on CPU, where inductor's float64 reductions of float32
           values are slow: ``(x - shift) - (mean - shift)`` with ``shift`` the float32 mean (near
           every member, so ``x - shift`` is exact at an offset) and ``mean - shift`` the float32
