@@ -199,7 +199,7 @@ def sync_check(device: str) -> str:
     torch.cuda.set_sync_debug_mode("error")
     try:
         for batch in batches:
-            for name in ("grpo", "rloo", "reinforce", "reinforce_plus_plus_baseline", "prpo"):
+            for name in ("grpo", "rloo", "reinforce", "reinforce_plus_plus_baseline", "prpo", "grpo_passk", "gpg"):
                 compute_advantages(batch, name)
     finally:
         torch.cuda.set_sync_debug_mode("default")

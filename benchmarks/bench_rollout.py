@@ -42,7 +42,9 @@ def old_loop(model, prompts, *, max_new_tokens, eos_token_id, pad_token_id, temp
     alive_N = torch.ones(len(prompts), dtype=torch.bool, device=ids_NT.device)
     for _ in range(max_new_tokens):
         position_ids_NT = (mask_NT.cumsum(-1) - 1).clamp(min=0)
-        logits_NTV = model(input_ids=ids_NT, attention_mask=mask_NT, position_ids=position_ids_NT, use_cache=False).logits
+        logits_NTV = model(
+            input_ids=ids_NT, attention_mask=mask_NT, position_ids=position_ids_NT, use_cache=False
+        ).logits
         logits_NV = logits_NTV[:, -1].float() / temperature
         token_N = torch.multinomial(logits_NV.softmax(-1), 1, generator=generator).squeeze(1)
         _ = F.log_softmax(logits_NV, -1).gather(1, token_N[:, None])

@@ -19,6 +19,7 @@ __all__ = [
     "check_reward",
     "all_rewards_are_numbers",
     "check_weights",
+    "check_reward_components",
 ]
 
 _NUMERIC_KINDS = "biuf"  # numpy kinds: bool, signed int, unsigned int, float
@@ -205,3 +206,33 @@ def check_weights(weights: object, rewards: Tensor, *, read_values: bool) -> Ten
                 f"weights[{where}] = {weights[pos].item()!r}; weights must be finite and >= 0 (e.g. response token counts)."
             )
     return weights
+
+
+def check_reward_components(components: object, rewards: Tensor) -> Tensor:
+    """Several rewards per trajectory, ``[*rewards.shape, R]`` with ``R >= 1`` (one column per
+    reward function, for :func:`~rllm_torch.estimators.gdpo`), on the rewards' device. Values are
+    not read (a NaN stays in its group, as a reward's does).
+
+    Raises:
+        InvalidRewardTypeError: not a tensor, or not of a bool, integer or floating dtype.
+        InvalidRewardsError: another shape (naming the expected one) or device.
+    """
+    if not isinstance(components, Tensor):
+        raise InvalidRewardTypeError(
+            f"reward_components must be a torch.Tensor with one row of rewards per trajectory, got {type(components).__name__}."
+        )
+    if components.is_complex() or components.dtype not in REWARD_DTYPES:
+        raise InvalidRewardTypeError(
+            f"reward_components must have a bool, integer or floating dtype, got {components.dtype}."
+        )
+    expected = (*rewards.shape, "R")
+    if components.dim() != rewards.dim() + 1 or components.shape[:-1] != rewards.shape or components.shape[-1] < 1:
+        raise InvalidRewardsError(
+            f"reward_components has shape {tuple(components.shape)}; expected {expected}: the rewards' shape and one "
+            "column per reward function."
+        )
+    if components.device != rewards.device:
+        raise InvalidRewardsError(
+            f"reward_components is on {components.device} but rewards is on {rewards.device}; move both to one device."
+        )
+    return components

@@ -78,8 +78,9 @@ def pack_role_rewards(
         order.
 
     Raises:
-        InvalidRewardsError: a reward is None. InvalidRewardTypeError: a reward is not a real
-        number or bool (a list, array or tensor, even of one element; a string). Both name the
+        InvalidRewardsError: a reward is None; ``reward_components`` on some trajectories and
+        not others, or of different lengths. InvalidRewardTypeError: a reward is not a real
+        number or bool (a list, array or tensor, even of one element; a string). All name the
         task id and the trajectory.
     """
     members = [[t for t in g.trajectories if t.is_trained()] for g in groups]
@@ -89,6 +90,7 @@ def pack_role_rewards(
         _locate_bad_reward(groups)
     rewards_N = torch.from_numpy(np.array(values, dtype=np.float64)).reshape(len(values))
     lengths_N = torch.tensor([t.trained_tokens() for t in trajs], dtype=torch.float64).reshape(len(trajs))
+    components_NR = _components(trajs, groups)
     sizes = [len(group_members) for group_members in members]
     common = (
         dict(validate=False)
@@ -97,12 +99,34 @@ def pack_role_rewards(
     )
     if sizes and sizes[0] > 0 and sizes.count(sizes[0]) == len(sizes):
         shape = (len(sizes), sizes[0])
-        return GroupedRewards.from_padded(rewards_N.view(shape), weights=lengths_N.view(shape), **common), trajs
+        extra = {} if components_NR is None else {"reward_components": components_NR.view(*shape, -1)}
+        return GroupedRewards.from_padded(
+            rewards_N.view(shape), weights=lengths_N.view(shape), **extra, **common
+        ), trajs
     group_index_N = torch.repeat_interleave(
         torch.arange(len(sizes)), torch.tensor(sizes, dtype=torch.int64), output_size=len(trajs)
     )
-    batch = GroupedRewards.from_flat(rewards_N, group_index_N, num_groups=len(sizes), weights=lengths_N, **common)
+    batch = GroupedRewards.from_flat(
+        rewards_N, group_index_N, num_groups=len(sizes), weights=lengths_N, reward_components=components_NR, **common
+    )
     return batch, trajs
+
+
+def _components(trajs: list[Trajectory], groups: list[TrajectoryGroup]) -> torch.Tensor | None:
+    """``[N, R]`` float64 of the trajectories' ``reward_components``, or None when none has any.
+
+    Raises:
+        InvalidRewardsError: some have them and others not, or lengths differ (the first such named).
+    """
+    first = trajs[0].reward_components if trajs else None
+    for traj in trajs:
+        if (traj.reward_components is None) != (first is None) or len(traj.reward_components or []) != len(first or []):
+            group = next(g for g in groups if traj in g.trajectories)
+            raise InvalidRewardsError(
+                f"{_where(group, traj)}: reward_components {traj.reward_components!r}, where the role's first trajectory has "
+                f"{first!r}; every trajectory of a role carries the same reward functions' rewards, or none does."
+            )
+    return None if first is None else torch.tensor([t.reward_components for t in trajs], dtype=torch.float64)
 
 
 def _precomputed_values(group: TrajectoryGroup, missing: list[str]) -> list[tuple[Step, list]]:

@@ -15,12 +15,14 @@ from rllm_torch.errors import ConfigError
 __all__ = ["rLLMAdvantageEstimator", "AlgorithmConfig"]
 
 _LOSS_FNS = ("importance_sampling", "ppo", "cispo", "dro", "cross_entropy")
+_RATIO_LOSS_FNS = ("importance_sampling", "ppo", "cispo")  # the losses with an importance ratio
+_IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 _LR_SCHEDULES = ("linear", "cosine", "constant")
 
 
 class rLLMAdvantageEstimator(str, Enum):  # noqa: N801 - rLLM's public name
-    """The built-in advantage estimators (rLLM's enum, plus ``PRPO``, ``OPO``, ``PASS_AT_K`` and the
-    token-level ``REINFORCE_PLUS_PLUS`` and ``GAE``).
+    """The built-in advantage estimators (rLLM's enum, plus ``PRPO``, ``OPO``, ``PASS_AT_K``,
+    ``GRPO_PASSK``, ``GPG``, ``GDPO`` and the token-level ``REINFORCE_PLUS_PLUS`` and ``GAE``).
 
     ``rLLMAdvantageEstimator("anything else")`` gives ``OTHER``, as in rLLM (``_missing_``).
     :class:`AlgorithmConfig` does not go through that fallback: a custom name stays a str.
@@ -35,6 +37,9 @@ class rLLMAdvantageEstimator(str, Enum):  # noqa: N801 - rLLM's public name
     PASS_AT_K = "pass_at_k"
     REINFORCE_PLUS_PLUS = "reinforce_plus_plus"
     GAE = "gae"
+    GRPO_PASSK = "grpo_passk"
+    GPG = "gpg"
+    GDPO = "gdpo"
     OTHER = "other"
 
     @classmethod
@@ -82,6 +87,9 @@ class AlgorithmConfig:
         lam: GAE's ``lambda``, in ``[0, 1]`` (verl's ``algorithm.lam``).
         estimator_options: estimator name → ``{option: value}``, the options of that estimator
             beyond the run-wide ones (e.g. ``{"pass_at_k": {"k": 2}, "gae": {"whiten": False}}``).
+        importance_sampling_level: the importance ratio of the ratio losses (ppo,
+            importance_sampling, cispo): ``"token"``, or ``"sequence"`` (GSPO's length-normalised
+            sequence ratio; TRL's name).
     """
 
     use_rllm: bool = False
@@ -98,6 +106,7 @@ class AlgorithmConfig:
     gamma: float = 1.0
     lam: float = 1.0
     estimator_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    importance_sampling_level: Literal["token", "sequence"] = "token"
 
     def __post_init__(self) -> None:
         self.estimator = _estimator_name(self.estimator, "estimator")
@@ -126,6 +135,12 @@ class AlgorithmConfig:
                 raise ConfigError(f"{name} must be a bool, got {getattr(self, name)!r}.")
         if self.loss_fn is not None:
             _choice(self.loss_fn, _LOSS_FNS, "loss_fn")
+        _choice(self.importance_sampling_level, _IMPORTANCE_SAMPLING_LEVELS, "importance_sampling_level")
+        if self.importance_sampling_level == "sequence" and (self.loss_fn or "ppo") not in _RATIO_LOSS_FNS:
+            raise ConfigError(
+                f"importance_sampling_level='sequence' (GSPO) sets the importance ratio of a ratio loss "
+                f"({', '.join(_RATIO_LOSS_FNS)}); loss_fn={self.loss_fn!r} has none. Pick one of those, or leave the level 'token'."
+            )
         _choice(self.lr_schedule, _LR_SCHEDULES, "lr_schedule")
         if (
             isinstance(self.warmup_steps_ratio, bool)
@@ -179,7 +194,7 @@ class AlgorithmConfig:
 
         Read keys (each optional, defaults as the dataclass): ``rllm.algorithm.adv_estimator``
         (or rLLM's top-level ``algorithm.adv_estimator``), ``rllm.algorithm.{estimator_map,
-        norm_adv_by_std_in_grpo, use_precomputed_advantage, loss_fn, lr_schedule,
+        norm_adv_by_std_in_grpo, use_precomputed_advantage, loss_fn, importance_sampling_level, lr_schedule,
         warmup_steps_ratio, epsilon, episilon (deprecated), std_correction, gamma, lam,
         estimator_options}`` (``gamma`` and ``lam`` also as verl's top-level ``algorithm.*``),
         ``rllm.stepwise_advantage.{mode, norm_adv_by_std_in_grpo, use_rllm}``.
@@ -219,6 +234,7 @@ class AlgorithmConfig:
             use_rllm=pick("rllm.stepwise_advantage.use_rllm", default=False),
             use_precomputed_advantage=pick("rllm.algorithm.use_precomputed_advantage", default=False),
             loss_fn=pick("rllm.algorithm.loss_fn"),
+            importance_sampling_level=pick("rllm.algorithm.importance_sampling_level", default="token"),
             lr_schedule=pick("rllm.algorithm.lr_schedule", default="constant"),
             warmup_steps_ratio=pick("rllm.algorithm.warmup_steps_ratio", default=0.0),
             epsilon=1e-6 if epsilon is None else epsilon,

@@ -23,6 +23,7 @@ from torch import Tensor
 from rllm_torch._checks import (
     check_group_index,
     check_matches,
+    check_reward_components,
     check_reward_tensor,
     check_weights,
     group_to_array,
@@ -79,6 +80,11 @@ class GroupedRewards:
             token count, for :func:`~rllm_torch.estimators.opo`), same device, or ``None``.
             Every constructor takes ``weights=`` shaped like its rewards; estimators that do not
             use weights ignore them.
+        reward_components: ``[N, R]`` rewards of ``R`` reward functions per trajectory, in flat
+            order, same device, or ``None``: the input of multi-objective estimators
+            (:func:`~rllm_torch.estimators.gdpo`; ``rewards`` then holds the trajectory's scalar
+            reward, for the metrics and other estimators). :meth:`from_flat` and
+            :meth:`from_padded` take ``reward_components=``.
 
     Build it with :meth:`from_groups` (lists / arrays / tensors per group), :meth:`from_flat`
     (a flat tensor and a dense group index), :meth:`from_padded` (a ``[G, K]`` tensor and an
@@ -109,13 +115,14 @@ class GroupedRewards:
         process_group: dist.ProcessGroup | None = None,
         local_groups: bool = False,
         weights: Tensor | None = None,
+        reward_components: Tensor | None = None,
     ) -> None:
         if group_index is None and group_size is None:
             raise InvalidGroupIndexError("group_index may only be omitted for equal groups (group_size given).")
         self.rewards, self._group_index, self.num_groups = rewards, group_index, num_groups
         self.group_size, self.group_major = group_size, group_major
         self.process_group, self.local_groups = process_group, local_groups
-        self.weights = weights
+        self.weights, self.reward_components = weights, reward_components
         self.validated = False  # the cross-rank checks ran (GroupedRewards built with validate=True)
 
     def __repr__(self) -> str:
@@ -125,6 +132,8 @@ class GroupedRewards:
             rank, world = world_position(self.process_group)
             ranks = f", rank {rank} of {world}, {'rank-local' if self.local_groups else 'split'} groups"
         weighted = ", weighted" if self.weights is not None else ""
+        if self.reward_components is not None:
+            weighted += f", {self.reward_components.shape[-1]} reward components"
         return f"GroupedRewards(N={self.num_trajectories}, G={self.num_groups}, {layout}{weighted}, dtype={self.rewards.dtype}, device={self.device}{ranks})"
 
     @classmethod
@@ -158,9 +167,12 @@ class GroupedRewards:
             facts = {"local_groups": local_groups}
             if packed is not None:
                 facts |= {"num_groups": packed.num_groups, "device type": packed.device.type}
-                if packed.num_trajectories:  # a rank with no trajectory takes the others' dtype
+                components = packed.reward_components
+                if packed.num_trajectories:  # a rank with no trajectory takes the others' dtype and R
                     facts["reward dtype"] = packed.rewards.dtype
-            checked = ("local_groups", "device type", "reward dtype") + (() if local_groups else ("num_groups",))
+                    facts["reward components"] = 0 if components is None else components.shape[-1]
+            checked = ("local_groups", "device type", "reward dtype", "reward components")
+            checked += () if local_groups else ("num_groups",)
             everyone = agree_across_ranks(group, error, facts, must_match=checked)
             dtype = next((f["reward dtype"] for f in everyone if "reward dtype" in f), packed.rewards.dtype)
             if packed.rewards.dtype != dtype:
@@ -181,7 +193,8 @@ class GroupedRewards:
         rank, world = world_position(self.process_group)
         parts: list = [None] * world
         weights = None if self.weights is None else self.weights.cpu()
-        mine = (self.rewards.cpu(), self.group_index.cpu(), self.num_groups, weights)
+        components = None if self.reward_components is None else self.reward_components.cpu()
+        mine = (self.rewards.cpu(), self.group_index.cpu(), self.num_groups, weights, components)
         dist.all_gather_object(parts, mine, group=self.process_group)
         starts_N = np.cumsum([0] + [p[0].shape[0] for p in parts])
         starts_G = np.cumsum([0] + [p[2] for p in parts]) if self.local_groups else np.zeros(world + 1, dtype=int)
@@ -190,7 +203,11 @@ class GroupedRewards:
         num_groups = int(starts_G[-1]) if self.local_groups else self.num_groups
         weighted = all(p[3] is not None for p in parts)
         weights = torch.cat([p[3] for p in parts]).to(self.device) if weighted else None
-        whole = GroupedRewards.from_flat(rewards, index, num_groups=num_groups, validate=False, weights=weights)
+        multi = all(p[4] is not None for p in parts)
+        components = torch.cat([p[4] for p in parts]).to(self.device) if multi else None
+        whole = GroupedRewards.from_flat(
+            rewards, index, num_groups=num_groups, validate=False, weights=weights, reward_components=components
+        )
         return whole, slice(int(starts_N[rank]), int(starts_N[rank + 1]))
 
     @property
@@ -286,6 +303,7 @@ class GroupedRewards:
         *,
         num_groups: int | None = None,
         weights: Tensor | None = None,
+        reward_components: Tensor | None = None,
         validate: bool = True,
         process_group: object = ONE_PROCESS,
         local_groups: bool = False,
@@ -298,6 +316,7 @@ class GroupedRewards:
             num_groups: ``G``; when ``None`` it is ``group_index.max() + 1``.
             weights: optional ``[N]`` per-trajectory weights (integer or float, same device),
                 e.g. response token counts; checked finite and >= 0 when ``validate``.
+            reward_components: optional ``[N, R]`` rewards of ``R`` reward functions (same device).
             validate: check that every id is in ``[0, num_groups)``, and note whether ids are
                 sorted (group-major order, which makes later steps cheaper). This reads
                 ``group_index``: one host sync on an accelerator, also taken when ``num_groups``
@@ -323,10 +342,16 @@ class GroupedRewards:
                     "num_groups is required for groups split over a process group: pass the global number of groups, the same on every rank."
                 )
             checked_weights = None if weights is None else check_weights(weights, checked, read_values=validate)
+            extra = dict(
+                weights=checked_weights,
+                reward_components=None
+                if reward_components is None
+                else check_reward_components(reward_components, checked),
+            )
             if validate or num_groups is None:
                 size, ascending = inspect_group_index(index, num_groups)
-                return cls(checked, index, size, None, group_major=ascending, weights=checked_weights)
-            return cls(checked, index, num_groups, None, weights=checked_weights)
+                return cls(checked, index, size, None, group_major=ascending, **extra)
+            return cls(checked, index, num_groups, None, **extra)
 
         return cls._on_ranks(build, process_group, local_groups, validate)
 
@@ -337,6 +362,7 @@ class GroupedRewards:
         mask: Tensor | None = None,
         *,
         weights: Tensor | None = None,
+        reward_components: Tensor | None = None,
         process_group: object = ONE_PROCESS,
         local_groups: bool = False,
         validate: bool = True,
@@ -354,7 +380,8 @@ class GroupedRewards:
         check of the class docstring (one host sync); ``validate=False`` skips it. ``weights``
         (optional, ``[G, K]`` like ``rewards``, read where ``mask`` is True) are checked finite
         and >= 0 when ``validate`` (one host sync). Without a process group or weights,
-        ``validate`` has no effect: the other checks here read no data.
+        ``validate`` has no effect: the other checks here read no data. ``reward_components``
+        (optional, ``[G, K, R]``: ``R`` rewards per trajectory, read where ``mask`` is True).
         """
 
         def build() -> GroupedRewards:
@@ -363,6 +390,9 @@ class GroupedRewards:
                 padded = check_weights(weights, rewards, read_values=validate)
                 rows = padded.reshape(-1) if mask is None else padded[mask]
                 packed.weights = rows
+            if reward_components is not None:
+                padded = check_reward_components(reward_components, rewards)
+                packed.reward_components = padded.reshape(-1, padded.shape[-1]) if mask is None else padded[mask]
             return packed
 
         return cls._on_ranks(build, process_group, local_groups, validate)
@@ -527,6 +557,7 @@ class GroupedRewards:
             process_group=self.process_group,
             local_groups=self.local_groups,
             weights=None if self.weights is None else self.weights.to(device),
+            reward_components=None if self.reward_components is None else self.reward_components.to(device),
         )
         for key in ("counts", "slot_index"):
             if key in self.__dict__:

@@ -10,10 +10,15 @@ Numerics, defined here once for the whole package (every estimator goes through
 * **Accumulation dtype**: float64 for float64 input, float32 for everything else (bool, integer,
   float16, bfloat16, float32). Results have the accumulation dtype.
 * **Variance is two-pass (centred)**: ``var = sum((x - mean)^2) / (n - correction)``, never
-  ``E[x^2] - E[x]^2``. The mean of float32 values is a float64 sum (exact for a constant group,
-  whose mean is then its value); float64 values are first shifted by a value of their group
-  (its first member; its maximum when the group is split over ranks). Either way a constant
-  group has centred values and variance exactly 0, and large offsets lose no precision.
+  ``E[x^2] - E[x]^2``.
+* **Centring** (:meth:`SegmentLayout.center`): ``x - mean`` is rounded once, at its own scale,
+  never at the scale of a common offset of the group's values. float64 values: ``(x - shift) -
+  (mean - shift)`` with ``shift`` a member of the group (its first; its maximum when the group is
+  split over ranks), so the deviations are exact at any offset. float32 values: the mean a
+  float64 sum, ``x - mean`` formed in float64 (exact but for the mean's own rounding, ``2**-53``
+  of the mean) and rounded once to float32; ragged groups subtract the mean rounded to float32
+  (exact at an offset), then the remainder. A constant group has centred values and variance
+  exactly 0.
 * **Across ranks** (a process group, :mod:`rllm_torch.distributed`): per-rank sums of the
   shifted values, the counts and the centred squares are all-reduced (``O(G)`` payload, a fixed
   number of collectives); the result equals one process's on the concatenated batch up to the
@@ -111,32 +116,40 @@ def _gemv_is_exact(device: torch.device, dtype: torch.dtype) -> bool:
     return dtype == torch.float64 or torch.get_float32_matmul_precision() == "highest"
 
 
-def merge_moments(count: Tensor, mean: Tensor, m2: Tensor, comm: ProcessGroup | None) -> tuple[Tensor, Tensor, Tensor]:
-    """The ``(count, mean, M2)`` of values spread over the ranks of ``comm``, from each rank's own.
+def merge_moments(
+    count: Tensor, shift: Tensor, mean_shifted: Tensor, m2: Tensor, comm: ProcessGroup | None
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The ``(count, shift, mean_shifted, M2)`` of values spread over the ranks of ``comm``, from
+    each rank's own.
 
     Args:
-        count, mean, m2: 0-d float64 tensors: this rank's number of values, their mean (any value
-            when ``count`` is 0) and centred sum of squares ``M2 = sum((x - mean)^2)``.
+        count, shift, mean_shifted, m2: 0-d float64 tensors: this rank's number of values, a
+            value near them (any value when ``count`` is 0), their mean minus ``shift`` and their
+            centred sum of squares ``M2 = sum((x - mean)^2)``.
         comm: a process group, or ``None`` (one process: returned unchanged).
 
-    One ``all_gather`` of 3 values per rank; the merge (Chan, Golub and LeVeque's pairwise
-    update, 1979) is relative to the mean of the first rank that holds a value, so values that
-    are all equal give that value as mean and ``M2`` exactly 0. The result is the same on every
-    rank (same inputs, same operations); ``mean`` is 0 when no rank holds a value.
+    One ``all_gather`` of 4 values per rank. The merge (Chan, Golub and LeVeque's pairwise
+    update, 1979) is relative to the shift of the first rank that holds a value, which every
+    rank returns: the merged mean is ``shift + mean_shifted``, never rounded at the scale of the
+    data, so ``(x - shift) - mean_shifted`` is exact up to one rounding at any offset. Values
+    that are all equal, with shifts equal to them, give ``mean_shifted`` and ``M2`` exactly 0.
+    The result is the same on every rank (same inputs, same operations); ``mean_shifted`` is 0
+    when no rank holds a value.
     """
     if comm is None:
-        return count, mean, m2
-    mine = torch.stack([count, mean, m2]).to(torch.float64)
+        return count, shift, mean_shifted, m2
+    mine = torch.stack([count, shift, mean_shifted, m2]).to(torch.float64)
     _, world = world_position(comm)
     parts = [torch.empty_like(mine) for _ in range(world)]
     require_live(comm)
     dist.all_gather(parts, mine, group=comm)
-    n_W, mean_W, m2_W = torch.stack(parts).unbind(1)
+    n_W, shift_W, ms_W, m2_W = torch.stack(parts).unbind(1)
     total = n_W.sum()
-    shift = mean_W.gather(0, (n_W > 0).to(torch.int8).argmax().reshape(1)).reshape(())  # first rank with data
-    mean_shifted = ((n_W / total.clamp(min=1.0)) * (mean_W - shift)).sum()
-    merged_m2 = m2_W.sum() + (n_W * (mean_W - shift - mean_shifted).square()).sum()
-    return total, torch.where(total > 0, shift + mean_shifted, 0.0), merged_m2
+    shift = shift_W.gather(0, (n_W > 0).to(torch.int8).argmax().reshape(1)).reshape(())  # first rank with data
+    rank_mean_W = (shift_W - shift) + ms_W  # each rank's mean minus the common shift
+    mean_shifted = ((n_W / total.clamp(min=1.0)) * rank_mean_W).sum()
+    merged_m2 = m2_W.sum() + (n_W * (rank_mean_W - mean_shifted).square()).sum()
+    return total, shift, torch.where(total > 0, mean_shifted, 0.0), merged_m2
 
 
 class SegmentLayout:
@@ -165,7 +178,7 @@ class SegmentLayout:
     (the shift, a ``max`` of ``[G]``, then sums and counts),
     :meth:`Centered.var` 1 (``[G]``), :meth:`sum` 1, :attr:`counts` 1 (``[G]`` int64, only if
     asked before :meth:`center`; :meth:`mean` is :meth:`sum` and :attr:`counts`); on the
-    :meth:`whole_batch` layout, :meth:`center` is one ``all_gather`` of 3 values per rank and
+    :meth:`whole_batch` layout, :meth:`center` is one ``all_gather`` of 4 values per rank and
     :meth:`Centered.var` none. Every rank of the group must make the same calls.
     """
 
@@ -294,6 +307,21 @@ class SegmentLayout:
         """Per-group means over every rank, shaped like :meth:`sum` (NaN for an empty group)."""
         return self.sum(x).div_(self.counts)
 
+    def max(self, x: Tensor) -> Tensor:
+        """Per-group maxima over every rank (one ``max`` all-reduce of ``[G]`` when split), shaped
+        like :meth:`sum`; ``-inf`` for an empty group. NaN values may or may not win: callers that
+        care test for NaN themselves."""
+        if self.group_size is not None:
+            high = x.amax(dim=1, keepdim=True) if x.shape[1] else x.new_full((self.num_groups, 1), -torch.inf)
+        else:
+            high = x.new_full((self.num_groups,), -torch.inf).scatter_reduce_(0, self.index, x, "amax")
+        return all_reduce_(high, self.group_comm, op="max")
+
+    def batch_total(self, x: Tensor) -> Tensor:
+        """Sums over the whole batch, every rank of ``batch_comm`` (one ``sum`` all-reduce): of the
+        flat ``[N]`` values, a 0-d tensor, or of each row of ``[C, N]``, ``[C]``."""
+        return all_reduce_(x.sum(dim=-1), self.batch_comm)
+
     def sum_of_squares(self, x: Tensor) -> Tensor:
         """Per-group sums of ``x * x``, shaped like :meth:`sum`."""
         return self.sum(x * x)
@@ -319,8 +347,8 @@ class SegmentLayout:
         """The batch as one group, over every rank of ``batch_comm``: ``(layout, x [1, N])``, for
         batch statistics (whitening) written with the same reductions as group statistics.
 
-        Across ranks its :meth:`center` is one ``all_gather`` of each rank's ``(count, mean,
-        M2)`` (``3 W`` values), merged exactly on every rank (:meth:`_merged_moments`), and
+        Across ranks its :meth:`center` is one ``all_gather`` of each rank's ``(count, shift,
+        mean - shift, M2)`` (``4 W`` values), merged exactly on every rank (:meth:`_merged_moments`), and
         :meth:`Centered.var` then needs no collective."""
         whole = SegmentLayout(
             num_groups=1,
@@ -338,7 +366,7 @@ class SegmentLayout:
     def batch_std(self, x_N: Tensor, correction: int = 0) -> Tensor:
         """The std of all values of the batch over every rank of ``batch_comm``, a 0-d tensor:
         ``torch.std`` on one process (centred, fused), else :meth:`whole_batch`'s merged moments
-        (one ``all_gather`` of 3 values per rank)."""
+        (one ``all_gather`` of 4 values per rank)."""
         if self.batch_comm is None:  # an empty batch: NaN, without torch.std's warning
             return torch.std(x_N, correction=correction) if x_N.numel() else x_N.new_full((), torch.nan)
         whole, x_1N = self.whole_batch(x_N)
@@ -354,51 +382,38 @@ class SegmentLayout:
             if x.shape[-1 if dense else 0] == 0:  # no member: nothing to shift
                 return x.new_zeros((self.num_groups, 1) if dense else (self.num_groups,))
             return x[:, :1] if dense else torch.index_select(x, 0, self.first_index)
-        if dense:
-            high = x.amax(dim=1, keepdim=True) if x.shape[1] else x.new_full((self.num_groups, 1), -torch.inf)
-        else:
-            high = x.new_full((self.num_groups,), -torch.inf).scatter_reduce_(0, self.index, x, "amax")
-        return all_reduce_(high, self.group_comm, op="max")
+        return self.max(x)
 
-    def _sum_and_counts(self, x: Tensor, dtype: torch.dtype | None = None) -> tuple[Tensor, Tensor | int]:
-        """Per-group sums (in ``dtype``, default ``x``'s) and counts over every rank; one ``sum``
-        all-reduce of ``[2G]`` when split (counts travel in the sums' dtype: exact below ``2**24``
-        members per group in float32, ``2**53`` in float64)."""
-        if dtype is None or dtype == x.dtype:
-            local_G = self._local_sum(x)
-        elif self.group_size is not None:  # dense: one row reduction, accumulating in dtype
-            local_G = (
-                torch.mv(x.to(dtype), x.new_ones(self.group_size, dtype=dtype)).unsqueeze(1)
-                if _gemv_is_exact(x.device, dtype)
-                else x.sum(dim=1, keepdim=True, dtype=dtype)
-            )
-        else:
-            local_G = x.new_zeros(self.num_groups, dtype=dtype).scatter_add_(0, self.index, x.to(dtype))
+    def _sum_and_counts(self, x: Tensor) -> tuple[Tensor, Tensor | int]:
+        """Per-group sums (in ``x``'s dtype) and counts over every rank; one ``sum`` all-reduce of
+        ``[2G]`` when split (counts travel in the sums' dtype: exact below ``2**24`` members per
+        group in float32, ``2**53`` in float64)."""
+        local_G = self._local_sum(x)
         if self.group_comm is None or self._counts is not None:
             return all_reduce_(local_G, self.group_comm), self.counts
         both = all_reduce_(torch.cat([local_G, self._local_counts().to(local_G.dtype)]), self.group_comm)
         sum_G, self._counts = both.chunk(2)
         return sum_G, self._counts
 
-    def _merged_moments(self, x_1N: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """``(mean, 0, M2)`` of one group spread over the ranks, each ``[1, 1]`` in ``x``'s dtype:
-        this rank's two-pass moments in float64, merged over the ranks by :func:`merge_moments`."""
+    def _merged_moments(self, x_1N: Tensor) -> Centered:
+        """:meth:`center` of one group spread over the ranks: this rank's two-pass moments in
+        float64 (its shift, mean and centred squares), merged over the ranks by
+        :func:`merge_moments`; the centred values are formed in float64 against the common
+        shift and rounded once to ``x``'s dtype. ``shift`` and ``mean_shifted`` are ``[1, 1]``
+        float64, ``sum_sq`` the merged centred sum of squares."""
         n, dtype = x_1N.shape[1], x_1N.dtype
-        x64 = x_1N.to(torch.float64)  # the moments travel and merge in float64: a rank's float32
-        if n:  # mean would drop the low bits that a large offset leaves to the spread
+        x64 = x_1N.to(torch.float64, copy=True)  # float32 values are exact in float64: their shifts and
+        if n:  # differences are, too; the moments travel and merge in float64
             local = SegmentLayout.dense_layout(1, n).center(x64, singleton_baseline=None)
-            mean_r, m2_r = local.mean.reshape(()), local.layout.sum_of_squares(local.values).reshape(())
+            shift_r, ms_r = local.shift.reshape(()), local.mean_shifted.reshape(())
+            m2_r = local.layout.sum_of_squares(local.values).reshape(())
         else:
-            mean_r = m2_r = x64.new_zeros(())
-        count, mean, m2 = merge_moments(x64.new_full((), n), mean_r, m2_r, self.group_comm)
+            shift_r = ms_r = m2_r = x64.new_zeros(())
+        count, shift, mean_shifted, m2 = merge_moments(x64.new_full((), n), shift_r, ms_r, m2_r, self.group_comm)
         self._counts = count.reshape(1, 1)
-        # a constant batch: every mean_r is its value (float64 sums of float32 values are exact),
-        # so the merged M2 is 0 and the mean, cast back, is the value itself
-        return (
-            mean.to(dtype).reshape(1, 1),
-            torch.zeros((1, 1), dtype=dtype, device=x_1N.device),
-            m2.to(dtype).reshape(1, 1),
-        )
+        shift_11, mean_shifted_11 = shift.reshape(1, 1), mean_shifted.reshape(1, 1)
+        centered = x64.sub_(shift_11).sub_(mean_shifted_11).to(dtype)  # a constant batch: exactly 0
+        return Centered(centered, mean_shifted_11, shift_11, self, m2.to(dtype).reshape(1, 1))
 
     def weighted_mean(self, x: Tensor, weights: Tensor) -> Tensor:
         """Per-group weighted means over every rank, ``sum(w x) / sum(w)``, shaped like :meth:`sum`,
@@ -428,52 +443,71 @@ class SegmentLayout:
         return (shift_G.to(torch.float64) + mean_G).to(x.dtype)
 
     def center(self, x: Tensor, *, singleton_baseline: float | None = 0.0) -> Centered:
-        """Two-pass centring on the group mean (see :class:`Centered`).
+        """Two-pass centring on the group mean (see :class:`Centered`), ``x - mean`` rounded once
+        at its own scale, never at the scale of a common offset of the group's values:
 
-        For float64 values the mean is taken of ``x - shift``, with ``shift`` a value of each
-        group (see :meth:`_shift`); for float32 values it is a float64 sum (exact for a constant
-        group). Either way a constant group gives exactly 0, also when its members are on
-        several ranks, large offsets lose no precision, and ``x - mean`` is rounded once. With ``singleton_baseline`` a number,
-        a group of one uses that value as its mean (0: its centred value is its reward; its
-        variance is then meaningless and callers override it with :meth:`where_singleton`);
-        with ``None`` it is treated like any group.
+        * float64: ``(x - shift) - (mean - shift)`` with ``shift`` a member of the group
+          (:meth:`_shift`: its first member; its maximum when the group is split over ranks),
+          whose deviations ``x - shift`` are exact at any offset (the group's values within a
+          factor of 2 of each other).
+        * float32 (and lower): the mean a float64 sum (exact below ``2**29`` members); dense
+          groups form ``x - mean`` in float64 and round it once to float32, ragged ones subtract
+          ``shift``, the mean rounded to float32 (exact at an offset), then the remainder
+          (:meth:`_center_in_float64`).
+        * float32 inside ``torch.compile`` on CPU, where inductor's float64 reductions of float32
+          values are slow: ``(x - shift) - (mean - shift)`` with ``shift`` the float32 mean (near
+          every member, so ``x - shift`` is exact at an offset) and ``mean - shift`` the float32
+          mean of the deviations (a corrected two-pass mean).
+
+        A constant group gives exactly 0, also when its members are on several ranks. With
+        ``singleton_baseline`` a number, a group of one uses that value as its mean (0: its
+        centred value is its reward; its variance is then meaningless and callers override it
+        with :meth:`where_singleton`); with ``None`` it is treated like any group.
         """
-        sum_sq = None  # the centred sum of squares, when the moments come with it
-        centered = None
         if self._gather_moments and self.group_comm is not None:
-            shift_G, mean_shifted_G, sum_sq = self._merged_moments(x)
-        elif x.dtype != torch.float64 and _compiled_on_cpu(x):
-            # inductor's float64 reductions of float32 values are not vectorised on CPU (about 5x
-            # a float32 pass at 1M): a corrected two-pass float32 mean, m1 + mean(x - m1). For a
-            # constant group c - m1 is exact and small, so the correction is exact and the mean
-            # is c; for any group the error is float32 rounding of the mean and the spread.
-            sum_G, counts = self._sum_and_counts(x)
-            first_G = sum_G / counts
-            correction_G, _ = self._sum_and_counts(x - self.expand(first_G))
-            mean_shifted_G = first_G + correction_G / counts
-            shift_G = torch.zeros_like(mean_shifted_G)
-        elif x.dtype != torch.float64:
-            # float32 values summed in float64 are exact for a constant group (k * c needs at
-            # most 24 + 29 bits for k < 2**29), so its mean is its value: no shift pass needed,
-            # and the mean of any group is accurate to float32 rounding.
-            sum_G, counts = self._sum_and_counts(x, torch.float64)
-            mean_shifted_G = sum_G.div_(counts).to(x.dtype)
-            shift_G = torch.zeros_like(mean_shifted_G)
-        else:
+            return self._merged_moments(x)  # the whole batch over the ranks: no singleton rule
+        if x.dtype != torch.float64 and not _compiled_on_cpu(x):
+            return self._center_in_float64(x, singleton_baseline)
+        if x.dtype == torch.float64:
             shift_G = self._shift(x)
             centered = x - self.expand(shift_G)  # exactly 0 in a constant group
             sum_G, counts = self._sum_and_counts(centered)
             mean_shifted_G = sum_G.div_(counts)
-        # a singleton's centred value is 0 here: with a baseline, make it x - baseline
-        if singleton_baseline is not None and self.singletons() is not False:
+        else:
+            # float32 sums of values near their float32 mean: for a constant group c - shift is
+            # exact and small, so its float32 sum and mean are too, and the correction cancels it
+            sum_G, counts = self._sum_and_counts(x)
+            shift_G = sum_G / counts
+            centered = x - self.expand(shift_G)
+            correction_G, _ = self._sum_and_counts(centered)
+            mean_shifted_G = correction_G / counts
+        if self._has_singleton_rule(singleton_baseline):  # a singleton's centred value is 0 so far
             mean_shifted_G = self.where_singleton(mean_shifted_G, singleton_baseline - shift_G)
-            sum_sq = None
-        # x - mean in one rounding, at the scale of the result: (x - shift) - (mean - shift)
-        # would round x - shift first, at the scale of the distance to the shift (a far-away
-        # first member costs float32 digits). A constant group has mean = shift exactly: still 0.
-        mean_G = shift_G + mean_shifted_G
-        centered = torch.sub(x, self.expand(mean_G), out=centered) if centered is not None else x - self.expand(mean_G)
-        return Centered(centered, mean_shifted_G, shift_G, self, sum_sq)
+        centered.sub_(self.expand(mean_shifted_G))  # one rounding, at the scale of the result
+        return Centered(centered, mean_shifted_G, shift_G, self)
+
+    def _has_singleton_rule(self, baseline: float | None) -> bool:
+        """Whether groups of one take ``baseline`` as their mean (asked after the sums, which
+        bring the global counts of split groups with them)."""
+        return baseline is not None and self.singletons() is not False
+
+    def _center_in_float64(self, x: Tensor, baseline: float | None) -> Centered:
+        """:meth:`center` of float32 values (eager): the mean a float64 sum of the values (exact
+        for a constant group: ``k * c`` needs at most 24 + 29 bits for ``k < 2**29``), the
+        centred values formed against it in float64 and rounded once to float32. The shift is
+        the mean rounded to float32, ``mean - shift`` the float64 remainder, rounded."""
+        x64 = x.to(torch.float64)
+        sum_G, _ = self._sum_and_counts(x64)
+        mean_G = sum_G.div_(self.counts)
+        if self._has_singleton_rule(baseline):  # a group of one: the baseline as its mean
+            mean_G = self.where_singleton(mean_G, baseline)
+        shift_G = mean_G.to(x.dtype)
+        mean_shifted_G = (mean_G - shift_G).to(x.dtype)
+        if self.group_size is not None:  # dense: in float64, in place (cheaper than two float32 passes)
+            centered = x64.sub_(mean_G).to(x.dtype)
+        else:  # ragged: two float32 gathers (cheaper than one of float64); x - shift is exact at an offset
+            centered = (x - self.expand(shift_G)).sub_(self.expand(mean_shifted_G))
+        return Centered(centered, mean_shifted_G, shift_G, self)
 
 
 class Centered(NamedTuple):
@@ -485,7 +519,7 @@ class Centered(NamedTuple):
     mean_shifted: Tensor
     """``mean - shift``."""
     shift: Tensor
-    """each group's first value."""
+    """each group's shift (see :meth:`SegmentLayout.center`)."""
     layout: SegmentLayout
     sum_sq: Tensor | None = None
     """``sum((x - mean)^2)`` when :meth:`SegmentLayout.center` already has it (merged moments)."""

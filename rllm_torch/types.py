@@ -149,6 +149,9 @@ class Trajectory:
             step's reward in broadcast mode).
         info: free-form metadata.
         uid: a unique id (a fresh UUID by default); not used for grouping.
+        reward_components: the rewards of several reward functions (the same ones, in the same
+            order, for every trajectory of a batch), for multi-objective estimators (``gdpo``);
+            ``None``: only ``reward``.
     """
 
     name: str = ""
@@ -156,6 +159,7 @@ class Trajectory:
     reward: float | None = None
     info: dict = field(default_factory=dict)
     uid: str = field(default_factory=lambda: uuid.uuid4().hex)
+    reward_components: list[float] | None = None
 
     def trained_tokens(self) -> int:
         """The number of trained response tokens over every step (OPO's length ``l_i``): a

@@ -21,6 +21,9 @@ def build_batch(spec: dict) -> GroupedRewards:
     if spec["kind"] == "flat":
         rewards = torch.tensor(spec["rewards"], dtype=torch.float64).to(dtype)
         index = torch.tensor(spec["index"], dtype=torch.int64)
+        components = spec.get("components")  # [N, R] rewards of R reward functions (gdpo)
+        if components is not None:
+            common["reward_components"] = torch.tensor(components, dtype=torch.float64).reshape(len(index), -1)
         return GroupedRewards.from_flat(
             rewards, index, num_groups=spec["num_groups"], validate=spec.get("validate", True), **common
         )
@@ -204,6 +207,15 @@ def estimate_tokens(rewards: list, mask: list, values: list, estimator: str, opt
     )
     adv, returns = compute_advantages(batch, estimator, **options)
     return adv.numpy(), returns.numpy()
+
+
+def whiten_tokens(values: list, mask: list, width: int, dtype: str) -> np.ndarray:
+    """``masked_whiten`` of this rank's ``[B, T]`` values, over every rank's trained tokens."""
+    from rllm_torch.estimators import masked_whiten
+
+    values_BT = torch.tensor(values, dtype=torch.float64).to(DTYPES[dtype]).reshape(-1, width)
+    mask_BT = torch.tensor(mask, dtype=torch.float64).to(DTYPES[dtype]).reshape(-1, width)
+    return masked_whiten(values_BT, mask_BT, process_group=None).double().numpy()
 
 
 def error_of(spec: dict, estimator: str, options: dict) -> str:

@@ -244,6 +244,39 @@ def test_reinforce_plus_plus_edge_cases():
     assert torch.equal(row_of_one, torch.zeros(1, 1))
 
 
+def verl_reinforce_plus_plus_reference(rewards, mask, gamma):
+    """verl 0.9.1's ``compute_reinforce_plus_plus_outcome_advantage`` recurrence as a float64 loop
+    over time: ``new = r_t + gamma * running``; the return is ``new`` on a trained token; an
+    untrained token carries ``running`` through unchanged (its own reward is dropped); then
+    ``masked_whiten``: sample variance, ``(x - mean) * rsqrt(var + 1e-8)``."""
+    returns = np.zeros_like(rewards, dtype=np.float64)
+    running = np.zeros(rewards.shape[0])
+    for t in reversed(range(rewards.shape[1])):
+        new = rewards[:, t] + gamma * running
+        returns[:, t] = new * mask[:, t]
+        running = new * mask[:, t] + running * (1 - mask[:, t])
+    trained = returns[mask > 0]
+    adv = (returns - trained.mean()) / np.sqrt(trained.var(ddof=1) + 1e-8) * mask
+    return adv, returns
+
+
+def test_reinforce_plus_plus_carries_the_return_through_untrained_tokens_as_verl_does():
+    """A multi-turn row with a tool output (untrained tokens) inside the response: the return
+    passes through it undiscounted, in ours and in verl 0.9.1 alike (1e-6, with verl's sample
+    variance and no epsilon)."""
+    gen = torch.Generator().manual_seed(3)
+    rewards = torch.randn(6, 12, generator=gen, dtype=torch.float64)
+    mask = torch.ones(6, 12, dtype=torch.float64)
+    mask[:, 4:7] = 0  # a tool's output in every row
+    mask[2, 9:] = 0  # and padding
+    for gamma in (1.0, 0.9):
+        adv, returns = reinforce_plus_plus(TokenRewards(rewards, mask), gamma=gamma, epsilon=0.0, std_correction=1)
+        want_adv, want_returns = verl_reinforce_plus_plus_reference(rewards.numpy(), mask.numpy(), gamma)
+        np.testing.assert_allclose(returns.numpy(), want_returns, rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(adv.numpy(), want_adv, rtol=1e-6, atol=1e-6)
+        assert returns[0, 3] == pytest.approx(rewards[0, 3].item() + gamma * returns[0, 7].item())  # across the tool
+
+
 @st.composite
 def token_batches(draw):
     rows, width = draw(st.integers(0, 6)), draw(st.integers(1, 9))

@@ -41,6 +41,7 @@ def test_the_default_config_and_every_shipped_task_pass_the_checks():
         ("backend.grad_clip=0", r"backend.grad_clip=0.0 is out of range; it must be > 0"),
         ("backend.mini_batch_size=0", r"backend.mini_batch_size=0 is out of range"),
         ("backend.ppo_epochs=0", r"backend.ppo_epochs=0 is out of range"),
+        ("backend.clip_ratio_c=1", r"backend.clip_ratio_c=1.0 is out of range; it must be > 1"),
     ],
 )
 def test_a_numeric_setting_out_of_range_is_refused_naming_its_key_and_range(override, message):
@@ -69,3 +70,38 @@ def test_a_file_task_key_given_to_the_arithmetic_task_is_refused_naming_key_and_
         ConfigError, match=rf"{key}=.* is not used by task.name='arithmetic' \(only task=file reads it\); add task=file"
     ):
         check_run_config(compose_train(override))
+
+
+def test_the_loss_options_are_checked_against_the_loss():
+    check_run_config(compose_train("backend.clip_ratio_c=3", "rllm.algorithm.importance_sampling_level=sequence"))
+    with pytest.raises(ConfigError, match=r"backend.clip_ratio_c=3.0 is dual-clip PPO's cap.*loss_fn='cispo'"):
+        check_run_config(compose_train("backend.clip_ratio_c=3", "rllm.algorithm.loss_fn=cispo"))
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"importance_sampling_level": "sentence"}, r"importance_sampling_level must be one of 'token', 'sequence'"),
+        ({"importance_sampling_level": "sequence", "loss_fn": "dro"}, r"loss_fn='dro' has none"),
+        ({"importance_sampling_level": "sequence", "loss_fn": "cross_entropy"}, r"loss_fn='cross_entropy' has none"),
+    ],
+)
+def test_a_bad_importance_sampling_level_stops_the_run_at_start_up(settings, message):
+    from rllm_torch.trainer.setup import build_pipeline_configs
+
+    overrides = [f"rllm.algorithm.{k}={v}" for k, v in settings.items()]
+    with pytest.raises(ConfigError, match=message):
+        build_pipeline_configs(compose_train(*overrides))
+
+
+def test_dynamic_sampling_is_refused_on_more_than_one_process_and_its_cap_must_be_positive():
+    from rllm_torch.errors import DistributedSetupError
+
+    config = compose_train("rllm.algorithm.filter_groups.enable=true")
+    check_run_config(config, world_size=1)
+    with pytest.raises(
+        DistributedSetupError, match="filter_groups.enable=true .*not supported on more than one process"
+    ):
+        check_run_config(config, world_size=2)
+    with pytest.raises(ConfigError, match=r"max_num_gen_batches=0 is out of range; it must be >= 1"):
+        check_run_config(compose_train("rllm.algorithm.filter_groups.max_num_gen_batches=0"))

@@ -301,7 +301,7 @@ GROUP_CENTER = {F32: [("all_reduce", 10, F64)], F64: [("all_reduce", 5, F64), ("
 def _expected(estimator: str, dtype: str, local: bool) -> list[tuple]:
     center = [] if local else GROUP_CENTER[dtype]
     var = [] if local else [("all_reduce", 5, dtype)]
-    batch = [("all_gather", 3, F64)]  # every rank's (count, mean, M2), merged in float64
+    batch = [("all_gather", 4, F64)]  # every rank's (count, shift, mean - shift, M2), merged in float64
     return {
         "grpo": center + var,
         "rloo": center,

@@ -198,3 +198,33 @@ def test_the_memory_row_names_each_setting():
     assert value == (
         "float32, micro-batches of 16384 tokens, log-probs in chunks of 7 tokens, activation checkpointing off, no LoRA"
     )
+
+
+def test_the_entropy_bonus_is_minus_its_coefficient_times_the_token_mean_entropy_and_has_its_gradient():
+    coef = 0.1
+    with_bonus = TorchBackend(tasks.backend_config(*LLAMA, f"backend.entropy_coeff={coef}"))
+    plain = TorchBackend(tasks.backend_config(*LLAMA))
+    state = tasks.TrainerState(trajectory_groups=tasks._groups(GROUPS), total_steps=1)
+    batch = plain.transform_to_backend_batch(state)
+    batch.advantages = torch.randn(batch.response_mask.shape, generator=torch.Generator().manual_seed(0))
+    rows = torch.arange(batch.input_ids.shape[0])
+
+    def loss_and_grads(backend):
+        backend.model.zero_grad()
+        loss, stats = backend._micro_batch_loss(batch, rows, backend._global_normaliser(batch.response_mask))
+        loss.backward()
+        return loss.detach(), stats, {k: p.grad.clone() for k, p in backend.model.named_parameters()}
+
+    loss_b, stats, grads_b = loss_and_grads(with_bonus)
+    loss_p, _, grads_p = loss_and_grads(plain)
+    mean_entropy = stats["entropy"] / stats["tokens"]
+    assert loss_b.item() == pytest.approx(loss_p.item() - coef * mean_entropy.item(), abs=1e-6)
+    # the bonus's gradient is that of -coef * token-mean entropy, from the full softmax
+    plain.model.zero_grad()
+    logits = plain.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1]
+    logp = logits.log_softmax(-1)
+    entropy = -(logp.exp() * logp).sum(-1)
+    mask = batch.response_mask[:, 1:]
+    (-coef * (entropy * mask).sum() / mask.sum()).backward()
+    for key, param in plain.model.named_parameters():
+        torch.testing.assert_close(grads_b[key] - grads_p[key], param.grad, rtol=1e-4, atol=1e-6, msg=key)

@@ -219,6 +219,9 @@ def test_rllm_signatures_are_pinned():
         "PASS_AT_K",
         "REINFORCE_PLUS_PLUS",
         "GAE",
+        "GRPO_PASSK",
+        "GPG",
+        "GDPO",
         "OTHER",
     ]
     with warnings.catch_warnings():

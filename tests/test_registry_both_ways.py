@@ -38,9 +38,9 @@ def _arrays_form(rewards, **kwargs):
 GROUPS = [np.array([1.0, 0.0, 0.5]), np.array([0.2]), np.array([0.9, 0.1])]
 
 
-# opo needs lengths and pass_at_k its k and binary rewards (tested below); the token-level ones
-# have no per-group form
-NEED_MORE = {"opo", "pass_at_k", "reinforce_plus_plus", "gae"}
+# opo needs lengths, gdpo several rewards per trajectory and pass_at_k its k and binary rewards
+# (tested below); the token-level ones have no per-group form
+NEED_MORE = {"opo", "gdpo", "pass_at_k", "reinforce_plus_plus", "gae"}
 
 
 @pytest.mark.parametrize("name", [n for n in registered_estimator_names() if n not in NEED_MORE])
@@ -62,6 +62,8 @@ def test_pass_at_k_takes_its_option_the_rllm_way_and_the_others_say_what_they_ne
     np.testing.assert_allclose(np.concatenate(adv_by_group), want.numpy(), rtol=1e-12)
     with pytest.raises(InvalidRewardsError, match="weights=lengths"):  # rLLM's arrays carry no lengths
         get_rllm_adv_estimator("opo")(groups)
+    with pytest.raises(InvalidRewardsError, match="no reward components"):  # nor several rewards
+        get_rllm_adv_estimator("gdpo")(groups)
     for name in ("reinforce_plus_plus", "gae"):
         with pytest.raises(ConfigError, match="token-level"):
             get_rllm_adv_estimator(name)

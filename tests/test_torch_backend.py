@@ -240,3 +240,18 @@ def test_the_critic_values_are_computed_on_the_real_columns_only(tmp_path):
     with torch.no_grad():
         full = token_values(backend.critic.model, batch.input_ids, batch.attention_mask) * batch.response_mask
     torch.testing.assert_close(values, full, rtol=0, atol=1e-6)
+
+
+def test_the_sequence_ratio_and_the_dual_clip_reach_the_backends_loss():
+    """Two epochs on one batch (so the second sees ρ != 1): GSPO's sequence ratio trains other
+    weights than the token ratio, and a dual clip just above 1 caps some negative-advantage
+    tokens (``actor/clip_fraction_lower``)."""
+    token, token_metrics, _, _ = _backend_step(["backend.ppo_epochs=2"])
+    sequence, _, _, _ = _backend_step(["backend.ppo_epochs=2", "rllm.algorithm.importance_sampling_level=sequence"])
+    assert "actor/clip_fraction_lower" not in token_metrics
+    gap = max(
+        (a - b).abs().max().item() for a, b in zip(token.model.parameters(), sequence.model.parameters(), strict=True)
+    )
+    assert gap > 1e-4  # two token-level runs differ by about 1e-6 (the mini-batch order's float sums)
+    _, capped, _, _ = _backend_step(["backend.ppo_epochs=2", "backend.clip_ratio_c=1.0001"])
+    assert 0 < capped["actor/clip_fraction_lower"] < 1

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from rllm_torch.cli.run_config import TaskConfig, TrainConfig
 from rllm_torch.errors import ConfigError, DistributedSetupError
 
-__all__ = ["check_run_config", "check_world_size", "FILE_TASK_KEYS"]
+__all__ = ["check_run_config", "check_world_size", "check_loss_options", "FILE_TASK_KEYS"]
 
 # key -> (lower bound, whether the bound itself is allowed, upper bound or None); None values
 # of optional keys are not checked.
@@ -35,6 +35,13 @@ _BOUNDS: dict[str, tuple[float, bool, float | None]] = {
     "backend.mini_batch_size": (1, True, None),
     "backend.clip_ratio_low": (0, True, None),
     "backend.clip_ratio_high": (0, True, None),
+    "backend.clip_ratio_c": (1, False, None),
+    "backend.entropy_coeff": (0, True, None),
+    "backend.micro_batch_tokens": (1, True, None),
+    "backend.log_prob_chunk_tokens": (1, True, None),
+    "model.lora.r": (0, True, None),
+    "model.lora.alpha": (0, False, None),
+    "model.lora.dropout": (0, True, 1),
     "backend.rollout_batch_size": (1, True, None),
     "backend.num_threads": (1, True, None),
     "backend.critic.lr": (0, False, None),
@@ -46,6 +53,7 @@ _BOUNDS: dict[str, tuple[float, bool, float | None]] = {
     "rllm.algorithm.lam": (0, True, 1),
     "rllm.algorithm.kl_loss_coef": (0, True, None),
     "rllm.algorithm.kl_coef": (0, True, None),
+    "rllm.algorithm.filter_groups.max_num_gen_batches": (1, True, None),
     "model.num_layers": (1, True, None),
     "model.hidden_size": (1, True, None),
     "model.num_heads": (1, True, None),
@@ -111,14 +119,29 @@ def check_task_keys(task_config: Any) -> None:
                 )
 
 
+def check_loss_options(config: Any) -> None:
+    """``backend.clip_ratio_c`` (dual-clip PPO) set for a loss other than ``ppo``, which would ignore it.
+
+    Raises:
+        ConfigError: naming both keys and the fix.
+    """
+    loss_fn = OmegaConf.select(config, "rllm.algorithm.loss_fn", default="ppo") or "ppo"
+    if OmegaConf.select(config, "backend.clip_ratio_c", default=None) is not None and loss_fn != "ppo":
+        raise ConfigError(
+            f"backend.clip_ratio_c={config.backend.clip_ratio_c} is dual-clip PPO's cap, and rllm.algorithm.loss_fn={loss_fn!r} "
+            "has no such clip: drop backend.clip_ratio_c, or use rllm.algorithm.loss_fn=ppo."
+        )
+
+
 def check_world_size(config: Any, world_size: int) -> None:
     """Settings a run of ``world_size`` processes cannot honour (checked before the process group
     is set up, so every rank raises the same error and none waits for the others).
 
     Raises:
         DistributedSetupError: more ranks than prompts per step, a ``data.train_batch_size`` not
-            divisible by the world size, or episode-mode rejection sampling (it accumulates per
-            rank, so the ranks would disagree on when a batch is released).
+            divisible by the world size, episode-mode rejection sampling (it accumulates per
+            rank, so the ranks would disagree on when a batch is released) or dynamic sampling
+            (each rank would draw its own number of batches).
     """
     batch = config.data.train_batch_size
     if world_size > batch:
@@ -130,6 +153,11 @@ def check_world_size(config: Any, world_size: int) -> None:
         raise DistributedSetupError(
             f"data.train_batch_size={batch} is not divisible by the world size {world_size}: every rank takes an equal "
             f"share of each step's prompts; use a multiple of {world_size} (e.g. {batch - batch % world_size or world_size})."
+        )
+    if world_size > 1 and OmegaConf.select(config, "rllm.algorithm.filter_groups.enable", default=False):
+        raise DistributedSetupError(
+            "rllm.algorithm.filter_groups.enable=true (dynamic sampling) is not supported on more than one process: each "
+            "rank would draw its own number of extra batches. Run it on one process, or disable it."
         )
     if world_size > 1 and config.rllm.rejection_sample.enable:
         raise DistributedSetupError(
@@ -144,9 +172,11 @@ def check_run_config(config: Any, world_size: int = 1) -> None:
     """All start-up checks of a composed ``rllm-torch-train`` config.
 
     Raises:
-        ConfigError: a numeric setting out of range, or a file-task key given to another task.
+        ConfigError: a numeric setting out of range, a loss option the loss does not take, or a
+            file-task key given to another task.
         DistributedSetupError: see :func:`check_world_size`.
     """
     check_bounds(config)
+    check_loss_options(config)
     check_task_keys(config.task)
     check_world_size(config, world_size)

@@ -1,7 +1,8 @@
 """Demo: advantages of every registered estimator on a generated batch of trajectory groups.
 
 Outcome estimators see the groups' binary rewards (``opo`` with random response lengths as
-weights, ``pass_at_k`` with ``k`` the smallest group's size); token-level ones see each
+weights, ``pass_at_k`` with ``k`` the smallest group's size, ``gdpo`` with two rewards per
+trajectory: the binary one and brevity, 1 for a response of at most 4 tokens); token-level ones see each
 trajectory as a 3-token response with its reward on the last token (``gae`` with zero values),
 and the demo prints each trajectory's advantage at its first token.
 
@@ -22,13 +23,17 @@ __all__ = ["main"]
 
 def generated_batch(num_groups: int, seed: int, device: str) -> GroupedRewards:
     """``num_groups`` groups of 1-6 binary rewards each (pass/fail of a verifiable task), with
-    response lengths of 1-8 tokens as weights."""
+    response lengths of 1-8 tokens as weights, and ``[correct, brief]`` as reward components."""
     gen = torch.Generator().manual_seed(seed)
     sizes = torch.randint(1, 7, (num_groups,), generator=gen).tolist()
     solve_rate = torch.rand(num_groups, generator=gen).tolist()
-    groups = [(torch.rand(n, generator=gen) < p).float() for n, p in zip(sizes, solve_rate, strict=True)]
-    lengths = [torch.randint(1, 9, (n,), generator=gen).float() for n in sizes]
-    return GroupedRewards.from_groups(groups, weights=lengths, device=device)
+    rewards = torch.cat([(torch.rand(n, generator=gen) < p).float() for n, p in zip(sizes, solve_rate, strict=True)])
+    lengths = torch.randint(1, 9, rewards.shape, generator=gen).float()
+    index = torch.repeat_interleave(torch.arange(num_groups), torch.tensor(sizes))
+    components = torch.stack([rewards, (lengths <= 4).float()], dim=1)
+    return GroupedRewards.from_flat(
+        rewards.to(device), index.to(device), weights=lengths.to(device), reward_components=components.to(device)
+    )
 
 
 def advantages(batch: GroupedRewards, name: str) -> torch.Tensor:

@@ -17,6 +17,15 @@ __all__ = ["TrainConfig", "RllmConfig", "ModelConfig", "TaskConfig", "BackendCon
 
 
 @dataclass
+class FilterGroupsSection:
+    enable: bool = (
+        False  # DAPO's dynamic sampling: draw batches until every step has data.train_batch_size prompts with signal
+    )
+    metric: str = "reward"  # reward (raw rewards not all equal) | is_correct (not all right or all wrong; verl's acc)
+    max_num_gen_batches: int = 10  # batches a step may draw, the first included; reached: train on what was found, warn
+
+
+@dataclass
 class AlgorithmSection:
     adv_estimator: str = "grpo"  # a registered estimator name
     norm_adv_by_std_in_grpo: bool = True  # False: Dr. GRPO
@@ -24,6 +33,9 @@ class AlgorithmSection:
     use_rllm: bool = False  # ignored (kept for rLLM configs)
     use_precomputed_advantage: bool = False
     loss_fn: str = "ppo"  # ppo | importance_sampling | cispo | dro | cross_entropy
+    importance_sampling_level: str = (
+        "token"  # token | sequence (GSPO's sequence ratio; ppo, importance_sampling, cispo)
+    )
     loss_agg_mode: str = "token-mean"  # token-mean | seq-mean-token-sum | seq-mean-token-mean | seq-mean-token-sum-norm
     loss_agg_horizon: int | None = None  # H of seq-mean-token-sum-norm; None: rllm.rollout.max_new_tokens
     lr_schedule: str = "constant"  # constant | linear | cosine
@@ -35,7 +47,12 @@ class AlgorithmSection:
     # estimator -> its own options; the built-ins' are listed so that they can be set without "+"
     # (rllm.algorithm.estimator_options.pass_at_k.k=4); a custom estimator's options take "+"
     estimator_options: dict[str, Any] = field(
-        default_factory=lambda: {"pass_at_k": {"k": None}, "gae": {"whiten": True}}
+        default_factory=lambda: {
+            "pass_at_k": {"k": None},
+            "gae": {"whiten": True},
+            "grpo": {"scale_rewards": "group"},  # group | batch (TRL's batch std)
+            "gdpo": {"reward_weights": None},  # one weight per reward function; None: all 1
+        }
     )
     use_kl_loss: bool = False  # a KL(policy || reference) term in the loss (DeepSeekMath's GRPO)
     kl_loss_coef: float = 0.001
@@ -43,6 +60,7 @@ class AlgorithmSection:
     use_kl_in_reward: bool = False  # subtract kl_coef * KL per token from the rewards (RLHF's penalty)
     kl_penalty: str = "kl"  # the KL estimator in the reward: kl (k1) | abs | mse (k2) | low_var_kl (k3)
     kl_coef: float = 0.001
+    filter_groups: FilterGroupsSection = field(default_factory=FilterGroupsSection)
 
 
 @dataclass
@@ -178,6 +196,8 @@ class BackendConfig:
     mini_batch_size: int | None = None  # rows (one per step) per optimizer step; None: the whole batch
     clip_ratio_low: float = 0.2
     clip_ratio_high: float = 0.2
+    entropy_coeff: float = 0.0  # entropy bonus: - entropy_coeff * agg(entropy) in the loss (verl's actor.entropy_coeff)
+    clip_ratio_c: float | None = None  # dual-clip PPO: cap -c*A on the loss of A < 0 (> 1; verl's 3.0); None: off
     dro_beta: float = 0.05  # weight of the quadratic log-ratio penalty of loss_fn=dro
     rollout_batch_size: int = 1024  # prompts per sampling forward pass
     num_threads: int | None = (

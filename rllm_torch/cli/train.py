@@ -42,6 +42,7 @@ from rllm_torch.cli.config_checks import check_run_config
 from rllm_torch.cli.run_config import register_configs
 from rllm_torch.errors import ConfigError, RLLMTorchError, UnknownBackendError
 from rllm_torch.tasks import build_task
+from rllm_torch.tasks.base import Task
 from rllm_torch.trainer.backend import BackendProtocol
 from rllm_torch.trainer.ranks import RunRanks, init_run_ranks, shutdown, torchrun_world_size
 from rllm_torch.trainer.unified_trainer import UnifiedTrainer
@@ -83,6 +84,24 @@ def import_user_modules(names: list[str]) -> None:
             ) from exc
 
 
+def check_reward_components(task: Task, config: DictConfig) -> None:
+    """A multi-objective estimator (``gdpo``) needs a task that scores at least two reward
+    functions (``Task.reward_components``; a task with its own workflow sets them itself).
+
+    Raises:
+        ConfigError: naming the estimator, the task and its reward functions.
+    """
+    algorithm = config.rllm.algorithm
+    names = {algorithm.adv_estimator, *(algorithm.get("estimator_map") or {}).values()}
+    if "gdpo" in names and task.workflow is None and len(task.reward_components) < 2:
+        have = ", ".join(task.reward_components) or "none"
+        raise ConfigError(
+            f"estimator gdpo normalises several rewards per trajectory, and task.name={task.name!r} scores "
+            f"{len(task.reward_components)} reward function(s) besides its reward ({have}); with one reward gdpo is "
+            "GRPO plus a batch whitening: use grpo, or a task with reward_components (the default arithmetic task has two)."
+        )
+
+
 def run(config: DictConfig, *, run_files: dict[str, str] | None = None) -> UnifiedTrainer:
     """Train with a composed config; returns the (shut down) trainer, whose ``val_history``
     holds every validation's metrics. Under torchrun, initialises ``torch.distributed`` first and
@@ -121,6 +140,7 @@ def _train(config: DictConfig, ranks: RunRanks, run_files: dict[str, str]) -> Un
         raise ConfigError(
             f"task.name={task.name!r} writes per-token advantages; set rllm.algorithm.use_precomputed_advantage=true (otherwise the estimator would overwrite them)."
         )
+    check_reward_components(task, config)
     if config.rllm.trainer.default_local_dir is None:
         with open_dict(config):
             config.rllm.trainer.default_local_dir = (
@@ -132,7 +152,7 @@ def _train(config: DictConfig, ranks: RunRanks, run_files: dict[str, str]) -> Un
     workflow_cls, workflow_args = (
         (task.workflow, task.workflow_args)
         if task.workflow is not None
-        else (SingleTurnWorkflow, {"reward_fn": task.reward_fn})
+        else (SingleTurnWorkflow, {"reward_fn": task.reward_fn, "reward_components": task.reward_components})
     )
     trainer = UnifiedTrainer(
         backend_cls,

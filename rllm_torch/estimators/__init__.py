@@ -3,7 +3,7 @@
 The built-ins are registered under ``rLLMAdvantageEstimator`` values. Outcome (group)
 estimators, on a :class:`~rllm_torch.GroupedRewards`: ``grpo``, ``rloo``, ``reinforce``,
 ``reinforce_plus_plus_baseline`` and ``prpo`` (each with rLLM's per-group function too),
-``opo`` and ``pass_at_k``. Token-level estimators, on a :class:`TokenRewards`:
+``opo``, ``pass_at_k``, ``grpo_passk``, ``gpg`` and ``gdpo`` (several rewards per trajectory). Token-level estimators, on a :class:`TokenRewards`:
 ``reinforce_plus_plus`` and ``gae``.
 """
 
@@ -18,7 +18,10 @@ from rllm_torch.estimators.arrays import (
     calculate_rloo_advantages_per_group,
 )
 from rllm_torch.estimators.gae import gae
+from rllm_torch.estimators.gdpo import gdpo
+from rllm_torch.estimators.gpg import gpg
 from rllm_torch.estimators.grpo import grpo
+from rllm_torch.estimators.grpo_passk import grpo_passk
 from rllm_torch.estimators.opo import opo
 from rllm_torch.estimators.pass_at_k import pass_at_k, pass_at_k_rewards
 from rllm_torch.estimators.prpo import prpo
@@ -51,6 +54,9 @@ __all__ = [
     "opo",
     "pass_at_k",
     "pass_at_k_rewards",
+    "grpo_passk",
+    "gpg",
+    "gdpo",
     "reinforce_plus_plus",
     "gae",
     "compute_advantages",
@@ -85,5 +91,8 @@ register_builtin(
 register_builtin(rLLMAdvantageEstimator.PRPO, calculate_prpo_advantages, prpo)
 register_builtin(rLLMAdvantageEstimator.OPO, None, opo)
 register_builtin(rLLMAdvantageEstimator.PASS_AT_K, None, pass_at_k)
+register_builtin(rLLMAdvantageEstimator.GRPO_PASSK, None, grpo_passk)
+register_builtin(rLLMAdvantageEstimator.GPG, None, gpg)
+register_builtin(rLLMAdvantageEstimator.GDPO, None, gdpo)
 register_builtin(rLLMAdvantageEstimator.REINFORCE_PLUS_PLUS, None, reinforce_plus_plus, form="tokens")
 register_builtin(rLLMAdvantageEstimator.GAE, None, gae, form="tokens")

@@ -10,7 +10,7 @@ from torch import Tensor
 from rllm_torch.errors import InvalidRewardsError, InvalidRewardTypeError
 from rllm_torch.estimators.token_level import TokenRewards
 from rllm_torch.packing import GroupedRewards
-from rllm_torch.segment import SegmentLayout, accumulation_dtype
+from rllm_torch.segment import Centered, SegmentLayout, accumulation_dtype
 
 __all__ = [
     "shared_docstring",
@@ -23,6 +23,8 @@ __all__ = [
     "working_rewards",
     "std_plus_epsilon",
     "whiten",
+    "divide_by_group_std",
+    "standardise_over_batch",
 ]
 
 # Text every estimator docstring shares, written once (formatted in by ``shared_docstring``).
@@ -44,7 +46,7 @@ _SHARED_DOCS = {
         float64 rewards and float32 otherwise, 0 on untrained tokens; detached, new tensors (the
         input is not modified).""",
     "ranks_tokens": """Across ranks (``TokenRewards(..., process_group=pg)``): whitening is over every rank's
-        trained tokens (one ``all_gather`` of 3 float64 values per rank, merged exactly); every
+        trained tokens (one ``all_gather`` of 4 float64 values per rank, merged exactly); every
         rank must call. Returns are per row and need no communication.""",
     "ranks": """Across ranks (a batch built with ``process_group``, :mod:`rllm_torch.distributed`):
         each rank gets the advantages of its own trajectories, equal to one process's on the
@@ -137,3 +139,18 @@ def whiten(centered_N: Tensor, layout: SegmentLayout, epsilon: float) -> Tensor:
     """``c / (std(c) + epsilon)`` in place, one population std over all of ``c`` of the batch
     (over every rank of ``layout.batch_comm``), centred on the mean of ``c``."""
     return centered_N.div_(std_plus_epsilon(layout.batch_std(centered_N), epsilon))
+
+
+def divide_by_group_std(stats: Centered, layout: SegmentLayout, epsilon: float, std_correction: int) -> Tensor:
+    """GRPO's scaling, in place on ``stats.values``: ``(x - mean_g) / (std_g + epsilon)``, one
+    division per group; a group of one has std 1 (rLLM's rule)."""
+    std_G = layout.where_singleton(stats.var(std_correction).sqrt_(), 1.0)
+    return stats.values.mul_(layout.expand(std_plus_epsilon(std_G, epsilon).reciprocal_()))
+
+
+def standardise_over_batch(x_N: Tensor, layout: SegmentLayout, epsilon: float, std_correction: int = 0) -> Tensor:
+    """``(x - mean_B) / (std_B + epsilon)`` over every value of the batch (every rank of
+    ``layout.batch_comm``), a new ``[N]`` tensor: PRPO's and GDPO's batch whitening."""
+    whole, x_1N = layout.whole_batch(x_N)
+    stats = whole.center(x_1N, singleton_baseline=None)
+    return whole.flat(stats.values.div_(std_plus_epsilon(stats.var(std_correction).sqrt_(), epsilon)))

@@ -8,7 +8,7 @@ from rllm_torch.estimators._common import (
     check_batch,
     check_epsilon,
     shared_docstring,
-    std_plus_epsilon,
+    standardise_over_batch,
     working_rewards,
 )
 from rllm_torch.packing import GroupedRewards
@@ -36,7 +36,7 @@ def prpo(batch: GroupedRewards, *, epsilon: float = 1e-6) -> tuple[Tensor, Tenso
     whole batch NaN.
     {numerics}
     {ranks}
-    Collectives per call: 1 (an ``all_gather`` of 3 values per rank) for either layout.
+    Collectives per call: 1 (an ``all_gather`` of 4 values per rank) for either layout.
 
     References: rLLM's ``rLLMAdvantageEstimator.PRPO`` (batch-level reward whitening, as in
     REINFORCE++'s global normalisation, arXiv:2501.03262), with the semantics of DESIGN.md §3.
@@ -49,7 +49,5 @@ def prpo(batch: GroupedRewards, *, epsilon: float = 1e-6) -> tuple[Tensor, Tenso
     check_batch(batch, "prpo")
     epsilon = check_epsilon(epsilon)
     x, layout = working_rewards(batch)
-    whole, x_1N = layout.whole_batch(layout.flat(x))
-    stats = whole.center(x_1N, singleton_baseline=None)
-    adv = whole.flat(stats.values.div_(std_plus_epsilon(stats.var().sqrt_(), epsilon)))
+    adv = standardise_over_batch(layout.flat(x), layout, epsilon)
     return adv, adv

@@ -297,7 +297,7 @@ def masked_whiten(
         epsilon: added to the std. std_correction: 0 population std, 1 sample std (as
             ``torch.std``'s ``correction``).
         process_group: ``ONE_PROCESS``, ``None`` (WORLD) or a ``ProcessGroup`` holding the rest
-            of the batch (every rank must call; one ``all_gather`` of 3 values per rank).
+            of the batch (every rank must call; one ``all_gather`` of 4 values per rank).
 
     The mean and the centred sum of squares are float64 sums of this rank's tokens (two-pass),
     merged over the ranks by :func:`~rllm_torch.segment.merge_moments`: equal values give
@@ -314,10 +314,27 @@ def whiten_over(
     """:func:`masked_whiten` over a resolved process group (``None``: this process only)."""
     f64 = torch.float64
     count = mask.sum(dtype=f64)
-    mean = (values * mask).sum(dtype=f64) / count.clamp(min=1.0)
-    m2 = ((values - mean.to(values.dtype)) * mask).square().sum(dtype=f64)
-    count, mean, m2 = merge_moments(count, mean, m2, group)
+    if values.dtype == f64:  # shift by a trained value: the deviations are exact at any offset
+        flat_mask = mask.reshape(-1)
+        shift = values.reshape(-1)[flat_mask.argmax()] if flat_mask.numel() else values.new_zeros(())
+        mean_shifted = ((values - shift) * mask).sum() / count.clamp(min=1.0)
+    else:  # float32 values summed in float64: the mean split into its float32 part and the rest
+        mean = (values * mask).sum(dtype=f64) / count.clamp(min=1.0)
+        shift = mean.to(values.dtype)
+        mean_shifted = mean - shift
+    centered = _centred(values, shift, mean_shifted)
+    m2 = (centered * mask).square().sum(dtype=f64)
+    count, shift, mean_shifted, m2 = merge_moments(count, shift.to(f64), mean_shifted, m2, group)
     std = (m2 / (count - std_correction)).sqrt()
     std = torch.where(count > 0, std, 1.0) + epsilon
     std = torch.where(std == 0, 1.0, std)  # equal values and epsilon = 0: 0 / 1, not 0 / 0
-    return (values - mean.to(values.dtype)).div_(std.to(values.dtype)).mul_(mask)
+    if group is not None:  # centre on the merged mean, against the common shift
+        centered = _centred(values, shift, mean_shifted)
+    return centered.div_(std.to(values.dtype)).mul_(mask)
+
+
+def _centred(values: Tensor, shift: Tensor, mean_shifted: Tensor) -> Tensor:
+    """``(values - shift) - mean_shifted``, in ``values``' dtype: ``shift`` (0-d, a value of the
+    data's magnitude) and the float64 remainder ``mean_shifted`` are subtracted one after the
+    other, so the mean is never rounded at the data's magnitude before the subtraction."""
+    return (values - shift.to(values.dtype)).sub_(mean_shifted.to(values.dtype))

@@ -1,5 +1,7 @@
 """The default task: single-digit addition with a one-token answer (``"3+4="`` → ``"7"``),
-scored by exact match. Small enough that a tiny model learns it by RL alone in minutes on CPU."""
+scored by exact match. Small enough that a tiny model learns it by RL alone in minutes on CPU.
+Two reward functions, ``correct`` (exact match, the reward) and ``format`` (the answer is one
+digit), are also scored separately, for multi-objective estimators (``gdpo``)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from typing import Any
 from rllm_torch.errors import ConfigError
 from rllm_torch.tasks.base import Task, exact_match_reward
 
-__all__ = ["arithmetic_problems", "arithmetic_task"]
+__all__ = ["arithmetic_problems", "arithmetic_task", "one_digit_format_reward"]
 
 
 def arithmetic_problems(count: int, *, max_sum: int, seed: int, data_source: str = "arithmetic") -> list[dict]:
@@ -36,6 +38,17 @@ def arithmetic_problems(count: int, *, max_sum: int, seed: int, data_source: str
     ]
 
 
+def one_digit_format_reward(task: dict, response: str) -> float:
+    """1.0 when the response, stripped, is a single digit (the form of every answer), else 0.0.
+
+    Example:
+        >>> one_digit_format_reward({"answer": "7"}, "3"), one_digit_format_reward({"answer": "7"}, "3+")
+        (1.0, 0.0)
+    """
+    text = response.strip()
+    return 1.0 if len(text) == 1 and text.isdigit() else 0.0
+
+
 def arithmetic_task(task_config: Any) -> Task:
     """Train and validation splits from ``task_config.{train_size, val_size, max_sum, seed}``
     (validation uses ``seed + 1``, so the splits are independent draws of the same problems)."""
@@ -48,4 +61,5 @@ def arithmetic_task(task_config: Any) -> Task:
         reward_fn=exact_match_reward,
         alphabet="0123456789+=",
         answer_in_response=True,
+        reward_components={"correct": exact_match_reward, "format": one_digit_format_reward},
     )

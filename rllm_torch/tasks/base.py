@@ -19,6 +19,8 @@ class Task:
         train, val: lists of task dicts, each with ``"prompt"`` (str), ``"answer"`` (str) and
             ``"data_source"``; validation pass@k is reported per data source.
         reward_fn: ``reward_fn(task, response_text) -> float``; 1.0 counts as correct.
+        reward_components: named reward functions scored beside ``reward_fn`` for multi-objective
+            estimators (``gdpo``: each normalised in its group, then summed); empty: none.
         alphabet: the characters of every prompt and answer (the default tokenizer's vocabulary).
         workflow: the workflow class that runs the task; None: ``SingleTurnWorkflow`` with ``reward_fn``.
         workflow_args: keyword arguments of ``workflow`` (used only when ``workflow`` is given).
@@ -34,6 +36,7 @@ class Task:
     val: list[dict]
     reward_fn: RewardFn
     alphabet: str
+    reward_components: dict[str, RewardFn] = field(default_factory=dict)
     workflow: type | None = None
     workflow_args: dict = field(default_factory=dict)
     precomputed_advantage: bool = False

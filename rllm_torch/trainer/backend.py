@@ -165,7 +165,8 @@ def compute_token_advantages(
 
     Outcome estimators see each trajectory's score: its reward minus the sum of
     ``batch.reward_penalty`` over its trained tokens (KL in the reward; verl sums the penalised
-    token rewards the same way), and its trained token count as its weight (OPO's length).
+    token rewards the same way), its trained token count as its weight (OPO's length), and
+    ``batch.reward_components`` when there are some (``gdpo``; the KL penalty is not in them).
     Token-level estimators see :func:`token_level_rewards` (the reward on each row's last
     trained token, minus the penalty on every trained token) and ``batch.values``; their
     whitening is over every trained token of the role's rows on every rank.
@@ -217,6 +218,7 @@ def compute_token_advantages(
         if role in token_roles:
             continue
         estimator = _estimator_of(role, algorithm_config)
+        components_N = batch.reward_components
         if len(roles) == 1 and not any(pre_G) and all_trained:
             rows_N, rewards_N, weights_N = None, scores_N, lengths_N
             group_index_N, num_groups, untrained = batch.group_index, batch.num_groups, 0
@@ -227,8 +229,15 @@ def compute_token_advantages(
             rows_N = torch.nonzero(in_role_N & trained_N).squeeze(1)  # untrained: out of the statistics, advantage 0
             rewards_N, weights_N = scores_N[rows_N], lengths_N[rows_N]
             group_index_N = remap_G[batch.group_index[rows_N]]
+            components_N = None if components_N is None else components_N[rows_N]
         packed = GroupedRewards.from_flat(
-            rewards_N, group_index_N, num_groups=num_groups, weights=weights_N, validate=False, **ranks
+            rewards_N,
+            group_index_N,
+            num_groups=num_groups,
+            weights=weights_N,
+            reward_components=components_N,
+            validate=False,
+            **ranks,
         )
         role_adv_N, _ = compute_advantages(packed, estimator, **algorithm_config.estimator_call_kwargs(estimator))
         role_adv_N = role_adv_N.to(adv_N.dtype)

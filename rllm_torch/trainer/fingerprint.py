@@ -123,6 +123,12 @@ FINGERPRINT_KEYS = (
     "backend.clip_ratio_low",
     "backend.clip_ratio_high",
     "backend.dro_beta",
+    "backend.clip_ratio_c",
+    "backend.entropy_coeff",
+    "rllm.algorithm.importance_sampling_level",
+    "rllm.algorithm.filter_groups.enable",  # which groups make up a batch
+    "rllm.algorithm.filter_groups.metric",
+    "rllm.algorithm.filter_groups.max_num_gen_batches",
     "backend.critic.enable",
     "backend.critic.weight_decay",
     "backend.critic.grad_clip",

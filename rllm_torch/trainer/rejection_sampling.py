@@ -27,7 +27,12 @@ from rllm_torch.distributed import ONE_PROCESS, gather_objects, resolve_process_
 from rllm_torch.errors import ConfigError, InvalidTrajectoryError
 from rllm_torch.types import Episode, TrajectoryGroup
 
-__all__ = ["RejectionSamplingConfig", "RejectionSamplingState", "apply_rejection_sampling_and_filtering"]
+__all__ = [
+    "RejectionSamplingConfig",
+    "RejectionSamplingState",
+    "apply_rejection_sampling_and_filtering",
+    "groups_with_signal",
+]
 
 
 @dataclass
@@ -145,6 +150,17 @@ def _filter_groups(
             continue
         dropped_ids.update(id(t) for t in group.trajectories)
     return kept, dropped_ids
+
+
+def groups_with_signal(groups: list[TrajectoryGroup], config: RejectionSamplingConfig) -> list[TrajectoryGroup]:
+    """The groups that carry a learning signal: two or more trajectories not all scored alike by
+    ``config.uniform_filter_metric`` (within ``uniform_reward_tolerance`` for ``"reward"``).
+
+    Raises:
+        ValueError: see :func:`apply_rejection_sampling_and_filtering` (a reward that is not a
+            number; ``is_correct`` missing from a group's metadata).
+    """
+    return [g for g in groups if len(g.trajectories) >= 2 and not _is_uniform(g, config)]
 
 
 def _is_uniform(group: TrajectoryGroup, config: RejectionSamplingConfig) -> bool:

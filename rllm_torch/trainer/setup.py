@@ -36,7 +36,8 @@ def build_pipeline_configs(config: DictConfig, estimator_map: dict | None = None
 
     Raises:
         ConfigError: ``rllm`` is missing; ``rejection_sample.multiplier != 1`` without
-            ``rejection_sample.enable``; an invalid algorithm or filtering setting.
+            ``rejection_sample.enable``; an invalid algorithm or filtering setting; ``gdpo`` with
+            ``use_kl_in_reward`` (the penalty would not reach its reward components).
         UnknownEstimatorError: the estimator or an ``estimator_map`` entry is not registered.
     """
     rllm = config.get("rllm") if isinstance(config, DictConfig) else None
@@ -68,13 +69,20 @@ def build_pipeline_configs(config: DictConfig, estimator_map: dict | None = None
     for name in {algorithm.estimator, *algorithm.estimator_map.values()}:
         is_token_level(name)  # UnknownEstimatorError for a name that is not registered
         check_estimator_call(name, algorithm, rllm.rollout.get("n", 1))
+        if getattr(name, "value", name) == "gdpo" and rllm.algorithm.get("use_kl_in_reward", False):
+            raise ConfigError(
+                "estimator gdpo normalises each reward function's rewards (Trajectory.reward_components), and the KL "
+                "penalty of rllm.algorithm.use_kl_in_reward=true comes off the scalar reward: it would not reach gdpo's "
+                "advantages. Use rllm.algorithm.use_kl_loss=true for a KL term with gdpo."
+            )
     transform = TransformConfig(broadcast=algorithm.stepwise_advantage_mode == "broadcast")
     return PipelineConfigs(cf, transform, rs_config, algorithm)
 
 
 def check_estimator_call(name: object, algorithm: AlgorithmConfig, group_size: int) -> None:
     """Run estimator ``name`` once with the run's options on a synthetic group of ``group_size``
-    binary rewards (one correct; token-level estimators: responses of two tokens, zero values),
+    binary rewards (one correct; as reward components too, one column per ``reward_weights``
+    entry or two; token-level estimators: responses of two tokens, zero values),
     so an option it does not take, a missing or out-of-range option (``pass_at_k``'s ``k`` above
     ``rllm.rollout.n``) stops the run at start-up instead of at the first step.
 
@@ -90,7 +98,10 @@ def check_estimator_call(name: object, algorithm: AlgorithmConfig, group_size: i
     else:
         rewards = torch.zeros(1, n, dtype=torch.float64)
         rewards[0, 0] = 1.0
-        batch = GroupedRewards.from_padded(rewards, weights=torch.ones(1, n))
+        columns = kwargs.get("reward_weights")  # gdpo's: one column per reward function, else two
+        columns = len(columns) if isinstance(columns, (list, tuple)) else 2
+        components = rewards[..., None].expand(1, n, columns)
+        batch = GroupedRewards.from_padded(rewards, weights=torch.ones(1, n), reward_components=components)
     label = getattr(name, "value", name)
     try:
         compute_advantages(batch, name, **kwargs)

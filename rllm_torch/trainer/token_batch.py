@@ -55,6 +55,8 @@ class TokenBatch:
         reward_penalty: ``[R, T]`` float32 per-token penalty subtracted from the rewards
             (``kl_coef`` times the KL to the reference, ``use_kl_in_reward``), or None.
         values: ``[R, T]`` float32 critic values of the response tokens (``gae``), or None.
+        reward_components: ``[N, R]`` float64 rewards of several reward functions
+            (``Trajectory.reward_components``, for ``gdpo``), or None when no trajectory has them.
         returns: ``[R, T]`` float32 regression targets of the critic (written by token-level
             estimators' ``compute_advantages``), or None.
         extras: anything else a backend wants to carry with the batch.
@@ -76,6 +78,7 @@ class TokenBatch:
     reward_penalty: Tensor | None = None
     values: Tensor | None = None
     returns: Tensor | None = None
+    reward_components: Tensor | None = None
     extras: dict = field(default_factory=dict)
 
     @property
@@ -109,11 +112,13 @@ def build_token_batch(
             token or log-probs of the wrong length; the message names the task, group, trajectory
             and step.
         InvalidRewardsError / InvalidRewardTypeError: an RL trajectory's reward is None or not
-            finite / not a real number or bool (see :func:`~rllm_torch._checks.check_reward`).
+            finite / not a real number or bool (see :func:`~rllm_torch._checks.check_reward`);
+            ``reward_components`` on some trajectories and not others, or of different lengths.
             The estimators keep a NaN in its group; a training batch refuses it, since one
             NaN advantage makes the loss, and so every weight, NaN.
     """
     rows, rows_logp, rows_mask, rows_adv, row_index, rewards, group_index, group_pre = [], [], [], [], [], [], [], []
+    components: list[list[float] | None] = []
     for g, group in enumerate(groups):
         pre = use_precomputed_advantage and any(s.advantage is not None for t in group.trajectories for s in t.steps)
         group_pre.append(pre)
@@ -151,6 +156,7 @@ def build_token_batch(
                         "reward function (task.reward_fn, or the workflow's) for a division by zero or a missing score."
                     )
                 rewards.append(reward)
+            components.append(traj.reward_components)
             group_index.append(g)
     num_rows, width = len(rows), max((len(r) for r in rows), default=0)
     input_ids_RT = torch.full((num_rows, width), pad_token_id, dtype=torch.int64)
@@ -176,4 +182,30 @@ def build_token_batch(
         row_index=torch.tensor(row_index, dtype=torch.int64),
         precomputed_advantages=pre_adv_RT,
         group_precomputed=group_pre if any(group_pre) else None,
+        reward_components=_components_tensor(components, groups),
     )
+
+
+def _components_tensor(components: list[list[float] | None], groups: list[TrajectoryGroup]) -> Tensor | None:
+    """``[N, R]`` float64 from every trajectory's ``reward_components``, or None when none has any.
+
+    Raises:
+        InvalidRewardsError: some trajectories carry them and others not, or lengths differ (the
+            first such trajectory named).
+    """
+    lengths = {None if c is None else len(c) for c in components}
+    if lengths <= {None}:  # no trajectory, or none with components
+        return None
+    if len(lengths) > 1:
+        first = components[0]
+        position = next(
+            i for i, c in enumerate(components) if (c is None) != (first is None) or len(c or []) != len(first or [])
+        )
+        trajs = [(g, t) for g in groups for t in g.trajectories]
+        group, traj = trajs[position]
+        raise InvalidRewardsError(
+            f"task {group.task_id!r}, group {group.group_id!r}, trajectory {traj.name!r}: reward_components "
+            f"{traj.reward_components!r}, where the batch's first trajectory has {first!r}; every trajectory of a batch "
+            "carries the same reward functions' rewards (Trajectory.reward_components), or none does."
+        )
+    return torch.tensor(components, dtype=torch.float64).reshape(len(components), -1)

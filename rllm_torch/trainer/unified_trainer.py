@@ -40,8 +40,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from rllm_torch.advantage import collect_reward_and_advantage_from_trajectory_groups
 from rllm_torch.distributed import gather_objects
+from rllm_torch.errors import ConfigError, DistributedSetupError
 from rllm_torch.trainer.backend import BackendProtocol
 from rllm_torch.trainer.checkpoint import CheckpointInfo
+from rllm_torch.trainer.dynamic_sampling import DynamicSampler, DynamicSamplingConfig
 from rllm_torch.trainer.ranks import RunRanks
 from rllm_torch.trainer.rejection_sampling import apply_rejection_sampling_and_filtering
 from rllm_torch.trainer.run_checkpoint import RunCheckpointer
@@ -107,6 +109,8 @@ class UnifiedTrainer:
         pipeline = build_pipeline_configs(config, self.traj_group_adv_estimator_map)
         self.cf_config, self.transform_config = pipeline.compact_filtering, pipeline.transform
         self.rs_config, self.algorithm_config = pipeline.rejection_sampling, pipeline.algorithm
+        self.dynamic_sampler = DynamicSampler(DynamicSamplingConfig.from_config(config))
+        self._check_dynamic_sampling()
         self.backend = backend_cls(config=config, ranks=self.ranks, **(backend_args or {}))
         self.backend.validate_config()
         self.backend.validate_prompts([t for ds in (train_dataset, val_dataset) if isinstance(ds, list) for t in ds])
@@ -131,6 +135,22 @@ class UnifiedTrainer:
         )
         self.tokenizer = getattr(self.backend, "tokenizer", None)
         self.val_history: list[tuple[int, dict[str, float]]] = []
+
+    def _check_dynamic_sampling(self) -> None:
+        """Dynamic sampling runs on one process, without episode-mode rejection sampling (both
+        would accumulate groups, each by its own rule)."""
+        if not self.dynamic_sampler.config.enable:
+            return
+        if self.rs_config.mode == "episode":
+            raise ConfigError(
+                "rllm.algorithm.filter_groups.enable=true and rllm.rejection_sample.enable=true both accumulate groups; "
+                "enable one (dynamic sampling fills each step with prompts that have signal)."
+            )
+        if self.ranks.distributed:
+            raise DistributedSetupError(
+                "rllm.algorithm.filter_groups.enable=true is not supported on more than one process: each rank would "
+                "draw its own number of extra batches. Run it on one process, or disable it."
+            )
 
     def _setup_logging(self) -> None:
         trainer, logging = self.rllm_config.trainer, self.rllm_config.episode_logging
@@ -194,6 +214,13 @@ class UnifiedTrainer:
         await self.backend.on_train_end(state)
         if plan.note and self.ranks.is_main:
             print(f"trained {state.global_step} steps over {state.epoch + 1} epochs: {plan.note}", flush=True)
+        if self.dynamic_sampler.config.enable and state.global_step < plan.total_steps and self.ranks.is_main:
+            print(
+                f"dynamic sampling: trained {state.global_step} steps in rllm.trainer.total_epochs={trainer.total_epochs} "
+                f"(of {plan.total_steps} batches): a step draws batches until it has enough prompts with signal; set "
+                "rllm.trainer.total_batches to train a number of steps",
+                flush=True,
+            )
 
     def _write_run_files(self, resumed: CheckpointInfo | None) -> None:
         """Rank 0, when training starts: ``run_files``, and for a resume a line of
@@ -212,14 +239,17 @@ class UnifiedTrainer:
     async def _fit_async(self, state: TrainerState, dataloader: Any, plan: StepPlan) -> None:
         trainer = self.rllm_config.trainer
         self.logger.start_progress(state.total_steps, state.global_step)
-        for epoch in range(state.epoch, plan.epochs):
+        # dynamic sampling draws several batches a step: with total_batches, as many epochs as it takes
+        by_steps = self.dynamic_sampler.config.enable and trainer.total_batches
+        for epoch in itertools.count(state.epoch) if by_steps else range(state.epoch, plan.epochs):
             state.epoch = epoch
             await self.backend.on_epoch_start(state)
             if hasattr(dataloader, "set_epoch"):
                 dataloader.set_epoch(epoch)
-            for batch in itertools.islice(
-                dataloader, state.batch_in_epoch, None
-            ):  # a resumed epoch skips its done batches
+            batches = iter(
+                itertools.islice(dataloader, state.batch_in_epoch, None)
+            )  # a resumed epoch skips its done batches
+            for batch in batches:  # dynamic sampling draws more of the epoch's batches from the same iterator
                 if state.global_step >= plan.total_steps:
                     break
                 state.reset_batch()
@@ -227,7 +257,7 @@ class UnifiedTrainer:
                 state.batch_in_epoch += 1
                 await self.backend.on_batch_start(state)
                 start = time.perf_counter()
-                await self._train_batch_async(batch, state)
+                await self._train_batch_async(batch, state, lambda it=batches: next(it, None))
                 state.metrics["time/step"] = time.perf_counter() - start
                 await self.backend.on_batch_end(state)
                 self.ranks.reduce_max_metrics(state.metrics)  # the slowest rank's timings
@@ -241,19 +271,24 @@ class UnifiedTrainer:
                 break
             state.epoch, state.batch_in_epoch = epoch + 1, 0  # where a checkpoint taken now resumes
 
-    async def _train_batch_async(self, batch: Any, state: TrainerState) -> None:
+    async def _train_batch_async(self, batch: Any, state: TrainerState, next_batch: Callable[[], Any]) -> None:
         """One step's stages, each timed into ``time/{generate, transform, log_probs, advantages,
         update}`` (seconds; the slowest rank's once reduced; ``time/step`` is their total with
-        the metrics in between)."""
+        the metrics in between). With dynamic sampling, ``generate`` draws more of the epoch's
+        batches (``next_batch``) until the step has enough prompts with signal."""
         ranks, group = self.ranks, self.ranks.estimator_group
         self.agent_workflow_engine.set_training_step(state.global_step, mode="train", epoch=state.epoch)
         with stage_timer(state.metrics, "generate"):
             state.episodes = await self.backend.generate_episodes(
                 batch, agent_workflow_engine=self.agent_workflow_engine, is_validation=False
             )
-        if not ranks.any(state.has_episodes):
+            drawn = state.episodes
+            if self.dynamic_sampler.config.enable:
+                state.episodes, drawn, sampling_metrics = await self._fill_with_signal(state, next_batch)
+                state.metrics.update(sampling_metrics)
+        if not ranks.any(bool(drawn)):
             return
-        state.metrics.update(workflow_metrics(state.episodes, prefix="batch", ranks=ranks))
+        state.metrics.update(workflow_metrics(drawn, prefix="batch", ranks=ranks))
         with stage_timer(state.metrics, "transform"):
             state.trajectory_groups, transform_metrics = transform_episodes_to_trajectory_groups(
                 state.episodes,
@@ -262,6 +297,8 @@ class UnifiedTrainer:
                 traj_grouping_hook=self.traj_grouping_hook,
                 process_group=group,
             )
+            if self.dynamic_sampler.config.enable:  # the chosen prompts' groups that have signal
+                state.trajectory_groups = self.dynamic_sampler.config.signal(state.trajectory_groups)
             state.metrics.update(transform_metrics)
             state.trajectory_groups, state.episodes, rs_metrics = apply_rejection_sampling_and_filtering(
                 state.episodes, state.trajectory_groups, self.rs_config, state.rs_state, process_group=group
@@ -276,6 +313,29 @@ class UnifiedTrainer:
             await self.backend.compute_advantages(state, self.algorithm_config)
         with stage_timer(state.metrics, "update"):
             await self.backend.update_policy(state)
+
+    async def _fill_with_signal(
+        self, state: TrainerState, next_batch: Callable[[], Any]
+    ) -> tuple[list[Episode], list[Episode], dict[str, float]]:
+        """DAPO's dynamic sampling (:class:`~rllm_torch.trainer.dynamic_sampling.DynamicSampler`):
+        every extra batch drawn counts as done in the epoch (a resumed run skips it)."""
+
+        async def draw() -> list[Episode] | None:
+            batch = next_batch()
+            if batch is None:
+                return None
+            state.batch_in_epoch += 1
+            return await self.backend.generate_episodes(
+                batch, agent_workflow_engine=self.agent_workflow_engine, is_validation=False
+            )
+
+        def to_groups(episodes: list[Episode]) -> list:
+            groups, _ = transform_episodes_to_trajectory_groups(
+                episodes, self.transform_config, self.cf_config, traj_grouping_hook=self.traj_grouping_hook
+            )
+            return groups
+
+        return await self.dynamic_sampler.fill(state.episodes, draw, to_groups, state.global_step)
 
     async def _validate_async(self, state: TrainerState) -> dict[str, float]:
         """Validate once per step: pass@1 / pass@n_val per data source, plus reward metrics,

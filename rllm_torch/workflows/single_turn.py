@@ -24,6 +24,8 @@ class SingleTurnWorkflow(Workflow):
         reward_fn: the verifier; an exception in it fails the attempt (the engine retries).
         correct_threshold: the episode is correct when ``reward >= correct_threshold``.
         role: the trajectory name, which is the group role (picks the estimator).
+        reward_components: named reward functions scored too (``Trajectory.reward_components``,
+            in this order, for ``gdpo``; each also an episode metric ``reward/<name>``), or None.
     """
 
     def __init__(
@@ -32,29 +34,39 @@ class SingleTurnWorkflow(Workflow):
         reward_fn: RewardFn,
         correct_threshold: float = 1.0,
         role: str = "solver",
+        reward_components: dict[str, RewardFn] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(rollout_engine, **kwargs)
         self.reward_fn, self.correct_threshold, self.role = reward_fn, correct_threshold, role
+        self.reward_components = dict(reward_components or {})
 
     async def run(self, task: dict, uid: str) -> Episode:
         output = await self.rollout_engine.generate(task["prompt"])
-        reward = self.reward_fn(task, output.text)
-        if isinstance(reward, bool) or not isinstance(reward, numbers.Real):
-            raise TypeError(
-                f"reward_fn returned {reward!r} ({type(reward).__name__}) for task {uid!r}; return a float."
-            )
-        reward = float(reward)
+        reward = _score(self.reward_fn, task, output.text, uid, "reward_fn")
+        components = {name: _score(fn, task, output.text, uid, name) for name, fn in self.reward_components.items()}
         step = output.to_step(reward, done=True)
         reason = (
             TerminationReason.ENV_DONE
             if output.finish_reason == "stop"
             else TerminationReason.MAX_RESPONSE_LENGTH_EXCEEDED
         )
+        trajectory = Trajectory(
+            name=self.role, steps=[step], reward=reward, reward_components=list(components.values()) or None
+        )
         return Episode(
-            trajectories=[Trajectory(name=self.role, steps=[step], reward=reward)],
+            trajectories=[trajectory],
             is_correct=reward >= self.correct_threshold,
             termination_reason=reason,
-            metrics={"reward": reward, "response_length": float(len(output.response_ids))},
+            metrics={"reward": reward, "response_length": float(len(output.response_ids))}
+            | {f"reward/{name}": value for name, value in components.items()},
             info={"data_source": task.get("data_source", "unknown")},
         )
+
+
+def _score(fn: RewardFn, task: dict, text: str, uid: str, name: str) -> float:
+    """``fn(task, text)`` as a float; anything else than a real number is a ``TypeError``."""
+    reward = fn(task, text)
+    if isinstance(reward, bool) or not isinstance(reward, numbers.Real):
+        raise TypeError(f"{name} returned {reward!r} ({type(reward).__name__}) for task {uid!r}; return a float.")
+    return float(reward)

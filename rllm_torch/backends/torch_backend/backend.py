@@ -50,6 +50,7 @@ from rllm_torch.backends.torch_backend.losses import (
     KL_ESTIMATORS,
     LOSS_FNS,
     aggregate_loss,
+    entropy_bonus,
     kl_penalty,
     loss_normaliser,
     policy_loss,
@@ -509,12 +510,17 @@ class TorchBackend(BackendProtocol):
             mask_RT,
             clip_ratio_low=s.clip_ratio_low,
             clip_ratio_high=s.clip_ratio_high,
+            clip_ratio_c=s.clip_ratio_c,
+            importance_sampling_level=self.config.rllm.algorithm.importance_sampling_level,
             beta=s.dro_beta,
             **aggregation,
         )
         tokens = mask_RT.sum()
         stats = {"loss": loss.detach(), "tokens": tokens} | {k: v.detach() * tokens for k, v in extra.items()}
         stats["entropy"] = (entropy.detach() * mask_RT).sum() if entropy is not None else tokens * 0.0
+        if s.entropy_coeff and entropy is not None:  # verl's actor: pg_loss - entropy_coeff * agg(entropy)
+            bonus, _ = entropy_bonus(entropy, mask_RT, entropy_coeff=s.entropy_coeff, **aggregation)
+            loss = loss + bonus
         # the sampler against the trainer on the same weights (a token sum, like the diagnostics)
         stats["rollout_logprob_abs_diff"] = ((old_log_probs - batch.rollout_log_probs[rows]).abs() * mask_RT).sum()
         if self.actor.has_reference:  # the old policy's KL to the reference, in two estimators

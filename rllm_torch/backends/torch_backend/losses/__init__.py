@@ -1,7 +1,9 @@
-"""Policy losses (``policy``), their aggregation modes (``aggregation``), the KL estimators to a
-reference policy (``kl``) and the critic's value loss (``value``): pure tensor math."""
+"""Policy losses (``policy``), the importance ratio per token or sequence and the dual clip
+(``ratio``), their aggregation modes (``aggregation``), the entropy bonus (``entropy``), the KL
+estimators to a reference policy (``kl``) and the critic's value loss (``value``): pure tensor math."""
 
 from rllm_torch.backends.torch_backend.losses.aggregation import AGG_MODES, aggregate_loss, loss_normaliser, token_mean
+from rllm_torch.backends.torch_backend.losses.entropy import entropy_bonus
 from rllm_torch.backends.torch_backend.losses.kl import KL_ESTIMATORS, canonical_kl_name, kl_penalty
 from rllm_torch.backends.torch_backend.losses.policy import (
     LOSS_FNS,
@@ -12,6 +14,7 @@ from rllm_torch.backends.torch_backend.losses.policy import (
     policy_loss,
     ppo_clip_loss,
 )
+from rllm_torch.backends.torch_backend.losses.ratio import IMPORTANCE_SAMPLING_LEVELS, dual_clip, log_importance_ratio
 from rllm_torch.backends.torch_backend.losses.value import clipped_value_loss
 
 __all__ = [
@@ -30,4 +33,8 @@ __all__ = [
     "dro_loss",
     "cross_entropy_loss",
     "policy_loss",
+    "IMPORTANCE_SAMPLING_LEVELS",
+    "log_importance_ratio",
+    "dual_clip",
+    "entropy_bonus",
 ]

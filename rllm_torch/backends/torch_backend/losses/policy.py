@@ -11,6 +11,9 @@ gradient. Each function builds the per-token loss ``ℓ[n, t]`` below and reduce
 (token means over the mask). On-policy (ρ = 1) every loss has the gradient ``-A ∇ log π``.
 ``normaliser`` (optional) is the token or sequence count the aggregation divides by, for a
 data-parallel rank the global one (:func:`~rllm_torch.backends.torch_backend.losses.aggregation.loss_normaliser`).
+The ratio losses (``ppo``, ``importance_sampling``, ``cispo``) take ``importance_sampling_level``:
+``"token"`` (ρ per token) or ``"sequence"`` (GSPO's length-normalised sequence ratio, one ρ per
+row: :func:`~rllm_torch.backends.torch_backend.losses.ratio.log_importance_ratio`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import torch
 from torch import Tensor
 
 from rllm_torch.backends.torch_backend.losses.aggregation import aggregate_loss, token_mean
+from rllm_torch.backends.torch_backend.losses.ratio import IMPORTANCE_SAMPLING_LEVELS, dual_clip, log_importance_ratio
 
 __all__ = [
     "LOSS_FNS",
@@ -31,6 +35,7 @@ __all__ = [
 ]
 
 LOSS_FNS = ("ppo", "importance_sampling", "cispo", "dro", "cross_entropy")
+_RATIO_LOSSES = ("ppo", "importance_sampling", "cispo")  # the losses that take importance_sampling_level
 
 
 def _kl_stats(log_ratio_NT: Tensor, response_mask: Tensor) -> dict[str, Tensor]:
@@ -46,27 +51,34 @@ def ppo_clip_loss(
     *,
     clip_ratio_low: float = 0.2,
     clip_ratio_high: float = 0.2,
+    clip_ratio_c: float | None = None,
+    importance_sampling_level: str = "token",
     loss_agg_mode: str = "token-mean",
     horizon: int | None = None,
     normaliser: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """PPO's clipped surrogate, negated: ``ℓ = -min(ρ A, clip(ρ, 1 - ε_low, 1 + ε_high) A)``.
+    """PPO's clipped surrogate, negated: ``ℓ = -min(ρ A, clip(ρ, 1 - ε_low, 1 + ε_high) A)``;
+    with ``clip_ratio_c = c`` (dual clip) ``ℓ = min(ℓ, -c A)`` where ``A < 0``.
 
-    Stats: ``clip_fraction`` (share of tokens where the clipped term is the smaller) and ``approx_kl``.
+    Stats: ``clip_fraction`` (share of tokens where the clipped term is the smaller),
+    ``clip_fraction_lower`` (share capped by the dual clip, with ``clip_ratio_c``) and ``approx_kl``.
 
     Source: Schulman et al. 2017, arXiv:1707.06347, eq. 7; asymmetric ε_low/ε_high as DAPO
-    (arXiv:2503.14476). Example: on-policy, ``A = 2`` on one token gives ``ℓ = -2``.
+    (arXiv:2503.14476); dual clip and the sequence ratio: :mod:`~rllm_torch.backends.torch_backend.losses.ratio`.
+    Example: on-policy, ``A = 2`` on one token gives ``ℓ = -2``.
     """
-    log_ratio_NT = log_probs - old_log_probs
-    ratio_NT = log_ratio_NT.exp()
+    ratio_NT = log_importance_ratio(log_probs, old_log_probs, response_mask, importance_sampling_level).exp()
     unclipped_NT = ratio_NT * advantages
     clipped_NT = ratio_NT.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high) * advantages
-    loss = aggregate_loss(
-        -torch.minimum(unclipped_NT, clipped_NT), response_mask, loss_agg_mode, horizon=horizon, normaliser=normaliser
-    )
+    loss_NT = -torch.minimum(unclipped_NT, clipped_NT)
+    stats = {}
+    if clip_ratio_c is not None:
+        loss_NT, capped_NT = dual_clip(loss_NT, advantages, clip_ratio_c)
+        stats["clip_fraction_lower"] = token_mean(capped_NT.float(), response_mask)
+    loss = aggregate_loss(loss_NT, response_mask, loss_agg_mode, horizon=horizon, normaliser=normaliser)
     with torch.no_grad():
-        stats = {"clip_fraction": token_mean((clipped_NT < unclipped_NT).float(), response_mask)}
-    return loss, stats | _kl_stats(log_ratio_NT, response_mask)
+        stats["clip_fraction"] = token_mean((clipped_NT < unclipped_NT).float(), response_mask)
+    return loss, stats | _kl_stats(log_probs - old_log_probs, response_mask)
 
 
 def importance_sampling_loss(
@@ -75,6 +87,7 @@ def importance_sampling_loss(
     advantages: Tensor,
     response_mask: Tensor,
     *,
+    importance_sampling_level: str = "token",
     loss_agg_mode: str = "token-mean",
     horizon: int | None = None,
     normaliser: Tensor | None = None,
@@ -84,11 +97,9 @@ def importance_sampling_loss(
     Source: tinker's ``importance_sampling`` loss (``-(exp(target_lp - sampling_lp) * A)``).
     On-policy its gradient is REINFORCE's ``-A ∇ log π`` (Williams 1992).
     """
-    log_ratio_NT = log_probs - old_log_probs
-    loss = aggregate_loss(
-        -log_ratio_NT.exp() * advantages, response_mask, loss_agg_mode, horizon=horizon, normaliser=normaliser
-    )
-    return loss, _kl_stats(log_ratio_NT, response_mask)
+    ratio_NT = log_importance_ratio(log_probs, old_log_probs, response_mask, importance_sampling_level).exp()
+    loss = aggregate_loss(-ratio_NT * advantages, response_mask, loss_agg_mode, horizon=horizon, normaliser=normaliser)
+    return loss, _kl_stats(log_probs - old_log_probs, response_mask)
 
 
 def cispo_loss(
@@ -99,6 +110,7 @@ def cispo_loss(
     *,
     clip_ratio_low: float = 0.2,
     clip_ratio_high: float = 0.2,
+    importance_sampling_level: str = "token",
     loss_agg_mode: str = "token-mean",
     horizon: int | None = None,
     normaliser: Tensor | None = None,
@@ -112,15 +124,16 @@ def cispo_loss(
     Source: MiniMax-M1, arXiv:2506.13585, eq. 4 (the paper sets ε_low large, i.e. no lower
     clip; here both bounds come from ``clip_ratio_low`` / ``clip_ratio_high``); tinker's ``cispo``.
     """
-    log_ratio_NT = log_probs - old_log_probs
-    ratio_NT = log_ratio_NT.detach().exp()
-    weight_NT = ratio_NT.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
+    log_ratio = log_importance_ratio(log_probs, old_log_probs, response_mask, importance_sampling_level)
+    ratio = log_ratio.detach().exp()
+    weight = ratio.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
     loss = aggregate_loss(
-        -weight_NT * advantages * log_probs, response_mask, loss_agg_mode, horizon=horizon, normaliser=normaliser
+        -weight * advantages * log_probs, response_mask, loss_agg_mode, horizon=horizon, normaliser=normaliser
     )
     with torch.no_grad():
-        stats = {"clip_fraction": token_mean((weight_NT != ratio_NT).float(), response_mask)}
-    return loss, stats | _kl_stats(log_ratio_NT, response_mask)
+        clipped_NT = (weight != ratio).float().expand_as(log_probs)
+        stats = {"clip_fraction": token_mean(clipped_NT, response_mask)}
+    return loss, stats | _kl_stats(log_probs - old_log_probs, response_mask)
 
 
 def dro_loss(
@@ -186,6 +199,8 @@ def policy_loss(
     *,
     clip_ratio_low: float = 0.2,
     clip_ratio_high: float = 0.2,
+    clip_ratio_c: float | None = None,
+    importance_sampling_level: str = "token",
     beta: float = 0.05,
     loss_agg_mode: str = "token-mean",
     horizon: int | None = None,
@@ -194,7 +209,9 @@ def policy_loss(
     """Dispatch on ``name`` (one of :data:`LOSS_FNS`); each loss takes the options it uses.
 
     Raises:
-        ValueError: an unknown loss name or aggregation mode.
+        ValueError: an unknown loss name, aggregation mode or ``importance_sampling_level``;
+            ``importance_sampling_level="sequence"`` or ``clip_ratio_c`` with a loss that has no
+            such ratio or clip (``dro``, ``cross_entropy``; ``clip_ratio_c``: ``ppo`` only).
 
     Example (one token, on-policy, log π = -1, A = 2: ``-ρA = -2`` for the ratio losses,
     ``-A log π = 2`` for the log-likelihood ones):
@@ -203,14 +220,26 @@ def policy_loss(
         >>> [policy_loss(name, logp, logp, adv, mask)[0].item() for name in LOSS_FNS]
         [-2.0, -2.0, 2.0, 2.0, 2.0]
     """
+    if importance_sampling_level not in IMPORTANCE_SAMPLING_LEVELS:
+        log_importance_ratio(log_probs, old_log_probs, response_mask, importance_sampling_level)  # raises
+    if importance_sampling_level != "token" and name not in _RATIO_LOSSES:
+        raise ValueError(
+            f"importance_sampling_level={importance_sampling_level!r} needs an importance ratio; loss {name!r} has none "
+            f"(use one of {_RATIO_LOSSES}, or importance_sampling_level='token')."
+        )
+    if clip_ratio_c is not None and name != "ppo":
+        raise ValueError(f"clip_ratio_c (dual-clip PPO) applies to loss 'ppo' only, not {name!r}; leave it unset.")
     agg = {"loss_agg_mode": loss_agg_mode, "horizon": horizon, "normaliser": normaliser}
     clip = {"clip_ratio_low": clip_ratio_low, "clip_ratio_high": clip_ratio_high}
+    level = {"importance_sampling_level": importance_sampling_level}
     if name == "ppo":
-        return ppo_clip_loss(log_probs, old_log_probs, advantages, response_mask, **clip, **agg)
+        return ppo_clip_loss(
+            log_probs, old_log_probs, advantages, response_mask, clip_ratio_c=clip_ratio_c, **clip, **level, **agg
+        )
     if name == "importance_sampling":
-        return importance_sampling_loss(log_probs, old_log_probs, advantages, response_mask, **agg)
+        return importance_sampling_loss(log_probs, old_log_probs, advantages, response_mask, **level, **agg)
     if name == "cispo":
-        return cispo_loss(log_probs, old_log_probs, advantages, response_mask, **clip, **agg)
+        return cispo_loss(log_probs, old_log_probs, advantages, response_mask, **clip, **level, **agg)
     if name == "dro":
         return dro_loss(log_probs, old_log_probs, advantages, response_mask, beta=beta, **agg)
     if name == "cross_entropy":
