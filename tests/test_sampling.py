@@ -106,3 +106,36 @@ def test_a_row_ends_at_eos_or_at_max_new_tokens():
         assert len(response) <= 3
         assert reason == ("stop" if response[-1] == TOK.eos_token_id else "length")
         assert reason == "stop" or len(response) == 3
+
+
+@pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.7, 1.0), (1.3, 0.8)])
+@pytest.mark.parametrize("row_chunk", [None, 12])  # the sampler's rows in one chunk, or 2 rows (V = 6) a chunk
+def test_next_tokens_follow_the_tempered_nucleus_distribution(monkeypatch, temperature, top_p, row_chunk):
+    from rllm_torch.backends.torch_backend import sampling
+
+    if row_chunk is not None:
+        monkeypatch.setattr(sampling, "_ROW_CHUNK_ELEMENTS", row_chunk)
+    logits = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -30.0])
+    probs = torch.softmax(logits.double() / temperature, -1)
+    # the nucleus: the smallest set of most likely tokens whose mass reaches top_p, renormalised
+    mass_before = probs.cumsum(0) - probs
+    nucleus = torch.where(mass_before < top_p, probs, torch.zeros_like(probs))
+    want = nucleus / nucleus.sum()
+    rows = 6000
+    tokens, logp = sampling.sample_next_tokens(
+        logits.expand(rows, -1), temperature=temperature, top_p=top_p, generator=torch.Generator().manual_seed(0)
+    )
+    counts = torch.bincount(tokens, minlength=6).double()
+    # each count within 4.5 binomial standard deviations (a false alarm about once in 10^5 runs)
+    assert ((counts - rows * want).abs() <= 4.5 * (rows * want * (1 - want)).sqrt() + 1e-9).all(), (counts, rows * want)
+    assert counts[want == 0].sum() == 0
+    torch.testing.assert_close(logp, probs.log().float()[tokens])  # before the top-p cut
+
+
+def test_greedy_next_tokens_take_the_first_maximum_with_its_log_prob_at_temperature_one():
+    from rllm_torch.backends.torch_backend.sampling import sample_next_tokens
+
+    logits = torch.tensor([[0.0, 3.0, 3.0, 1.0], [5.0, 0.0, 0.0, 0.0]])
+    tokens, logp = sample_next_tokens(logits, temperature=0.0)
+    assert tokens.tolist() == [1, 0]
+    torch.testing.assert_close(logp, logits.log_softmax(-1)[[0, 1], [1, 0]])
