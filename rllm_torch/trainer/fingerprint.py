@@ -112,6 +112,9 @@ FINGERPRINT_KEYS = (
     "rllm.algorithm.use_kl_in_reward",
     "rllm.algorithm.kl_penalty",
     "rllm.algorithm.kl_coef",
+    "rllm.algorithm.rollout_correction.tis_mode",
+    "rllm.algorithm.rollout_correction.tis_cap",
+    "rllm.algorithm.rollout_correction.bypass_mode",
     "backend.weight_decay",  # AdamW's, restored with the optimizer state
     "backend.grad_clip",
     "backend.ppo_epochs",
@@ -129,6 +132,9 @@ FINGERPRINT_KEYS = (
     "backend.device",
     "backend.seed",
     "backend.parallelism",
+    # the sampler and the dtype it samples in (its log-probs feed the loss)
+    "backend.rollout.engine",
+    "backend.rollout.dtype",
 )
 
 #: Settings a resumed run may change: the new value applies from the resumed step on, the start-up
@@ -165,6 +171,10 @@ RESUMABLE_KEYS = (
     "backend.rollout_batch_size",
     "backend.num_threads",
     "backend.dist_timeout_s",
+    "backend.rollout.max_model_len",  # a bound on what fits, checked at start-up
+    "backend.rollout.gpu_memory_utilization",
+    "backend.rollout.kv_cache_memory_bytes",
+    "backend.rollout.enforce_eager",
     "rllm.algorithm.use_rllm",  # read by nothing (kept for rLLM's configs)
 )
 

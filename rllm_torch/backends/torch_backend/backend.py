@@ -17,6 +17,13 @@ With ``backend.critic.enable`` (``adv_estimator=gae``) a **critic**
 (:mod:`~rllm_torch.backends.torch_backend.critic`) gives each response token's value, and is
 trained on the GAE returns with the clipped value loss and its own AdamW, one step per
 mini-batch beside the policy's.
+
+``backend.rollout.engine=vllm`` samples through a colocated vLLM engine
+(:mod:`~rllm_torch.backends.torch_backend.vllm_rollout`), synced with the policy before a sampling
+phase that follows an optimizer step. ``rllm.algorithm.rollout_correction`` weights each token's
+loss by the truncated importance ratio of the old policy over the sampler
+(:mod:`~rllm_torch.backends.torch_backend.losses.rollout_correction`), or (``bypass_mode``) takes
+the sampler's log-probs as the old policy's.
 """
 
 from __future__ import annotations
@@ -37,14 +44,19 @@ from rllm_torch.backends.torch_backend.losses import (
     AGG_MODES,
     KL_ESTIMATORS,
     LOSS_FNS,
+    TIS_MODES,
     aggregate_loss,
+    importance_weight_stats,
     kl_penalty,
     loss_normaliser,
     policy_loss,
+    rollout_importance_weights,
+    summarise_importance_weights,
 )
 from rllm_torch.backends.torch_backend.policy import build_policy, check_context, context_length, resolve_device
 from rllm_torch.backends.torch_backend.rollout import SamplingParams, TorchRolloutEngine
 from rllm_torch.backends.torch_backend.sampling import on_real_columns, token_log_probs
+from rllm_torch.backends.torch_backend.vllm_rollout import ENGINES, check_max_model_len
 from rllm_torch.backends.torch_backend.tokenizer import (
     encode_prompts,
     has_saved_tokenizer,
@@ -190,6 +202,7 @@ class TorchBackend(BackendProtocol):
                 f"rllm.algorithm.loss_agg_horizon must be >= 1 and backend.dro_beta >= 0, got {self.loss_agg_horizon} and {self.settings.get('dro_beta')}."
             )
         self._validate_kl_and_critic()
+        self._validate_rollout_engine_and_correction()
         rollout = self.config.rllm.rollout
         if rollout.n < 1 or rollout.n_val < 1 or rollout.max_new_tokens < 1:
             raise ConfigError(
@@ -222,6 +235,8 @@ class TorchBackend(BackendProtocol):
                     )
         max_new_tokens = self.config.rllm.rollout.max_new_tokens
         check_context(max(map(len, ids)), max_new_tokens, context_length(self.model))
+        if self.settings.rollout.engine == "vllm":
+            check_max_model_len(max(map(len, ids)), max_new_tokens, self.settings.rollout.max_model_len)
         answers = [str(t["answer"]) for t in rows if "answer" in t]
         if self.answer_in_response and answers:
             lengths = [len(a) for a in self.tokenizer(answers, add_special_tokens=False)["input_ids"]]
@@ -233,6 +248,27 @@ class TorchBackend(BackendProtocol):
                     f"would cut every such response short; set rllm.rollout.max_new_tokens to {lengths[longest] + 1} or "
                     "more (the answer and the end token)."
                 )
+
+    def _validate_rollout_engine_and_correction(self) -> None:
+        """The sampler (``backend.rollout``) and ``rllm.algorithm.rollout_correction`` (issue 18)."""
+        engine, correction = self.settings.rollout.engine, self.config.rllm.algorithm.rollout_correction
+        if engine not in ENGINES:
+            raise ConfigError(f"backend.rollout.engine={engine!r} is not one of {ENGINES}.")
+        key = "rllm.algorithm.rollout_correction"
+        if correction.tis_mode is not None and correction.tis_mode not in TIS_MODES:
+            raise ConfigError(f"{key}.tis_mode={correction.tis_mode!r} is not null or one of {TIS_MODES}.")
+        if not correction.tis_cap >= 1.0:
+            raise ConfigError(f"{key}.tis_cap={correction.tis_cap} must be >= 1 (a cap below 1 truncates every on-policy token).")
+        if correction.tis_mode is not None and correction.bypass_mode:
+            raise ConfigError(
+                f"{key}.tis_mode={correction.tis_mode!r} with bypass_mode=true: the old policy is then the sampler, so every "
+                "weight is exactly 1; set bypass_mode=false (recompute the old log-probs) or tis_mode=null."
+            )
+        if correction.tis_mode is not None and self.loss_fn == "dro":
+            raise ConfigError(
+                f"{key}.tis_mode with rllm.algorithm.loss_fn=dro: the weights scale the advantage term, and DRO's quadratic "
+                "term is not linear in it; use another loss_fn, or tis_mode=null."
+            )
 
     def _validate_kl_and_critic(self) -> None:
         algorithm = self.config.rllm.algorithm
@@ -265,15 +301,31 @@ class TorchBackend(BackendProtocol):
         r = self.config.rllm.rollout
         train = SamplingParams(r.temperature, r.top_p, r.max_new_tokens)
         val = SamplingParams(r.val_temperature, r.val_top_p, r.max_new_tokens)
-        self.rollout_engine = TorchRolloutEngine(
-            self.model,
-            self.tokenizer,
-            train,
-            val,
+        common = dict(
             max_batch_size=self.settings.rollout_batch_size,
             seed=self.settings.seed + self.ranks.rank,  # each rank its own rollouts
             apply_chat_template=self.apply_chat_template,
         )
+        engine = self.settings.rollout
+        if engine.engine == "vllm":  # issue 18: a colocated vLLM engine, synced after optimizer steps
+            from rllm_torch.backends.torch_backend.vllm_rollout import VllmRolloutEngine
+
+            self.rollout_engine = VllmRolloutEngine(
+                self.model,
+                self.tokenizer,
+                train,
+                val,
+                max_model_len=engine.max_model_len,
+                gpu_memory_utilization=engine.gpu_memory_utilization,
+                kv_cache_memory_bytes=engine.kv_cache_memory_bytes,
+                enforce_eager=engine.enforce_eager,
+                dtype=engine.dtype,
+                distributed=self.ranks.distributed,
+                **common,
+            )
+            self.optimizer.register_step_post_hook(lambda *_: self.rollout_engine.mark_stale())
+        else:
+            self.rollout_engine = TorchRolloutEngine(self.model, self.tokenizer, train, val, **common)
         return self.rollout_engine
 
     def get_dataloader(self, dataset: list[dict], trainer_state: TrainerState) -> TaskDataLoader:
@@ -300,8 +352,11 @@ class TorchBackend(BackendProtocol):
 
     def _sampling_weights(self):
         """FSDP: the whole policy gathered for a sampling phase (ranks sample different numbers of
-        tokens, so their forwards must not communicate); otherwise nothing to do."""
-        if not self.sharded:
+        tokens, so their forwards must not communicate); otherwise nothing to do. The vLLM engine
+        holds its own copy: it is synced here if an optimizer step changed the weights (with FSDP
+        one parameter at a time, every rank together), and nothing is gathered."""
+        self.rollout_engine.sync_weights()  # issue 18; a no-op for the hf engine
+        if not self.sharded or self.settings.rollout.engine == "vllm":
             return nullcontext()
         from rllm_torch.backends.torch_backend.sharding import gathered_weights
 
@@ -348,9 +403,16 @@ class TorchBackend(BackendProtocol):
         too), and the update takes them from its forward, detached."""
         batch = trainer_state.backend_batch
         num_rows, total_rows = batch.input_ids.shape[0], self._global_rows(batch)
-        single_update = self._updates_per_batch(max(total_rows, 1)) == (1, 1) and not self.use_kl_in_reward
+        correction = self.config.rllm.algorithm.rollout_correction  # issue 18: TIS needs π_old before the update
+        single_update = (
+            self._updates_per_batch(max(total_rows, 1)) == (1, 1)
+            and not self.use_kl_in_reward
+            and correction.tis_mode is None
+        )
         with torch.no_grad():
-            if single_update:
+            if correction.bypass_mode:  # rLLM's bypass_mode: the sampler's log-probs are π_old
+                batch.old_log_probs = batch.rollout_log_probs
+            elif single_update:
                 batch.old_log_probs = None
             elif num_rows:
                 batch.old_log_probs = self._log_probs(self.train_model if self.sharded else self.model, batch)
@@ -364,12 +426,26 @@ class TorchBackend(BackendProtocol):
                 )
             if self.critic is not None:
                 batch.values = self.critic.values(batch)
+        if correction.tis_mode is not None:
+            trainer_state.metrics |= self._rollout_importance_weights(batch)
         if self.use_kl_in_reward:
             algorithm, mask = self.config.rllm.algorithm, batch.response_mask
             kl = kl_penalty(batch.old_log_probs, batch.ref_log_probs, algorithm.kl_penalty)
             batch.reward_penalty = algorithm.kl_coef * kl * mask
             penalty, tokens = self.ranks.reduce([float(batch.reward_penalty.sum()), float(mask.sum())])
             trainer_state.metrics["reward/kl_penalty"] = penalty / max(tokens, 1.0)  # mean per trained token
+
+    def _rollout_importance_weights(self, batch) -> dict[str, float]:
+        """``batch.extras["rollout_is_weights"]`` (``[R, T]``, the loss's per-token weights) and
+        their ``rollout_corr/*`` metrics over every rank's batch (two all-reduces)."""
+        correction = self.config.rllm.algorithm.rollout_correction
+        mode = correction.tis_mode
+        weights, capped = rollout_importance_weights(
+            batch.old_log_probs, batch.rollout_log_probs, batch.response_mask, tis_mode=mode, tis_cap=correction.tis_cap
+        )
+        batch.extras["rollout_is_weights"] = weights
+        stats = importance_weight_stats(weights, capped, batch.response_mask, tis_mode=mode).tolist()
+        return summarise_importance_weights(self.ranks.reduce(stats[:4]) + self.ranks.reduce(stats[4:], "max"))
 
     def _ensure_scheduler(self, trainer_state: TrainerState, updates_per_step: int) -> None:
         if self.scheduler is None:
@@ -453,11 +529,14 @@ class TorchBackend(BackendProtocol):
             log_probs, anchor = batch.rollout_log_probs[rows], self._dummy_forward()
         old_log_probs = log_probs.detach() if batch.old_log_probs is None else batch.old_log_probs[rows]
         aggregation = dict(loss_agg_mode=self.loss_agg_mode, horizon=self.loss_agg_horizon, normaliser=normaliser)
+        advantages = batch.advantages[rows]
+        if "rollout_is_weights" in batch.extras:  # issue 18: w·ℓ(A) = ℓ(w·A) for the losses linear in A (w >= 0)
+            advantages = advantages * batch.extras["rollout_is_weights"][rows]
         loss, extra = policy_loss(
             self.loss_fn,
             log_probs,
             old_log_probs,
-            batch.advantages[rows],
+            advantages,
             mask_RT,
             clip_ratio_low=s.clip_ratio_low,
             clip_ratio_high=s.clip_ratio_high,

@@ -1,12 +1,15 @@
 """``TorchRolloutEngine``: serves many concurrent ``generate`` calls with one batched sample.
 
 Workflows call ``await engine.generate(prompt)`` concurrently; calls made in the same turn of
-the event loop are gathered and sampled together by :func:`sample_completions`.
+the event loop are gathered (:class:`BatchedRolloutEngine`) and sampled together, here by
+:func:`sample_completions` (``backend.rollout.engine=hf``; the vLLM engine is
+:mod:`~rllm_torch.backends.torch_backend.vllm_rollout`).
 """
 
 from __future__ import annotations
 
 import asyncio
+from abc import abstractmethod
 from dataclasses import dataclass
 
 import torch
@@ -17,7 +20,7 @@ from rllm_torch.backends.torch_backend.sampling import sample_completions
 from rllm_torch.backends.torch_backend.tokenizer import encode_prompts
 from rllm_torch.workflows.rollout import ModelOutput, RolloutEngine
 
-__all__ = ["TorchRolloutEngine", "SamplingParams"]
+__all__ = ["TorchRolloutEngine", "BatchedRolloutEngine", "SamplingParams"]
 
 
 @dataclass
@@ -29,38 +32,44 @@ class SamplingParams:
     max_new_tokens: int = 2
 
 
-class TorchRolloutEngine(RolloutEngine):
-    """Batched sampling from ``model``.
+def model_outputs(
+    tokenizer: PreTrainedTokenizerBase,
+    prompt_ids: list[list[int]],
+    responses: list[list[int]],
+    logprobs: list[list[float]],
+    reasons: list[str],
+) -> list[ModelOutput]:
+    """One :class:`ModelOutput` per sampled row, its text decoded without the final end token of
+    a ``"stop"`` row (any other special token stays in the text, and fails an exact match)."""
+    texts = tokenizer.batch_decode(
+        [r[:-1] if f == "stop" else r for r, f in zip(responses, reasons, strict=True)], skip_special_tokens=False
+    )
+    return [
+        ModelOutput(text=t, prompt_ids=p, response_ids=r, logprobs=lp, finish_reason=f)
+        for t, p, r, lp, f in zip(texts, prompt_ids, responses, logprobs, reasons, strict=True)
+    ]
 
-    Args:
-        model, tokenizer: the policy and its tokenizer (eos ends a response).
-        train_params, val_params: sampling settings for training and for validation.
-        max_batch_size: at most this many prompts per forward pass.
-        seed: seeds the sampling generator (on the model's device).
-        apply_chat_template: format each prompt as a user message with the tokenizer's chat
-            template (:func:`~rllm_torch.backends.torch_backend.tokenizer.encode_prompts`).
 
-    Raises (from ``generate``, to every waiting call):
-        ConfigError: a prompt and ``max_new_tokens`` do not fit in the model's context.
-    """
+class BatchedRolloutEngine(RolloutEngine):
+    """Gathers the ``generate`` calls made in one turn of the event loop and samples them in
+    chunks of at most ``max_batch_size`` prompts with :meth:`_sample`; an error reaches every
+    waiting call. Subclasses set ``train_params``, ``val_params`` and ``generator`` (the rank's
+    sampling generator, saved in checkpoints) and implement :meth:`_sample`."""
 
-    def __init__(
-        self,
-        model: torch.nn.Module,
-        tokenizer: PreTrainedTokenizerBase,
-        train_params: SamplingParams,
-        val_params: SamplingParams,
-        *,
-        max_batch_size: int = 1024,
-        seed: int = 0,
-        apply_chat_template: bool = False,
-    ) -> None:
-        self.model, self.tokenizer, self.apply_chat_template = model, tokenizer, apply_chat_template
-        self.train_params, self.val_params, self.max_batch_size = train_params, val_params, max_batch_size
-        self.generator = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
+    train_params: SamplingParams
+    val_params: SamplingParams
+    generator: torch.Generator
+
+    def __init__(self, *, max_batch_size: int = 1024) -> None:
+        self.max_batch_size = max_batch_size
         self.validation = False
         self._pending: list[tuple[str, asyncio.Future]] = []
         self._flush_scheduled = False
+
+    @property
+    def params(self) -> SamplingParams:
+        """The sampling settings in force: validation's or training's."""
+        return self.val_params if self.validation else self.train_params
 
     async def generate(self, prompt: str) -> ModelOutput:
         """Sample one completion of ``prompt`` (batched with the other calls of this turn)."""
@@ -86,8 +95,47 @@ class TorchRolloutEngine(RolloutEngine):
                 if not future.done():
                     future.set_result(output)
 
+    @abstractmethod
     def _sample(self, prompts: list[str]) -> list[ModelOutput]:
-        params = self.val_params if self.validation else self.train_params
+        """One completion of each prompt, with :attr:`params`."""
+
+
+class TorchRolloutEngine(BatchedRolloutEngine):
+    """Batched sampling from ``model``.
+
+    Args:
+        model, tokenizer: the policy and its tokenizer (eos ends a response).
+        train_params, val_params: sampling settings for training and for validation.
+        max_batch_size: at most this many prompts per forward pass.
+        seed: seeds the sampling generator (on the model's device).
+        apply_chat_template: format each prompt as a user message with the tokenizer's chat
+            template (:func:`~rllm_torch.backends.torch_backend.tokenizer.encode_prompts`).
+
+    Raises (from ``generate``, to every waiting call):
+        ConfigError: a prompt and ``max_new_tokens`` do not fit in the model's context.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: PreTrainedTokenizerBase,
+        train_params: SamplingParams,
+        val_params: SamplingParams,
+        *,
+        max_batch_size: int = 1024,
+        seed: int = 0,
+        apply_chat_template: bool = False,
+    ) -> None:
+        super().__init__(max_batch_size=max_batch_size)
+        self.model, self.tokenizer, self.apply_chat_template = model, tokenizer, apply_chat_template
+        self.train_params, self.val_params = train_params, val_params
+        self.generator = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
+
+    def sync_weights(self) -> None:
+        """Nothing to do: ``generate`` samples from the training model itself."""
+
+    def _sample(self, prompts: list[str]) -> list[ModelOutput]:
+        params = self.params
         prompt_ids = encode_prompts(self.tokenizer, prompts, apply_chat_template=self.apply_chat_template)
         check_context(max(map(len, prompt_ids)), params.max_new_tokens, context_length(self.model))
         was_training = self.model.training
@@ -105,11 +153,4 @@ class TorchRolloutEngine(RolloutEngine):
             )
         finally:
             self.model.train(was_training)
-        # the final eos is dropped; any other special token stays in the text (and fails exact match)
-        texts = self.tokenizer.batch_decode(
-            [r[:-1] if f == "stop" else r for r, f in zip(responses, reasons, strict=True)], skip_special_tokens=False
-        )
-        return [
-            ModelOutput(text=t, prompt_ids=p, response_ids=r, logprobs=lp, finish_reason=f)
-            for t, p, r, lp, f in zip(texts, prompt_ids, responses, logprobs, reasons, strict=True)
-        ]
+        return model_outputs(self.tokenizer, prompt_ids, responses, logprobs, reasons)

@@ -1,5 +1,6 @@
 """Policy losses (``policy``), their aggregation modes (``aggregation``), the KL estimators to a
-reference policy (``kl``) and the critic's value loss (``value``): pure tensor math."""
+reference policy (``kl``), the critic's value loss (``value``) and the rollout correction's
+importance weights (``rollout_correction``): pure tensor math."""
 
 from rllm_torch.backends.torch_backend.losses.aggregation import AGG_MODES, aggregate_loss, loss_normaliser, token_mean
 from rllm_torch.backends.torch_backend.losses.kl import KL_ESTIMATORS, canonical_kl_name, kl_penalty
@@ -11,6 +12,12 @@ from rllm_torch.backends.torch_backend.losses.policy import (
     importance_sampling_loss,
     policy_loss,
     ppo_clip_loss,
+)
+from rllm_torch.backends.torch_backend.losses.rollout_correction import (
+    TIS_MODES,
+    importance_weight_stats,
+    rollout_importance_weights,
+    summarise_importance_weights,
 )
 from rllm_torch.backends.torch_backend.losses.value import clipped_value_loss
 
@@ -30,4 +37,8 @@ __all__ = [
     "dro_loss",
     "cross_entropy_loss",
     "policy_loss",
+    "TIS_MODES",
+    "rollout_importance_weights",
+    "importance_weight_stats",
+    "summarise_importance_weights",
 ]
