@@ -192,7 +192,9 @@ def test_the_backend_weights_each_tokens_loss_by_the_truncated_ratio_of_its_old_
     for a, b in zip(corrected.model.parameters(), by_hand.model.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)  # AdamW's first step moves weights by ~lr = 1e-3
     plain, _ = _step(dotlist)
-    moved = max((a - b).abs().max().item() for a, b in zip(corrected.model.parameters(), plain.model.parameters()))
+    moved = max(
+        (a - b).abs().max().item() for a, b in zip(corrected.model.parameters(), plain.model.parameters(), strict=True)
+    )
     assert moved > 1e-4
 
 
@@ -209,7 +211,10 @@ def test_bypass_mode_takes_the_sampling_log_probs_as_the_old_policy_without_a_pa
     "dotlist, message",
     [
         (["rllm.algorithm.rollout_correction.tis_mode=seq"], "tis_mode='seq' is not null or one of"),
-        (["rllm.algorithm.rollout_correction.tis_mode=token", "rllm.algorithm.rollout_correction.tis_cap=0.9"], "tis_cap=0.9 must be >= 1"),
+        (
+            ["rllm.algorithm.rollout_correction.tis_mode=token", "rllm.algorithm.rollout_correction.tis_cap=0.9"],
+            "tis_cap=0.9 must be >= 1",
+        ),
         (
             ["rllm.algorithm.rollout_correction.tis_mode=token", "rllm.algorithm.rollout_correction.bypass_mode=true"],
             "every weight is exactly 1",

