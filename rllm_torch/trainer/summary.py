@@ -65,7 +65,7 @@ def _select(config: Any, key: str, default: Any = None) -> Any:
 
 def _extras_line(config: Any) -> str:
     """The settings beyond the default algorithm: estimator options, discounts, KL terms, the
-    reference policy and the critic ("" when none is set)."""
+    reference policy, the critic, the vLLM sampler and rollout correction ("" when none is set)."""
     algorithm = _select(config, "rllm.algorithm", None)
     if algorithm is None:
         return ""
@@ -84,6 +84,13 @@ def _extras_line(config: Any) -> str:
         parts.append(f"reference {_select(config, 'model.ref_path', None) or 'the initial policy'}")
     if _select(config, "backend.critic.enable", False):
         parts.append(f"critic (lr {_select(config, 'backend.critic.lr', '?')})")
+    if _select(config, "backend.rollout.engine", "hf") == "vllm":
+        parts.append("rollouts through vLLM")
+    correction = algorithm.get("rollout_correction") or {}
+    if correction.get("tis_mode"):
+        parts.append(f"rollout correction {correction.get('tis_mode')} (cap {correction.get('tis_cap')})")
+    if correction.get("bypass_mode"):
+        parts.append("bypass_mode (the rollout log-probs are the old policy's)")
     return "; ".join(parts)
 
 

@@ -62,7 +62,7 @@ from rllm_torch.backends.torch_backend.tokenizer import (
     load_tokenizer,
     require_chat_template,
 )
-from rllm_torch.backends.torch_backend.vllm_rollout import ENGINES, check_max_model_len
+from rllm_torch.backends.torch_backend.vllm_rollout import ENGINES, VllmRolloutEngine, check_max_model_len
 from rllm_torch.errors import ConfigError, ModelNotFoundError
 from rllm_torch.trainer.backend import BackendProtocol
 from rllm_torch.trainer.ranks import RunRanks
@@ -310,8 +310,6 @@ class TorchBackend(BackendProtocol):
         )
         engine = self.settings.rollout
         if engine.engine == "vllm":  # issue 18: a colocated vLLM engine, synced after optimizer steps
-            from rllm_torch.backends.torch_backend.vllm_rollout import VllmRolloutEngine
-
             self.rollout_engine = VllmRolloutEngine(
                 self.model,
                 self.tokenizer,

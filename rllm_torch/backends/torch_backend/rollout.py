@@ -53,18 +53,43 @@ def model_outputs(
 class BatchedRolloutEngine(RolloutEngine):
     """Gathers the ``generate`` calls made in one turn of the event loop and samples them in
     chunks of at most ``max_batch_size`` prompts with :meth:`_sample`; an error reaches every
-    waiting call. Subclasses set ``train_params``, ``val_params`` and ``generator`` (the rank's
-    sampling generator, saved in checkpoints) and implement :meth:`_sample`."""
+    waiting call. Subclasses implement :meth:`_sample` (and :meth:`sync_weights` when they hold
+    their own copy of the weights).
 
-    train_params: SamplingParams
-    val_params: SamplingParams
-    generator: torch.Generator
+    Args:
+        model, tokenizer: the policy and its tokenizer (eos ends a response).
+        train_params, val_params: sampling settings for training and for validation.
+        max_batch_size: at most this many prompts per sampling call.
+        seed: seeds ``generator``, the rank's sampling generator (saved in checkpoints), on
+            :meth:`_generator_device`.
+        apply_chat_template: format each prompt as a user message with the tokenizer's chat
+            template (:func:`~rllm_torch.backends.torch_backend.tokenizer.encode_prompts`).
+    """
 
-    def __init__(self, *, max_batch_size: int = 1024) -> None:
-        self.max_batch_size = max_batch_size
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: PreTrainedTokenizerBase,
+        train_params: SamplingParams,
+        val_params: SamplingParams,
+        *,
+        max_batch_size: int = 1024,
+        seed: int = 0,
+        apply_chat_template: bool = False,
+    ) -> None:
+        self.model, self.tokenizer, self.apply_chat_template = model, tokenizer, apply_chat_template
+        self.train_params, self.val_params, self.max_batch_size = train_params, val_params, max_batch_size
+        self.generator = torch.Generator(device=self._generator_device()).manual_seed(seed)
         self.validation = False
         self._pending: list[tuple[str, asyncio.Future]] = []
         self._flush_scheduled = False
+
+    def _generator_device(self) -> torch.device:
+        """Where the sampling generator lives: the model's device."""
+        return next(self.model.parameters()).device
+
+    def sync_weights(self) -> None:
+        """Bring the sampler's weights up to the policy's (nothing to do when it samples from the policy itself)."""
 
     @property
     def params(self) -> SamplingParams:
@@ -101,38 +126,12 @@ class BatchedRolloutEngine(RolloutEngine):
 
 
 class TorchRolloutEngine(BatchedRolloutEngine):
-    """Batched sampling from ``model``.
-
-    Args:
-        model, tokenizer: the policy and its tokenizer (eos ends a response).
-        train_params, val_params: sampling settings for training and for validation.
-        max_batch_size: at most this many prompts per forward pass.
-        seed: seeds the sampling generator (on the model's device).
-        apply_chat_template: format each prompt as a user message with the tokenizer's chat
-            template (:func:`~rllm_torch.backends.torch_backend.tokenizer.encode_prompts`).
+    """Batched sampling from the training model itself with :func:`sample_completions`
+    (arguments: :class:`BatchedRolloutEngine`).
 
     Raises (from ``generate``, to every waiting call):
         ConfigError: a prompt and ``max_new_tokens`` do not fit in the model's context.
     """
-
-    def __init__(
-        self,
-        model: torch.nn.Module,
-        tokenizer: PreTrainedTokenizerBase,
-        train_params: SamplingParams,
-        val_params: SamplingParams,
-        *,
-        max_batch_size: int = 1024,
-        seed: int = 0,
-        apply_chat_template: bool = False,
-    ) -> None:
-        super().__init__(max_batch_size=max_batch_size)
-        self.model, self.tokenizer, self.apply_chat_template = model, tokenizer, apply_chat_template
-        self.train_params, self.val_params = train_params, val_params
-        self.generator = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
-
-    def sync_weights(self) -> None:
-        """Nothing to do: ``generate`` samples from the training model itself."""
 
     def _sample(self, prompts: list[str]) -> list[ModelOutput]:
         params = self.params

@@ -209,6 +209,7 @@ def sample_with_vllm(
                 temperature=temperature,
                 top_p=top_p if temperature > 0 else 1.0,
                 max_tokens=max_new_tokens,
+                ignore_eos=True,  # not the model config's end token: ``eos_token_id`` alone, as generate is given
                 stop_token_ids=[eos_token_id] if eos_token_id is not None else None,
                 logprobs=0,
                 seed=seed,
@@ -229,15 +230,11 @@ def sample_with_vllm(
 
 
 class VllmRolloutEngine(BatchedRolloutEngine):
-    """Batched sampling through a colocated vLLM engine (see the module docstring).
+    """Batched sampling through a colocated vLLM engine (see the module docstring); the
+    arguments before ``max_model_len`` are :class:`BatchedRolloutEngine`'s (the generator the
+    requests' seeds are drawn from is on the CPU; ``seed`` also seeds vLLM's own).
 
     Args:
-        model, tokenizer: the training policy (its weights are synced into the engine) and its
-            tokenizer (its end token stops a response; prompts are encoded here).
-        train_params, val_params: sampling settings for training and for validation.
-        max_batch_size: at most this many prompts per ``generate`` call.
-        seed: seeds the generator the requests' seeds are drawn from (and vLLM's own).
-        apply_chat_template: format prompts with the tokenizer's chat template.
         max_model_len: the engine's context (None: the policy's ``max_position_embeddings``).
         gpu_memory_utilization: share of the GPU's memory vLLM may take (CUDA).
         kv_cache_memory_bytes: the KV cache's size (None: on CPU :data:`CPU_KV_CACHE_BYTES`, on
@@ -267,11 +264,16 @@ class VllmRolloutEngine(BatchedRolloutEngine):
         dtype: str | None = None,
         distributed: bool = False,
     ) -> None:
-        super().__init__(max_batch_size=max_batch_size)
+        super().__init__(
+            model,
+            tokenizer,
+            train_params,
+            val_params,
+            max_batch_size=max_batch_size,
+            seed=seed,
+            apply_chat_template=apply_chat_template,
+        )
         vllm = import_vllm()
-        self.model, self.tokenizer, self.apply_chat_template = model, tokenizer, apply_chat_template
-        self.train_params, self.val_params = train_params, val_params
-        self.generator = torch.Generator().manual_seed(seed)
         from vllm.platforms import current_platform
 
         on_cpu = current_platform.is_cpu()
@@ -314,6 +316,9 @@ class VllmRolloutEngine(BatchedRolloutEngine):
         _quiet_logs()
         self._stale = True  # dummy weights until the first sync
         self.syncs = 0
+
+    def _generator_device(self) -> torch.device:
+        return torch.device("cpu")  # it draws the requests' seeds, on the host
 
     def mark_stale(self) -> None:
         """The policy's weights changed (an optimizer step): the next sampling phase syncs first."""
