@@ -247,3 +247,36 @@ def test_under_torchrun_each_rank_samples_from_its_own_engine_synced_with_the_po
     train = [r for r in rows if "actor/loss" in r]
     assert [r["step"] for r in train] == [1, 2, 3]
     assert all(r["actor/rollout_logprob_abs_diff"] < 1e-5 for r in train)
+
+
+def test_weights_restored_after_the_engine_started_are_what_it_samples_from():
+    """A resume loads the checkpoint after the engine is built: the engine starts stale, so its
+    first sampling phase takes the restored weights, not those it was built beside."""
+    from trainer_rank_tasks import backend_config
+
+    from rllm_torch.backends.torch_backend.backend import TorchBackend
+
+    config = backend_config(
+        "backend.rollout.engine=vllm",
+        "model.num_heads=2",
+        "rllm.rollout.val_temperature=0",
+        "rllm.rollout.max_new_tokens=8",
+    )
+    backend = TorchBackend(config, alphabet=ALPHABET)
+    engine = backend.init_rollout_engine()
+    try:
+        other, tok = small_model()
+        with torch.no_grad():
+            for param in other.parameters():
+                param.add_(torch.randn(param.shape, generator=torch.Generator().manual_seed(1)) * 0.5)
+        state = backend.state_dict()
+        backend.load_state_dict({**state, "model": other.state_dict()})
+        with backend._sampling_weights():
+            outs = sample(engine, PROMPTS, validation=True)
+        prompt_ids = [tok(p)["input_ids"] for p in PROMPTS]
+        responses, logprobs = greedy_hf(other, prompt_ids, tok, 8)
+        assert engine.syncs == 1 and [o.response_ids for o in outs] == responses
+        for out, logp in zip(outs, logprobs, strict=True):  # the restored weights' probabilities, not others'
+            torch.testing.assert_close(torch.tensor(out.logprobs), torch.tensor(logp), atol=2e-5, rtol=2e-5)
+    finally:
+        engine.shutdown()
