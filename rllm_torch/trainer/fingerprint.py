@@ -116,6 +116,9 @@ FINGERPRINT_KEYS = (
     "rllm.algorithm.use_kl_in_reward",
     "rllm.algorithm.kl_penalty",
     "rllm.algorithm.kl_coef",
+    "rllm.algorithm.rollout_correction.tis_mode",
+    "rllm.algorithm.rollout_correction.tis_cap",
+    "rllm.algorithm.rollout_correction.bypass_mode",
     "backend.weight_decay",  # AdamW's, restored with the optimizer state
     "backend.grad_clip",
     "backend.ppo_epochs",
@@ -140,6 +143,9 @@ FINGERPRINT_KEYS = (
     "backend.seed",
     "backend.parallelism",
     "backend.dtype",  # the numerics of every forward
+    # the sampler and the dtype it samples in (its log-probs feed the loss)
+    "backend.rollout.engine",
+    "backend.rollout.dtype",
 )
 
 #: Settings a resumed run may change: the new value applies from the resumed step on, the start-up
@@ -179,6 +185,10 @@ RESUMABLE_KEYS = (
     "backend.micro_batch_tokens",  # micro-batches accumulate the same gradient
     "backend.log_prob_chunk_tokens",
     "backend.gradient_checkpointing",
+    "backend.rollout.max_model_len",  # a bound on what fits, checked at start-up
+    "backend.rollout.gpu_memory_utilization",
+    "backend.rollout.kv_cache_memory_bytes",
+    "backend.rollout.enforce_eager",
     "rllm.algorithm.use_rllm",  # read by nothing (kept for rLLM's configs)
 )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -9,6 +10,8 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
+from rllm_torch.errors import RLLMTorchError
+from rllm_torch.estimators.registry import get_tensor_adv_estimator
 from rllm_torch.trainer.fingerprint import describe_changes
 
 __all__ = ["StepPlan", "plan_steps", "startup_summary", "GROUP_BASELINE_ESTIMATORS"]
@@ -63,17 +66,26 @@ def _select(config: Any, key: str, default: Any = None) -> Any:
     return OmegaConf.select(config, key, default=default)
 
 
+def _changed_options(name: str, options: dict) -> dict:
+    """``options`` but those equal to the estimator's own default (its signature's)."""
+    try:
+        params = inspect.signature(get_tensor_adv_estimator(name)).parameters
+    except (RLLMTorchError, TypeError, ValueError):  # not registered (yet), or no signature
+        params = {}
+    return {k: v for k, v in options.items() if k not in params or params[k].default != v}
+
+
 def _extras_line(config: Any) -> str:
     """The settings beyond the default algorithm: estimator options, discounts, KL terms, the
-    reference policy and the critic ("" when none is set)."""
+    reference policy, the critic, the vLLM sampler and rollout correction ("" when none is set)."""
     algorithm = _select(config, "rllm.algorithm", None)
     if algorithm is None:
         return ""
     parts = []
     estimators = {algorithm.get("adv_estimator"), *dict(algorithm.get("estimator_map") or {}).values()}
     for name, options in dict(algorithm.get("estimator_options") or {}).items():
-        if name in estimators and options:
-            parts.append(f"{name} {', '.join(f'{k}={v}' for k, v in dict(options).items())}")
+        if name in estimators and (changed := _changed_options(name, dict(options))):
+            parts.append(f"{name} {', '.join(f'{k}={v}' for k, v in changed.items())}")
     if algorithm.get("gamma", 1.0) != 1.0 or algorithm.get("lam", 1.0) != 1.0:
         parts.append(f"gamma={algorithm.get('gamma')}, lam={algorithm.get('lam')}")
     if algorithm.get("use_kl_loss"):
@@ -84,6 +96,13 @@ def _extras_line(config: Any) -> str:
         parts.append(f"reference {_select(config, 'model.ref_path', None) or 'the initial policy'}")
     if _select(config, "backend.critic.enable", False):
         parts.append(f"critic (lr {_select(config, 'backend.critic.lr', '?')})")
+    if _select(config, "backend.rollout.engine", "hf") == "vllm":
+        parts.append("rollouts through vLLM")
+    correction = algorithm.get("rollout_correction") or {}
+    if correction.get("tis_mode"):
+        parts.append(f"rollout correction {correction.get('tis_mode')} (cap {correction.get('tis_cap')})")
+    if correction.get("bypass_mode"):
+        parts.append("bypass_mode (the rollout log-probs are the old policy's)")
     return "; ".join(parts)
 
 

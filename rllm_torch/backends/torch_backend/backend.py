@@ -28,10 +28,18 @@ With ``rllm.algorithm.use_kl_loss`` or ``use_kl_in_reward`` a frozen **reference
 **critic** (:mod:`~rllm_torch.backends.torch_backend.critic`) gives each response token's value,
 and is trained on the GAE returns with the clipped value loss and its own AdamW, one step per
 mini-batch beside the policy's.
+
+``backend.rollout.engine=vllm`` samples through a colocated vLLM engine
+(:mod:`~rllm_torch.backends.torch_backend.vllm_rollout`), synced with the policy before a sampling
+phase that follows an optimizer step. ``rllm.algorithm.rollout_correction`` weights each token's
+loss by the truncated importance ratio of the old policy over the sampler
+(:mod:`~rllm_torch.backends.torch_backend.losses.rollout_correction`), or (``bypass_mode``) takes
+the sampler's log-probs as the old policy's.
 """
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -49,11 +57,15 @@ from rllm_torch.backends.torch_backend.losses import (
     AGG_MODES,
     KL_ESTIMATORS,
     LOSS_FNS,
+    TIS_MODES,
     aggregate_loss,
     entropy_bonus,
+    importance_weight_stats,
     kl_penalty,
     loss_normaliser,
     policy_loss,
+    rollout_importance_weights,
+    summarise_importance_weights,
 )
 from rllm_torch.backends.torch_backend.micro_batches import gradient_sync, split_rows, stage_memory
 from rllm_torch.backends.torch_backend.policy import (
@@ -69,6 +81,7 @@ from rllm_torch.backends.torch_backend.tokenizer import (
     load_tokenizer,
     require_chat_template,
 )
+from rllm_torch.backends.torch_backend.vllm_rollout import ENGINES, VllmRolloutEngine, check_max_model_len
 from rllm_torch.errors import ConfigError
 from rllm_torch.trainer.backend import BackendProtocol
 from rllm_torch.trainer.ranks import RunRanks
@@ -198,6 +211,7 @@ class TorchBackend(BackendProtocol):
                 f"rllm.algorithm.loss_agg_horizon must be >= 1 and backend.dro_beta >= 0, got {self.loss_agg_horizon} and {self.settings.dro_beta}."
             )
         self._validate_kl_and_critic()
+        self._validate_rollout_engine_and_correction()
         rollout = self.config.rllm.rollout
         if rollout.n < 1 or rollout.n_val < 1 or rollout.max_new_tokens < 1:
             raise ConfigError(
@@ -239,6 +253,8 @@ class TorchBackend(BackendProtocol):
                 f"prompt has {longest} tokens and rllm.rollout.max_new_tokens={max_new_tokens}; raise "
                 f"backend.micro_batch_tokens to {longest + max_new_tokens} or more (or null: no limit)."
             )
+        if self.settings.rollout.engine == "vllm":
+            check_max_model_len(longest, max_new_tokens, self.settings.rollout.max_model_len)
         answers = [str(t["answer"]) for t in rows if "answer" in t]
         if self.answer_in_response and answers:
             lengths = [len(a) for a in self.tokenizer(answers, add_special_tokens=False)["input_ids"]]
@@ -250,6 +266,34 @@ class TorchBackend(BackendProtocol):
                     f"would cut every such response short; set rllm.rollout.max_new_tokens to {lengths[longest] + 1} or "
                     "more (the answer and the end token)."
                 )
+
+    def _validate_rollout_engine_and_correction(self) -> None:
+        """The sampler (``backend.rollout``) and ``rllm.algorithm.rollout_correction`` (issue 18)."""
+        engine, correction = self.settings.rollout.engine, self.config.rllm.algorithm.rollout_correction
+        if engine not in ENGINES:
+            raise ConfigError(f"backend.rollout.engine={engine!r} is not one of {ENGINES}.")
+        key = "rllm.algorithm.rollout_correction"
+        if correction.tis_mode is not None and correction.tis_mode not in TIS_MODES:
+            raise ConfigError(f"{key}.tis_mode={correction.tis_mode!r} is not null or one of {TIS_MODES}.")
+        if not correction.tis_cap >= 1.0:
+            raise ConfigError(
+                f"{key}.tis_cap={correction.tis_cap} must be >= 1 (a cap below 1 truncates every on-policy token)."
+            )
+        if correction.tis_mode is not None and correction.bypass_mode:
+            raise ConfigError(
+                f"{key}.tis_mode={correction.tis_mode!r} with bypass_mode=true: the old policy is then the sampler, so every "
+                "weight is exactly 1; set bypass_mode=false (recompute the old log-probs) or tis_mode=null."
+            )
+        if engine == "vllm" and self.actor.lora:
+            raise ConfigError(
+                "backend.rollout.engine=vllm with model.lora.r > 0 is not supported yet (the engine is synced with the "
+                "model's own weights, not merged adapters); use backend.rollout.engine=hf, or model.lora.r=0."
+            )
+        if correction.tis_mode is not None and self.loss_fn == "dro":
+            raise ConfigError(
+                f"{key}.tis_mode with rllm.algorithm.loss_fn=dro: the weights scale the advantage term, and DRO's quadratic "
+                "term is not linear in it; use another loss_fn, or tis_mode=null."
+            )
 
     def _validate_kl_and_critic(self) -> None:
         algorithm = self.config.rllm.algorithm
@@ -282,16 +326,31 @@ class TorchBackend(BackendProtocol):
         r = self.config.rllm.rollout
         train = SamplingParams(r.temperature, r.top_p, r.max_new_tokens)
         val = SamplingParams(r.val_temperature, r.val_top_p, r.max_new_tokens)
-        self.rollout_engine = TorchRolloutEngine(
-            self.model,
-            self.tokenizer,
-            train,
-            val,
+        common = dict(
             max_batch_size=self.settings.rollout_batch_size,
             seed=self.settings.seed + self.ranks.rank,  # each rank its own rollouts
             apply_chat_template=self.apply_chat_template,
-            autocast_dtype=self.compute_dtype,
         )
+        engine = self.settings.rollout
+        if engine.engine == "vllm":  # issue 18: a colocated vLLM engine, synced after optimizer steps
+            self.rollout_engine = VllmRolloutEngine(
+                self.model,
+                self.tokenizer,
+                train,
+                val,
+                max_model_len=engine.max_model_len,
+                gpu_memory_utilization=engine.gpu_memory_utilization,
+                kv_cache_memory_bytes=engine.kv_cache_memory_bytes,
+                enforce_eager=engine.enforce_eager,
+                dtype=engine.dtype or ("bfloat16" if self.compute_dtype == torch.bfloat16 else None),
+                distributed=self.ranks.distributed,
+                **common,
+            )
+            self.optimizer.register_step_post_hook(lambda *_: self.rollout_engine.mark_stale())
+        else:
+            self.rollout_engine = TorchRolloutEngine(
+                self.model, self.tokenizer, train, val, autocast_dtype=self.compute_dtype, **common
+            )
         return self.rollout_engine
 
     def get_dataloader(self, dataset: list[dict], trainer_state: TrainerState) -> TaskDataLoader:
@@ -311,10 +370,18 @@ class TorchBackend(BackendProtocol):
         n = self.config.rllm.rollout.n_val if is_validation else self.config.rllm.rollout.n
         self.rollout_engine.validation = is_validation
         tasks = [(task_id, task, k) for task_id, task in batch for k in range(n)]
-        with self.actor.sampling_weights():
+        with self._sampling_weights():
             return await agent_workflow_engine.execute_tasks(
                 [t for _, t, _ in tasks], [i for i, _, _ in tasks], [k for _, _, k in tasks]
             )
+
+    def _sampling_weights(self) -> AbstractContextManager:
+        """The weights a sampling phase runs on. The vLLM engine holds its own copy: it is synced
+        here if an optimizer step changed the policy (under FSDP one parameter at a time, every
+        rank together). ``generate`` runs on the policy itself: under FSDP, gathered whole for the
+        phase (:meth:`Actor.sampling_weights`)."""
+        self.rollout_engine.sync_weights()  # a no-op for the hf engine
+        return nullcontext() if self.settings.rollout.engine == "vllm" else self.actor.sampling_weights()
 
     def transform_to_backend_batch(self, trainer_state: TrainerState):
         use_pre = bool(self.config.rllm.algorithm.use_precomputed_advantage)
@@ -376,17 +443,27 @@ class TorchBackend(BackendProtocol):
         With a single update per batch (one epoch, one mini-batch) and no KL in the reward, the
         old log-probs are left None: the update's own forward runs on the weights that sampled
         the batch, so a separate no-gradient pass would compute the same numbers (TRL skips it
-        too), and the update takes them from its forward, detached.
+        too), and the update takes them from its forward, detached. With rollout correction
+        (``rllm.algorithm.rollout_correction.tis_mode``) the old log-probs are always a pass of
+        their own (the weights need them before the update); with ``bypass_mode`` they are the
+        sampler's.
 
         Raises:
             OutOfMemoryError: a pass ran out of memory (naming the settings that lower it).
         """
         batch, actor = trainer_state.backend_batch, self.actor
         total_rows = self._global_rows(batch)
-        single_update = self._updates_per_batch(max(total_rows, 1)) == (1, 1) and not self.use_kl_in_reward
+        correction = self.config.rllm.algorithm.rollout_correction
+        single_update = (
+            self._updates_per_batch(max(total_rows, 1)) == (1, 1)
+            and not self.use_kl_in_reward
+            and correction.tis_mode is None
+        )
         rows = torch.arange(batch.input_ids.shape[0], device=self.device)
         with stage_memory("computing the old, reference and value passes", self._memory_advice()):
-            if single_update:
+            if correction.bypass_mode:  # rLLM's bypass_mode: the sampler's log-probs are π_old
+                batch.old_log_probs = batch.rollout_log_probs
+            elif single_update:
                 batch.old_log_probs = None
             else:
                 micro = self._micro_batches(batch, rows, collective=actor.sharded)
@@ -398,12 +475,26 @@ class TorchBackend(BackendProtocol):
                     batch.ref_log_probs = self._log_probs(scorer, batch, micro)
             if self.critic is not None:
                 batch.values = self.critic.values(batch, self._micro_batches(batch, rows, collective=False))
+        if correction.tis_mode is not None:
+            trainer_state.metrics |= self._rollout_importance_weights(batch)
         if self.use_kl_in_reward:
             algorithm, mask = self.config.rllm.algorithm, batch.response_mask
             kl = kl_penalty(batch.old_log_probs, batch.ref_log_probs, algorithm.kl_penalty)
             batch.reward_penalty = algorithm.kl_coef * kl * mask
             penalty, tokens = self.ranks.reduce([float(batch.reward_penalty.sum()), float(mask.sum())])
             trainer_state.metrics["reward/kl_penalty"] = penalty / max(tokens, 1.0)  # mean per trained token
+
+    def _rollout_importance_weights(self, batch) -> dict[str, float]:
+        """``batch.extras["rollout_is_weights"]`` (``[R, T]``, the loss's per-token weights) and
+        their ``rollout_corr/*`` metrics over every rank's batch (two all-reduces)."""
+        correction = self.config.rllm.algorithm.rollout_correction
+        mode = correction.tis_mode
+        weights, capped = rollout_importance_weights(
+            batch.old_log_probs, batch.rollout_log_probs, batch.response_mask, tis_mode=mode, tis_cap=correction.tis_cap
+        )
+        batch.extras["rollout_is_weights"] = weights
+        stats = importance_weight_stats(weights, capped, batch.response_mask, tis_mode=mode).tolist()
+        return summarise_importance_weights(self.ranks.reduce(stats[:4]) + self.ranks.reduce(stats[4:], "max"))
 
     def _ensure_scheduler(self, trainer_state: TrainerState, updates_per_step: int) -> None:
         if self.scheduler is None:
@@ -502,11 +593,14 @@ class TorchBackend(BackendProtocol):
             log_probs, entropy, anchor = batch.rollout_log_probs[rows], None, self.actor.dummy_loss()
         old_log_probs = log_probs.detach() if batch.old_log_probs is None else batch.old_log_probs[rows]
         aggregation = dict(loss_agg_mode=self.loss_agg_mode, horizon=self.loss_agg_horizon, normaliser=normaliser)
+        advantages = batch.advantages[rows]
+        if "rollout_is_weights" in batch.extras:  # issue 18: w·ℓ(A) = ℓ(w·A) for the losses linear in A (w >= 0)
+            advantages = advantages * batch.extras["rollout_is_weights"][rows]
         loss, extra = policy_loss(
             self.loss_fn,
             log_probs,
             old_log_probs,
-            batch.advantages[rows],
+            advantages,
             mask_RT,
             clip_ratio_low=s.clip_ratio_low,
             clip_ratio_high=s.clip_ratio_high,

@@ -1,12 +1,15 @@
 """``TorchRolloutEngine``: serves many concurrent ``generate`` calls with one batched sample.
 
 Workflows call ``await engine.generate(prompt)`` concurrently; calls made in the same turn of
-the event loop are gathered and sampled together by :func:`sample_completions`.
+the event loop are gathered (:class:`BatchedRolloutEngine`) and sampled together, here by
+:func:`sample_completions` (``backend.rollout.engine=hf``; the vLLM engine is
+:mod:`~rllm_torch.backends.torch_backend.vllm_rollout`).
 """
 
 from __future__ import annotations
 
 import asyncio
+from abc import abstractmethod
 from dataclasses import dataclass
 
 import torch
@@ -18,7 +21,7 @@ from rllm_torch.backends.torch_backend.sampling import sample_completions
 from rllm_torch.backends.torch_backend.tokenizer import encode_prompts
 from rllm_torch.workflows.rollout import ModelOutput, RolloutEngine
 
-__all__ = ["TorchRolloutEngine", "SamplingParams"]
+__all__ = ["TorchRolloutEngine", "BatchedRolloutEngine", "SamplingParams"]
 
 
 @dataclass
@@ -30,14 +33,36 @@ class SamplingParams:
     max_new_tokens: int = 2
 
 
-class TorchRolloutEngine(RolloutEngine):
-    """Batched sampling from ``model``.
+def model_outputs(
+    tokenizer: PreTrainedTokenizerBase,
+    prompt_ids: list[list[int]],
+    responses: list[list[int]],
+    logprobs: list[list[float]],
+    reasons: list[str],
+) -> list[ModelOutput]:
+    """One :class:`ModelOutput` per sampled row, its text decoded without the final end token of
+    a ``"stop"`` row (any other special token stays in the text, and fails an exact match)."""
+    texts = tokenizer.batch_decode(
+        [r[:-1] if f == "stop" else r for r, f in zip(responses, reasons, strict=True)], skip_special_tokens=False
+    )
+    return [
+        ModelOutput(text=t, prompt_ids=p, response_ids=r, logprobs=lp, finish_reason=f)
+        for t, p, r, lp, f in zip(texts, prompt_ids, responses, logprobs, reasons, strict=True)
+    ]
+
+
+class BatchedRolloutEngine(RolloutEngine):
+    """Gathers the ``generate`` calls made in one turn of the event loop and samples them in
+    chunks of at most ``max_batch_size`` prompts with :meth:`_sample`; an error reaches every
+    waiting call. Subclasses implement :meth:`_sample` (and :meth:`sync_weights` when they hold
+    their own copy of the weights).
 
     Args:
         model, tokenizer: the policy and its tokenizer (eos ends a response).
         train_params, val_params: sampling settings for training and for validation.
-        max_batch_size: at most this many prompts per forward pass.
-        seed: seeds the sampling generator (on the model's device).
+        max_batch_size: at most this many prompts per sampling call.
+        seed: seeds ``generator``, the rank's sampling generator (saved in checkpoints), on
+            :meth:`_generator_device`.
         apply_chat_template: format each prompt as a user message with the tokenizer's chat
             template (:func:`~rllm_torch.backends.torch_backend.tokenizer.encode_prompts`).
         autocast_dtype: sample under ``torch.autocast`` in this dtype (``backend.dtype``; None: off).
@@ -62,10 +87,22 @@ class TorchRolloutEngine(RolloutEngine):
         self.model, self.tokenizer, self.apply_chat_template = model, tokenizer, apply_chat_template
         self.autocast_dtype = autocast_dtype
         self.train_params, self.val_params, self.max_batch_size = train_params, val_params, max_batch_size
-        self.generator = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
+        self.generator = torch.Generator(device=self._generator_device()).manual_seed(seed)
         self.validation = False
         self._pending: list[tuple[str, asyncio.Future]] = []
         self._flush_scheduled = False
+
+    def _generator_device(self) -> torch.device:
+        """Where the sampling generator lives: the model's device."""
+        return next(self.model.parameters()).device
+
+    def sync_weights(self) -> None:
+        """Bring the sampler's weights up to the policy's (nothing to do when it samples from the policy itself)."""
+
+    @property
+    def params(self) -> SamplingParams:
+        """The sampling settings in force: validation's or training's."""
+        return self.val_params if self.validation else self.train_params
 
     async def generate(self, prompt: str) -> ModelOutput:
         """Sample one completion of ``prompt`` (batched with the other calls of this turn)."""
@@ -91,8 +128,21 @@ class TorchRolloutEngine(RolloutEngine):
                 if not future.done():
                     future.set_result(output)
 
+    @abstractmethod
     def _sample(self, prompts: list[str]) -> list[ModelOutput]:
-        params = self.val_params if self.validation else self.train_params
+        """One completion of each prompt, with :attr:`params`."""
+
+
+class TorchRolloutEngine(BatchedRolloutEngine):
+    """Batched sampling from the training model itself with :func:`sample_completions`
+    (arguments: :class:`BatchedRolloutEngine`).
+
+    Raises (from ``generate``, to every waiting call):
+        ConfigError: a prompt and ``max_new_tokens`` do not fit in the model's context.
+    """
+
+    def _sample(self, prompts: list[str]) -> list[ModelOutput]:
+        params = self.params
         prompt_ids = encode_prompts(self.tokenizer, prompts, apply_chat_template=self.apply_chat_template)
         check_context(max(map(len, prompt_ids)), params.max_new_tokens, context_length(self.model))
         was_training = self.model.training
@@ -116,11 +166,4 @@ class TorchRolloutEngine(RolloutEngine):
                 )
         finally:
             self.model.train(was_training)
-        # the final eos is dropped; any other special token stays in the text (and fails exact match)
-        texts = self.tokenizer.batch_decode(
-            [r[:-1] if f == "stop" else r for r, f in zip(responses, reasons, strict=True)], skip_special_tokens=False
-        )
-        return [
-            ModelOutput(text=t, prompt_ids=p, response_ids=r, logprobs=lp, finish_reason=f)
-            for t, p, r, lp, f in zip(texts, prompt_ids, responses, logprobs, reasons, strict=True)
-        ]
+        return model_outputs(self.tokenizer, prompt_ids, responses, logprobs, reasons)

@@ -1,6 +1,7 @@
 """Policy losses (``policy``), the importance ratio per token or sequence and the dual clip
 (``ratio``), their aggregation modes (``aggregation``), the entropy bonus (``entropy``), the KL
-estimators to a reference policy (``kl``) and the critic's value loss (``value``): pure tensor math."""
+estimators to a reference policy (``kl``), the critic's value loss (``value``) and the rollout
+correction's importance weights (``rollout_correction``): pure tensor math."""
 
 from rllm_torch.backends.torch_backend.losses.aggregation import AGG_MODES, aggregate_loss, loss_normaliser, token_mean
 from rllm_torch.backends.torch_backend.losses.entropy import entropy_bonus
@@ -15,6 +16,12 @@ from rllm_torch.backends.torch_backend.losses.policy import (
     ppo_clip_loss,
 )
 from rllm_torch.backends.torch_backend.losses.ratio import IMPORTANCE_SAMPLING_LEVELS, dual_clip, log_importance_ratio
+from rllm_torch.backends.torch_backend.losses.rollout_correction import (
+    TIS_MODES,
+    importance_weight_stats,
+    rollout_importance_weights,
+    summarise_importance_weights,
+)
 from rllm_torch.backends.torch_backend.losses.value import clipped_value_loss
 
 __all__ = [
@@ -37,4 +44,8 @@ __all__ = [
     "log_importance_ratio",
     "dual_clip",
     "entropy_bonus",
+    "TIS_MODES",
+    "rollout_importance_weights",
+    "importance_weight_stats",
+    "summarise_importance_weights",
 ]
