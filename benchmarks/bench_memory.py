@@ -203,8 +203,9 @@ def report(table: dict, args) -> str:
     lines = [
         "# Memory and time of one training step on real model shapes, against TRL",
         "",
-        f"Run {datetime.datetime.now():%Y-%m-%d %H:%M} with `python benchmarks/bench_memory.py "
-        f"--cases {' '.join(args.cases)} --sides {' '.join(args.sides)}` on {cpu_name()}, {os.cpu_count()} cores, "
+        f"Run {datetime.datetime.now():%Y-%m-%d %H:%M} with `python benchmarks/bench_memory.py {' '.join(sys.argv[1:])}`"
+        + (" (the other rows: the earlier run it updates)" if args.update else "")
+        + f" on {cpu_name()}, {os.cpu_count()} cores, "
         f"{args.threads} torch thread(s) per run, one run at a time, address space capped at {args.cap_gb:g} GB; "
         f"torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}.",
         "",
@@ -214,7 +215,7 @@ def report(table: dict, args) -> str:
         "| case | setting | ours peak GB | TRL peak GB | TRL / ours | ours s / step | TRL s / step | TRL / ours |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for name, settings in table.items():
+    for name, settings in sorted(table.items(), key=lambda item: list(CASES).index(item[0])):
         case = CASES[name]
         label = f"`{name}`: {case.shape}, {case.prompts} x {case.rollouts}, {case.new_tokens} new tokens"
         for setting, results in settings.items():
@@ -237,12 +238,16 @@ def main(argv: list[str]) -> None:
     )
     parser.add_argument("--cap-gb", type=float, default=18.0, help="address-space cap of each run (default 18)")
     parser.add_argument("--out", type=Path, default=REPO / "outputs" / "bench_memory")
+    parser.add_argument(
+        "--update", action="store_true", help="rerun only the selected runs, keep the others of <out>/results.json"
+    )
     add_write_results(parser)
     args = parser.parse_args(argv)
     if "trl" in args.sides:
         import trl  # noqa: F401 - fail before our side runs for minutes
     args.out.mkdir(parents=True, exist_ok=True)
-    table: dict = {}
+    saved = args.out / "results.json"
+    table: dict = json.loads(saved.read_text()) if args.update and saved.is_file() else {}
     with tempfile.TemporaryDirectory(prefix="bench_memory_models_") as models:
         for name in args.cases:
             case = CASES[name]
@@ -251,9 +256,8 @@ def main(argv: list[str]) -> None:
                 save_real_model(model_dir, case.shape)
             for setting in args.settings:
                 sides = [side for side in args.sides if side == "ours" or case.peers]
-                table.setdefault(name, {})[setting] = {
-                    side: run_one(name, case, setting, side, model_dir, args.out, args) for side in sides
-                }
+                runs = table.setdefault(name, {}).setdefault(setting, {})
+                runs |= {side: run_one(name, case, setting, side, model_dir, args.out, args) for side in sides}
                 (args.out / "results.json").write_text(json.dumps(table, indent=1) + "\n")
     text = report(table, args)
     target = results_path("RESULTS_memory.md", args.write_results)

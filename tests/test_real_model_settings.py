@@ -196,8 +196,11 @@ def test_the_memory_row_names_each_setting():
     ((name, value),) = backend.summary_rows()
     assert name == "memory"
     assert value == (
-        "float32, micro-batches of 16384 tokens, log-probs in chunks of 7 tokens, activation checkpointing off, no LoRA"
+        "float32, micro-batches of 16384 tokens, log-probs in chunks of 7 tokens, sampling 4793490 prompts per "
+        "generate call, activation checkpointing off, no LoRA"
     )
+    backend.settings.rollout_batch_size = 64
+    assert backend.init_rollout_engine().max_batch_size == 64
 
 
 def test_the_entropy_bonus_is_minus_its_coefficient_times_the_token_mean_entropy_and_has_its_gradient():

@@ -75,6 +75,7 @@ from rllm_torch.backends.torch_backend.policy import (
     resolve_device,
 )
 from rllm_torch.backends.torch_backend.rollout import SamplingParams, TorchRolloutEngine
+from rllm_torch.backends.torch_backend.sampling import default_rollout_batch_size
 from rllm_torch.backends.torch_backend.tokenizer import (
     encode_prompts,
     has_saved_tokenizer,
@@ -170,6 +171,13 @@ class TorchBackend(BackendProtocol):
         )
 
     @property
+    def rollout_batch_size(self) -> int:
+        """Prompts per sampling call: ``backend.rollout_batch_size``, or as many as 256 MiB of one
+        step's logits hold (:func:`~rllm_torch.backends.torch_backend.sampling.default_rollout_batch_size`)."""
+        vocab = causal_lm(self.model).get_output_embeddings().weight.shape[0]
+        return self.settings.rollout_batch_size or default_rollout_batch_size(vocab)
+
+    @property
     def ref_model(self) -> torch.nn.Module | None:
         """The frozen reference policy's own copy (None without a KL term, or with LoRA, whose
         reference is the model with its adapters disabled)."""
@@ -189,6 +197,7 @@ class TorchBackend(BackendProtocol):
             "bfloat16 compute (float32 weights and AdamW state)" if self.compute_dtype else "float32",
             f"micro-batches of {s.micro_batch_tokens} tokens" if s.micro_batch_tokens else "no micro-batches",
             f"log-probs in chunks of {chunk} tokens",
+            f"sampling {self.rollout_batch_size} prompts per generate call",
             f"activation checkpointing {'on' if s.gradient_checkpointing else 'off'}",
         ]
         if self.actor.lora:
@@ -327,7 +336,7 @@ class TorchBackend(BackendProtocol):
         train = SamplingParams(r.temperature, r.top_p, r.max_new_tokens)
         val = SamplingParams(r.val_temperature, r.val_top_p, r.max_new_tokens)
         common = dict(
-            max_batch_size=self.settings.rollout_batch_size,
+            max_batch_size=self.rollout_batch_size,
             seed=self.settings.seed + self.ranks.rank,  # each rank its own rollouts
             apply_chat_template=self.apply_chat_template,
         )
