@@ -19,14 +19,14 @@ Quick start::
 
 from rllm_torch.advantage import collect_reward_and_advantage_from_trajectory_groups
 from rllm_torch.config import AlgorithmConfig, rLLMAdvantageEstimator
-from rllm_torch.distributed import ONE_PROCESS
-from rllm_torch.errors import *  # noqa: F403 - re-exported public surface
-from rllm_torch.errors import __all__ as _errors_all
+from rllm_torch.core.distributed import ONE_PROCESS
+from rllm_torch.core.errors import *  # noqa: F403 - re-exported public surface
+from rllm_torch.core.errors import __all__ as _errors_all
+from rllm_torch.core.labels import factorize_group_labels
+from rllm_torch.core.packing import GroupedRewards
+from rllm_torch.core.segment import segment_count, segment_mean, segment_sum, segment_var_mean
 from rllm_torch.estimators import *  # noqa: F403 - re-exported public surface
 from rllm_torch.estimators import __all__ as _estimators_all
-from rllm_torch.labels import factorize_group_labels
-from rllm_torch.packing import GroupedRewards
-from rllm_torch.segment import segment_count, segment_mean, segment_sum, segment_var_mean
 from rllm_torch.trainer import *  # noqa: F403 - re-exported public surface
 from rllm_torch.trainer import __all__ as _trainer_all
 from rllm_torch.types import Episode, Step, TerminationReason, Trajectory, TrajectoryGroup

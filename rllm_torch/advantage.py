@@ -31,19 +31,19 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from rllm_torch._checks import all_rewards_are_numbers, check_reward
 from rllm_torch.config import AlgorithmConfig
-from rllm_torch.distributed import ONE_PROCESS, agree_across_ranks, gather_objects, resolve_process_group
-from rllm_torch.errors import (
+from rllm_torch.core.checks import all_rewards_are_numbers, check_reward
+from rllm_torch.core.distributed import ONE_PROCESS, agree_across_ranks, gather_objects, resolve_process_group
+from rllm_torch.core.errors import (
     ConfigError,
     InvalidRewardsError,
     InvalidRewardTypeError,
     RLLMTorchError,
     UnknownEstimatorError,
 )
+from rllm_torch.core.packing import GroupedRewards
 from rllm_torch.estimators import compute_advantages, is_token_level
 from rllm_torch.metrics import difficulty_metrics, summary_metrics
-from rllm_torch.packing import GroupedRewards
 from rllm_torch.types import Step, Trajectory, TrajectoryGroup
 
 __all__ = ["collect_reward_and_advantage_from_trajectory_groups", "pack_role_rewards"]
@@ -209,7 +209,7 @@ def collect_reward_and_advantage_from_trajectory_groups(
         collect_advantage: False (validation): only the reward metrics, no step is changed.
         process_group: ``ONE_PROCESS`` (default), ``None`` (WORLD) or a ``torch.distributed``
             ``ProcessGroup`` whose ranks hold the rest of the batch. Every rank must call. Each
-            rank's groups stay whole (the rank-local layout, :mod:`rllm_torch.distributed`): the
+            rank's groups stay whole (the rank-local layout, :mod:`rllm_torch.core.distributed`): the
             result is that of one process on the concatenation of every rank's ``groups``;
             batch statistics and every metric are over all ranks and identical on every rank.
             Collectives: one ``all_gather_object`` (roles, and any rank's input error, raised on

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from omegaconf import DictConfig, OmegaConf
 
-from rllm_torch.errors import ConfigError
+from rllm_torch.core.errors import ConfigError
 
 __all__ = ["rLLMAdvantageEstimator", "AlgorithmConfig"]
 

@@ -13,9 +13,9 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from rllm_torch.distributed import world_position
-from rllm_torch.packing import GroupedRewards
-from rllm_torch.segment import segment_var_mean
+from rllm_torch.core.distributed import world_position
+from rllm_torch.core.packing import GroupedRewards
+from rllm_torch.core.segment import segment_var_mean
 
 __all__ = ["summary_metrics", "difficulty_metrics", "ZERO_ADVANTAGE_ATOL", "DIFFICULTY_PERCENTILES"]
 

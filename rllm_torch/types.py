@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from rllm_torch.errors import InvalidRewardTypeError, InvalidTrajectoryError
+from rllm_torch.core.errors import InvalidRewardTypeError, InvalidTrajectoryError
 
 __all__ = [
     "TerminationReason",

@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rllm_torch import GroupedRewards, compute_advantages
-from rllm_torch.errors import ConfigError, InvalidRewardsError, InvalidRewardTypeError
+from rllm_torch.core.errors import ConfigError, InvalidRewardsError, InvalidRewardTypeError
+from rllm_torch.core.tokens import discounted_returns
 from rllm_torch.estimators import TokenRewards, gae, opo, pass_at_k, pass_at_k_rewards, reinforce_plus_plus
-from rllm_torch.estimators.token_level import discounted_returns
 
 settings.register_profile("estimators", max_examples=60, deadline=None)
 

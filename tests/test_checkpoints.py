@@ -10,7 +10,7 @@ import pytest
 from trainer_fakes import RecordingBackend, TwoRoleWorkflow, make_config
 
 from rllm_torch import UnifiedTrainer
-from rllm_torch.errors import CheckpointError, CheckpointMismatchError, ConfigError
+from rllm_torch.core.errors import CheckpointError, CheckpointMismatchError, ConfigError
 from rllm_torch.trainer.checkpoint import CheckpointStore
 
 TRAIN = [{"prompt": f"p{i}"} for i in range(8)]  # 4 batches of 2 per epoch

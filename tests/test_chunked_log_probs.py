@@ -14,7 +14,7 @@ from transformers import AutoModelForCausalLM, CohereConfig, Qwen2Config
 from rllm_torch.backends.torch_backend import build_char_tokenizer, sample_completions, token_log_probs
 from rllm_torch.backends.torch_backend.forward import check_linear_head, token_scores
 from rllm_torch.backends.torch_backend.logprobs import chunked_token_log_probs, default_chunk_tokens
-from rllm_torch.errors import ConfigError
+from rllm_torch.core.errors import ConfigError
 
 
 def _full(hidden, weight, targets, bias=None, temperature=1.0):

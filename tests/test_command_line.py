@@ -23,7 +23,7 @@ from rllm_torch import UnifiedTrainer
 from rllm_torch.cli.command_line import check_command_line, check_known_keys, experiment_names
 from rllm_torch.cli.run_config import register_configs
 from rllm_torch.cli.train import run
-from rllm_torch.errors import ConfigError
+from rllm_torch.core.errors import ConfigError
 from rllm_torch.trainer.console_sink import ConsoleSink, metrics_table
 from rllm_torch.trainer.summary import plan_steps
 

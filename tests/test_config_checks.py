@@ -8,7 +8,7 @@ from hydra import compose, initialize_config_module
 
 from rllm_torch.cli.config_checks import check_run_config
 from rllm_torch.cli.run_config import register_configs
-from rllm_torch.errors import ConfigError
+from rllm_torch.core.errors import ConfigError
 
 
 def compose_train(*overrides: str):
@@ -95,7 +95,7 @@ def test_a_bad_importance_sampling_level_stops_the_run_at_start_up(settings, mes
 
 
 def test_dynamic_sampling_is_refused_on_more_than_one_process_and_its_cap_must_be_positive():
-    from rllm_torch.errors import DistributedSetupError
+    from rllm_torch.core.errors import DistributedSetupError
 
     config = compose_train("rllm.algorithm.filter_groups.enable=true")
     check_run_config(config, world_size=1)

@@ -18,4 +18,4 @@ def test_the_demo_shows_every_registered_estimator(capsys):
 
 def test_top_level_names_are_unique_and_pass_at_k_is_the_estimator():
     assert len(rllm_torch.__all__) == len(set(rllm_torch.__all__))
-    assert rllm_torch.pass_at_k is rllm_torch.estimators.pass_at_k
+    assert rllm_torch.pass_at_k is rllm_torch.core.estimators.pass_at_k

@@ -11,7 +11,7 @@ import torch
 from trainer_fakes import RecordingBackend, make_config
 
 from rllm_torch import UnifiedTrainer
-from rllm_torch.errors import ConfigError
+from rllm_torch.core.errors import ConfigError
 from rllm_torch.trainer.dynamic_sampling import DynamicSamplingConfig
 from rllm_torch.types import Episode, Step, TerminationReason, Trajectory
 from rllm_torch.workflows.base import Workflow

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rllm_torch.errors import ConfigError, DatasetFormatError, DatasetNotFoundError
+from rllm_torch.core.errors import ConfigError, DatasetFormatError, DatasetNotFoundError
 from rllm_torch.tasks.file_task import load_reward_fn, load_rows
 
 

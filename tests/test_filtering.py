@@ -12,7 +12,7 @@ from rllm_torch import (
     apply_rejection_sampling_and_filtering,
     transform_episodes_to_trajectory_groups,
 )
-from rllm_torch.errors import InvalidRewardTypeError
+from rllm_torch.core.errors import InvalidRewardTypeError
 
 
 def _batch(task_rewards):

@@ -12,7 +12,7 @@ from hydra.errors import ConfigCompositionException
 
 from rllm_torch.cli.run_config import register_configs
 from rllm_torch.cli.train import run
-from rllm_torch.errors import (
+from rllm_torch.core.errors import (
     CheckpointMismatchError,
     ConfigError,
     DatasetNotFoundError,

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rllm_torch.backends.torch_backend.micro_batches import plan_micro_batches, split_rows, stage_memory
-from rllm_torch.errors import ConfigError, OutOfMemoryError
+from rllm_torch.core.errors import ConfigError, OutOfMemoryError
 
 
 def test_a_hand_worked_plan():

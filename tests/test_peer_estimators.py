@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from reference import gdpo_reference, reference_advantages
 
 from rllm_torch import GroupedRewards, compute_advantages
-from rllm_torch.errors import ConfigError, InvalidRewardsError
+from rllm_torch.core.errors import ConfigError, InvalidRewardsError
 
 settings.register_profile("peers", max_examples=40, deadline=None)
 

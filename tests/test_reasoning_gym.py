@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from trainer_fakes import make_config
 
-from rllm_torch.errors import ConfigError
+from rllm_torch.core.errors import ConfigError
 from rllm_torch.tasks import build_task
 
 reasoning_gym = pytest.importorskip("reasoning_gym")

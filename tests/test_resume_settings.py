@@ -19,7 +19,7 @@ from trainer_fakes import make_config
 from rllm_torch.cli.command_line import known_keys
 from rllm_torch.cli.run_config import register_configs
 from rllm_torch.cli.train import run
-from rllm_torch.errors import CheckpointMismatchError
+from rllm_torch.core.errors import CheckpointMismatchError
 from rllm_torch.trainer import fingerprint
 
 

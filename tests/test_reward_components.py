@@ -15,7 +15,7 @@ from reference import gdpo_reference
 from rllm_torch import AlgorithmConfig, Trajectory, TrajectoryGroup, collect_reward_and_advantage_from_trajectory_groups
 from rllm_torch.cli.run_config import register_configs
 from rllm_torch.cli.train import check_reward_components
-from rllm_torch.errors import ConfigError, InvalidRewardsError
+from rllm_torch.core.errors import ConfigError, InvalidRewardsError
 from rllm_torch.tasks import build_task
 from rllm_torch.tasks.arithmetic import one_digit_format_reward
 from rllm_torch.trainer import compute_token_advantages

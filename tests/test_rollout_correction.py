@@ -17,7 +17,7 @@ from rllm_torch.backends.torch_backend.losses import (
     rollout_importance_weights,
     summarise_importance_weights,
 )
-from rllm_torch.errors import ConfigError
+from rllm_torch.core.errors import ConfigError
 
 
 def reference_weights(old, rollout, mask, mode, cap):

@@ -17,7 +17,7 @@ from transformers import PreTrainedTokenizerFast
 from rllm_torch.backends.torch_backend.backend import TorchBackend
 from rllm_torch.backends.torch_backend.policy import build_policy
 from rllm_torch.backends.torch_backend.tokenizer import encode_prompts, load_tokenizer
-from rllm_torch.errors import ConfigError
+from rllm_torch.core.errors import ConfigError
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

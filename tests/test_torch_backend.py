@@ -21,7 +21,7 @@ from rllm_torch.backends.torch_backend import (
     token_mean,
 )
 from rllm_torch.backends.torch_backend.policy import build_policy
-from rllm_torch.errors import ModelNotFoundError
+from rllm_torch.core.errors import ModelNotFoundError
 from rllm_torch.trainer import TokenBatch, compute_token_advantages
 
 TINY = OmegaConf.create(

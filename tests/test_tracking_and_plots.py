@@ -11,7 +11,7 @@ import pytest
 from rllm_torch.backends.torch_backend.data import TaskDataLoader
 from rllm_torch.cli.plot import main as plot_main
 from rllm_torch.cli.plot import plot_run, read_metrics
-from rllm_torch.errors import ConfigError
+from rllm_torch.core.errors import ConfigError
 from rllm_torch.trainer.console_sink import ConsoleSink
 from rllm_torch.trainer.tracking import Tracking
 

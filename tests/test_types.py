@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from rllm_torch import Episode, Step, TerminationReason, Trajectory, TrajectoryGroup
-from rllm_torch.errors import InvalidTrajectoryError
+from rllm_torch.core.errors import InvalidTrajectoryError
 from rllm_torch.trainer import build_token_batch
 
 

@@ -9,7 +9,7 @@ import torch
 from trainer_fakes import RecordingBackend, TwoRoleWorkflow, make_config
 
 from rllm_torch import GroupedRewards, UnifiedTrainer, compute_advantages
-from rllm_torch.errors import ConfigError, UnknownEstimatorError, WorkflowError
+from rllm_torch.core.errors import ConfigError, UnknownEstimatorError, WorkflowError
 
 TRAIN = [{"prompt": f"p{i}"} for i in range(8)]
 VAL = [{"prompt": "v0", "data_source": "a"}, {"prompt": "v1", "data_source": "b"}]

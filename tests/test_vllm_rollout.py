@@ -21,7 +21,7 @@ from rllm_torch.backends.torch_backend import build_char_tokenizer, sample_compl
 from rllm_torch.backends.torch_backend.policy import build_policy  # noqa: E402
 from rllm_torch.backends.torch_backend.rollout import SamplingParams  # noqa: E402
 from rllm_torch.backends.torch_backend.vllm_rollout import VllmRolloutEngine  # noqa: E402
-from rllm_torch.errors import ConfigError  # noqa: E402
+from rllm_torch.core.errors import ConfigError  # noqa: E402
 
 ALPHABET = "0123456789+="
 PROMPTS = ["3+4=", "12+5=", "9=", "7+7+7="]

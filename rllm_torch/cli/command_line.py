@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ValidationError
 
 from rllm_torch.cli.run_config import TrainConfig
-from rllm_torch.errors import ConfigError, RLLMTorchError
+from rllm_torch.core.errors import ConfigError, RLLMTorchError
 
 __all__ = [
     "ERROR_EXIT_STATUS",

@@ -9,7 +9,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from rllm_torch.cli.run_config import TaskConfig, TrainConfig
-from rllm_torch.errors import ConfigError, DistributedSetupError
+from rllm_torch.core.errors import ConfigError, DistributedSetupError
 
 __all__ = ["check_run_config", "check_world_size", "check_loss_options", "FILE_TASK_KEYS"]
 

@@ -15,8 +15,8 @@ import argparse
 
 import torch
 
+from rllm_torch.core.packing import GroupedRewards
 from rllm_torch.estimators import TokenRewards, compute_advantages, is_token_level, registered_estimator_names
-from rllm_torch.packing import GroupedRewards
 
 __all__ = ["main"]
 

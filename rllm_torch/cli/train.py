@@ -40,7 +40,7 @@ from rllm_torch.cli.command_line import (
 )
 from rllm_torch.cli.config_checks import check_run_config
 from rllm_torch.cli.run_config import register_configs
-from rllm_torch.errors import ConfigError, RLLMTorchError, UnknownBackendError
+from rllm_torch.core.errors import ConfigError, RLLMTorchError, UnknownBackendError
 from rllm_torch.tasks import build_task
 from rllm_torch.tasks.base import Task
 from rllm_torch.trainer.backend import BackendProtocol

@@ -8,6 +8,22 @@ estimators, on a :class:`~rllm_torch.GroupedRewards`: ``grpo``, ``rloo``, ``rein
 """
 
 from rllm_torch.config import rLLMAdvantageEstimator
+from rllm_torch.core.estimators import (
+    gae,
+    gdpo,
+    gpg,
+    grpo,
+    grpo_passk,
+    opo,
+    pass_at_k,
+    pass_at_k_rewards,
+    prpo,
+    reinforce,
+    reinforce_plus_plus,
+    reinforce_plus_plus_baseline,
+    rloo,
+)
+from rllm_torch.core.tokens import TokenRewards, broadcast_to_tokens, discounted_returns, masked_whiten, sequence_scores
 from rllm_torch.estimators.arrays import (
     calculate_grpo_advantages,
     calculate_grpo_advantages_per_group,
@@ -17,14 +33,6 @@ from rllm_torch.estimators.arrays import (
     calculate_rloo_advantages,
     calculate_rloo_advantages_per_group,
 )
-from rllm_torch.estimators.gae import gae
-from rllm_torch.estimators.gdpo import gdpo
-from rllm_torch.estimators.gpg import gpg
-from rllm_torch.estimators.grpo import grpo
-from rllm_torch.estimators.grpo_passk import grpo_passk
-from rllm_torch.estimators.opo import opo
-from rllm_torch.estimators.pass_at_k import pass_at_k, pass_at_k_rewards
-from rllm_torch.estimators.prpo import prpo
 from rllm_torch.estimators.registry import (
     compute_advantages,
     estimator_options,
@@ -34,15 +42,6 @@ from rllm_torch.estimators.registry import (
     register_builtin,
     register_rllm_adv_estimator,
     registered_estimator_names,
-)
-from rllm_torch.estimators.reinforce import reinforce, reinforce_plus_plus, reinforce_plus_plus_baseline
-from rllm_torch.estimators.rloo import rloo
-from rllm_torch.estimators.token_level import (
-    TokenRewards,
-    broadcast_to_tokens,
-    discounted_returns,
-    masked_whiten,
-    sequence_scores,
 )
 
 __all__ = [

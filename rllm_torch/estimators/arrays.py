@@ -21,11 +21,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from rllm_torch.estimators.grpo import grpo
-from rllm_torch.estimators.prpo import prpo
-from rllm_torch.estimators.reinforce import reinforce, reinforce_plus_plus_baseline
-from rllm_torch.estimators.rloo import rloo
-from rllm_torch.packing import GroupedRewards
+from rllm_torch.core.estimators.grpo import grpo
+from rllm_torch.core.estimators.prpo import prpo
+from rllm_torch.core.estimators.reinforce import reinforce, reinforce_plus_plus_baseline
+from rllm_torch.core.estimators.rloo import rloo
+from rllm_torch.core.packing import GroupedRewards
 
 __all__ = [
     "calculate_grpo_advantages",
@@ -110,7 +110,7 @@ def calculate_grpo_advantages(
     std_correction: int = 0,
     **kwargs,
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """GRPO per group (rLLM API); see :func:`rllm_torch.estimators.grpo` for the formula."""
+    """GRPO per group (rLLM API); see :func:`rllm_torch.core.estimators.grpo` for the formula."""
     return _by_group(
         grpo,
         rewards,
@@ -121,7 +121,7 @@ def calculate_grpo_advantages(
 
 
 def calculate_reinforce_advantages(rewards: ArrayGroups, **kwargs) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """REINFORCE: advantage = reward (rLLM API); see :func:`rllm_torch.estimators.reinforce`."""
+    """REINFORCE: advantage = reward (rLLM API); see :func:`rllm_torch.core.estimators.reinforce`."""
     return _by_group(reinforce, rewards)
 
 
@@ -133,14 +133,14 @@ def calculate_reinforce_plus_plus_baseline_advantages(
 
 
 def calculate_rloo_advantages(rewards: ArrayGroups, **kwargs) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Reinforce Leave-one-out (rLLM API), arXiv:2402.14740; see :func:`rllm_torch.estimators.rloo`."""
+    """Reinforce Leave-one-out (rLLM API), arXiv:2402.14740; see :func:`rllm_torch.core.estimators.rloo`."""
     return _by_group(rloo, rewards)
 
 
 def calculate_prpo_advantages(
     rewards: ArrayGroups, epsilon: float = 1e-6, **kwargs
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """PRPO, batch-level whitening (rLLM API); see :func:`rllm_torch.estimators.prpo`."""
+    """PRPO, batch-level whitening (rLLM API); see :func:`rllm_torch.core.estimators.prpo`."""
     return _by_group(prpo, rewards, epsilon=epsilon)
 
 

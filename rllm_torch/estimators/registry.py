@@ -17,7 +17,7 @@ run's config, ``rllm.algorithm.estimator_options.pass_at_k.k=2``. The run-wide o
 (:data:`RUN_OPTIONS`: ``norm_adv_by_std_in_grpo``, ``epsilon``, ``std_correction``, ``gamma``,
 ``lam``, given to every estimator by the trainer) are passed to an estimator only if its
 signature names them (or takes ``**kwargs``); any other option must be one the estimator
-takes, else :class:`~rllm_torch.errors.ConfigError` lists the ones it does.
+takes, else :class:`~rllm_torch.core.errors.ConfigError` lists the ones it does.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from rllm_torch.distributed import agree_across_ranks
-from rllm_torch.errors import (
+from rllm_torch.core.distributed import agree_across_ranks
+from rllm_torch.core.errors import (
     ConfigError,
     EstimatorOutputError,
     EstimatorRegistrationError,
@@ -42,10 +42,10 @@ from rllm_torch.errors import (
     RLLMTorchError,
     UnknownEstimatorError,
 )
-from rllm_torch.estimators._common import check_correction, check_discount, check_epsilon, check_flag
-from rllm_torch.estimators.token_level import TokenRewards
-from rllm_torch.packing import GroupedRewards
-from rllm_torch.segment import accumulation_dtype
+from rllm_torch.core.estimators.scaling import check_correction, check_discount, check_epsilon, check_flag
+from rllm_torch.core.packing import GroupedRewards
+from rllm_torch.core.segment import accumulation_dtype
+from rllm_torch.core.tokens import TokenRewards
 
 __all__ = [
     "register_rllm_adv_estimator",
@@ -305,7 +305,7 @@ def compute_advantages(
     takes a :class:`~rllm_torch.estimators.TokenRewards` instead of a ``GroupedRewards``.
 
     Across ranks (``batch.process_group`` set): built-ins and tensor-form estimators written
-    with the layout's reductions (``batch.layout``, see :class:`~rllm_torch.segment.SegmentLayout`)
+    with the layout's reductions (``batch.layout``, see :class:`~rllm_torch.core.segment.SegmentLayout`)
     reduce over the ranks, as each built-in's docstring counts. An ``"arrays"`` estimator, whose
     per-group arrays must hold whole groups, gets the whole batch instead: every rank gathers
     every reward once (:meth:`GroupedRewards.all_ranks`, ``O(N)`` payload and a host sync), runs

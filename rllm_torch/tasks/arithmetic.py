@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from rllm_torch.errors import ConfigError
+from rllm_torch.core.errors import ConfigError
 from rllm_torch.tasks.base import Task, exact_match_reward
 
 __all__ = ["arithmetic_problems", "arithmetic_task", "one_digit_format_reward"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rllm_torch.errors import ConfigError
+from rllm_torch.core.errors import ConfigError
 from rllm_torch.tasks.arithmetic import arithmetic_task
 from rllm_torch.tasks.base import Task
 from rllm_torch.tasks.chain import chain_task

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from rllm_torch.errors import ConfigError
+from rllm_torch.core.errors import ConfigError
 from rllm_torch.tasks.base import Task, exact_match_reward
 from rllm_torch.workflows.chain import ArithmeticChainWorkflow
 

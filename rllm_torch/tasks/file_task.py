@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rllm_torch.errors import ConfigError, DatasetFormatError, DatasetNotFoundError
+from rllm_torch.core.errors import ConfigError, DatasetFormatError, DatasetNotFoundError
 from rllm_torch.tasks.base import Task, alphabet_of, exact_match_reward
 from rllm_torch.workflows.single_turn import RewardFn
 

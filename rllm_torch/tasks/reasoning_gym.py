@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rllm_torch.errors import ConfigError
+from rllm_torch.core.errors import ConfigError
 from rllm_torch.tasks.base import Task, alphabet_of
 
 __all__ = ["reasoning_gym_rows", "ReasoningGymScorer", "reasoning_gym_task"]

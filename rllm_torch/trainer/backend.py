@@ -17,10 +17,10 @@ from omegaconf import DictConfig
 
 from rllm_torch.advantage import _estimator_of
 from rllm_torch.config import AlgorithmConfig
-from rllm_torch.distributed import ONE_PROCESS, agree_across_ranks, gather_objects, resolve_process_group
+from rllm_torch.core.distributed import ONE_PROCESS, agree_across_ranks, gather_objects, resolve_process_group
+from rllm_torch.core.packing import GroupedRewards
 from rllm_torch.estimators import TokenRewards, broadcast_to_tokens, compute_advantages, is_token_level
 from rllm_torch.metrics import summary_metrics
-from rllm_torch.packing import GroupedRewards
 from rllm_torch.trainer.ranks import RunRanks
 from rllm_torch.trainer.state import TrainerState
 from rllm_torch.trainer.token_batch import TokenBatch
@@ -283,10 +283,10 @@ class BackendProtocol(ABC):
         """Build and return the rollout engine the workflows sample from."""
 
     def validate_config(self) -> None:
-        """Raise :class:`~rllm_torch.errors.ConfigError` for backend settings that cannot work."""
+        """Raise :class:`~rllm_torch.core.errors.ConfigError` for backend settings that cannot work."""
 
     def validate_prompts(self, tasks: list[dict]) -> None:
-        """Raise :class:`~rllm_torch.errors.ConfigError` for task prompts the backend cannot
+        """Raise :class:`~rllm_torch.core.errors.ConfigError` for task prompts the backend cannot
         serve (e.g. too long for the model's context); called at start-up with every training
         and validation task. The default: no check."""
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rllm_torch.errors import CheckpointError
+from rllm_torch.core.errors import CheckpointError
 
 __all__ = ["CheckpointStore", "CheckpointInfo", "MANIFEST", "checkpoint_name"]
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from omegaconf import Container, OmegaConf
 
-from rllm_torch.errors import CheckpointMismatchError
+from rllm_torch.core.errors import CheckpointMismatchError
 
 __all__ = [
     "FINGERPRINT_KEYS",

@@ -22,8 +22,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from rllm_torch.distributed import ONE_PROCESS, agree_across_ranks
-from rllm_torch.errors import DistributedSetupError
+from rllm_torch.core.distributed import ONE_PROCESS, agree_across_ranks
+from rllm_torch.core.errors import DistributedSetupError
 
 __all__ = ["RunRanks", "init_run_ranks", "shutdown", "torchrun_world_size"]
 
@@ -79,7 +79,7 @@ class RunRanks:
         return bool(self.reduce([float(flag)], "max")[0])
 
     def agree(self, error: Exception | None) -> None:
-        """Raise on every rank the error that some rank hit (see :func:`~rllm_torch.distributed.agree_across_ranks`)."""
+        """Raise on every rank the error that some rank hit (see :func:`~rllm_torch.core.distributed.agree_across_ranks`)."""
         if self.distributed:
             agree_across_ranks(self.process_group, error, {}, must_match=())
         elif error is not None:

@@ -22,9 +22,9 @@ from typing import Literal
 import numpy as np
 import torch.distributed as dist
 
-from rllm_torch._checks import check_reward
-from rllm_torch.distributed import ONE_PROCESS, gather_objects, resolve_process_group
-from rllm_torch.errors import ConfigError, InvalidTrajectoryError
+from rllm_torch.core.checks import check_reward
+from rllm_torch.core.distributed import ONE_PROCESS, gather_objects, resolve_process_group
+from rllm_torch.core.errors import ConfigError, InvalidTrajectoryError
 from rllm_torch.types import Episode, TrajectoryGroup
 
 __all__ = [

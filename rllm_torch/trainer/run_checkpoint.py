@@ -14,7 +14,7 @@ In a run of several processes rank 0 alone writes (after gathering every rank's 
 ``all_gather_object``) and a failed write is raised on every rank; on resume every rank reads
 the checkpoint (the run directory must be on a filesystem every rank sees, as for any
 multi-node run) and takes its own entry. A resume on another world size is refused
-(:class:`~rllm_torch.errors.CheckpointMismatchError` naming both sizes): each rank's data share
+(:class:`~rllm_torch.core.errors.CheckpointMismatchError` naming both sizes): each rank's data share
 and generator belong to the world size that wrote them.
 
 ``trainer.pt`` holds Python objects (episodes of the rejection-sampling state) and is read with
@@ -33,7 +33,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 from omegaconf import DictConfig
 
-from rllm_torch.errors import CheckpointError, CheckpointMismatchError, ConfigError
+from rllm_torch.core.errors import CheckpointError, CheckpointMismatchError, ConfigError
 from rllm_torch.trainer.checkpoint import CheckpointInfo, CheckpointStore, read_manifest
 from rllm_torch.trainer.fingerprint import (
     check_fingerprint,

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
-from rllm_torch.errors import RLLMTorchError
+from rllm_torch.core.errors import RLLMTorchError
 from rllm_torch.estimators.registry import get_tensor_adv_estimator
 from rllm_torch.trainer.fingerprint import describe_changes
 

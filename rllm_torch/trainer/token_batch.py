@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from rllm_torch._checks import check_reward
-from rllm_torch.errors import InvalidRewardsError, InvalidTrajectoryError
+from rllm_torch.core.checks import check_reward
+from rllm_torch.core.errors import InvalidRewardsError, InvalidTrajectoryError
 from rllm_torch.types import TrajectoryGroup
 
 __all__ = ["TokenBatch", "build_token_batch"]
@@ -112,7 +112,7 @@ def build_token_batch(
             token or log-probs of the wrong length; the message names the task, group, trajectory
             and step.
         InvalidRewardsError / InvalidRewardTypeError: an RL trajectory's reward is None or not
-            finite / not a real number or bool (see :func:`~rllm_torch._checks.check_reward`);
+            finite / not a real number or bool (see :func:`~rllm_torch.core.checks.check_reward`);
             ``reward_components`` on some trajectories and not others, or of different lengths.
             The estimators keep a NaN in its group; a training batch refuses it, since one
             NaN advantage makes the loss, and so every weight, NaN.

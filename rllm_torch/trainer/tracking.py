@@ -18,7 +18,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from rllm_torch.errors import ConfigError
+from rllm_torch.core.errors import ConfigError
 
 __all__ = ["Tracking", "JsonlSink", "LOGGER_BACKENDS"]
 

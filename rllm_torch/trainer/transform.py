@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import torch.distributed as dist
 
-from rllm_torch.distributed import ONE_PROCESS, gather_objects, resolve_process_group
-from rllm_torch.errors import InvalidTrajectoryError
+from rllm_torch.core.distributed import ONE_PROCESS, gather_objects, resolve_process_group
+from rllm_torch.core.errors import InvalidTrajectoryError
 from rllm_torch.trainer.compact_filtering import CompactFilteringConfig
 from rllm_torch.types import Episode, TrajectoryGroup
 

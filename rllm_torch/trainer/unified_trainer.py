@@ -39,8 +39,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from rllm_torch.advantage import collect_reward_and_advantage_from_trajectory_groups
-from rllm_torch.distributed import gather_objects
-from rllm_torch.errors import ConfigError, DistributedSetupError
+from rllm_torch.core.distributed import gather_objects
+from rllm_torch.core.errors import ConfigError, DistributedSetupError
 from rllm_torch.trainer.backend import BackendProtocol
 from rllm_torch.trainer.checkpoint import CheckpointInfo
 from rllm_torch.trainer.dynamic_sampling import DynamicSampler, DynamicSamplingConfig

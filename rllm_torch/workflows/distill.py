@@ -22,7 +22,7 @@ import math
 import numbers
 from typing import Any
 
-from rllm_torch.errors import ConfigError
+from rllm_torch.core.errors import ConfigError
 from rllm_torch.types import Episode, TerminationReason, Trajectory
 from rllm_torch.workflows.base import Workflow
 from rllm_torch.workflows.rollout import RolloutEngine

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rllm_torch.errors import OutOfMemoryError, WorkflowError
+from rllm_torch.core.errors import OutOfMemoryError, WorkflowError
 from rllm_torch.types import Episode, TerminationReason
 from rllm_torch.workflows.base import Workflow
 
@@ -57,7 +57,7 @@ class UnifiedWorkflowEngine:
         rollout_engine: given to every workflow.
         n_parallel_tasks: how many episodes run at once (>= 1).
         retry_limit: attempts per episode (>= 1); an attempt that raises is retried until then,
-            except for an :class:`~rllm_torch.errors.OutOfMemoryError`, which stops the run at once.
+            except for an :class:`~rllm_torch.core.errors.OutOfMemoryError`, which stops the run at once.
         raise_on_error: after the last failed attempt, raise :class:`WorkflowError` (True) or
             record an episode with ``termination_reason=ERROR``, no trajectory and the error in
             ``info["error"]`` (False).

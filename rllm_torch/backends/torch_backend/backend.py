@@ -82,7 +82,7 @@ from rllm_torch.backends.torch_backend.tokenizer import (
     require_chat_template,
 )
 from rllm_torch.backends.torch_backend.vllm_rollout import ENGINES, VllmRolloutEngine, check_max_model_len
-from rllm_torch.errors import ConfigError
+from rllm_torch.core.errors import ConfigError
 from rllm_torch.trainer.backend import BackendProtocol
 from rllm_torch.trainer.ranks import RunRanks
 from rllm_torch.trainer.state import TrainerState

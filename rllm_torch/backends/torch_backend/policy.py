@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, PreTrainedModel, PreTrainedTokenizerBase
 
-from rllm_torch.errors import ConfigError, ModelNotFoundError
+from rllm_torch.core.errors import ConfigError, ModelNotFoundError
 
 __all__ = [
     "build_policy",

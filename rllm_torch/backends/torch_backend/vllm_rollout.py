@@ -21,7 +21,7 @@ so with ``top_p < 1`` it is the truncated, renormalised distribution the token w
 the ``hf`` engine's are before the cut). Each request's seed is drawn from the rank's generator
 (saved in checkpoints), so the rank's generator decides the samples, as with ``hf``.
 
-Set-up errors are :class:`~rllm_torch.errors.ConfigError` at start-up, naming the setting: vLLM
+Set-up errors are :class:`~rllm_torch.core.errors.ConfigError` at start-up, naming the setting: vLLM
 not installed (with the extra to install), an architecture vLLM does not implement, a head size
 vLLM's CPU attention does not take, ``backend.rollout.max_model_len`` shorter than a prompt plus
 ``rllm.rollout.max_new_tokens``.
@@ -44,7 +44,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from rllm_torch.backends.torch_backend.policy import context_length
 from rllm_torch.backends.torch_backend.rollout import BatchedRolloutEngine, SamplingParams, model_outputs
 from rllm_torch.backends.torch_backend.tokenizer import encode_prompts
-from rllm_torch.errors import ConfigError
+from rllm_torch.core.errors import ConfigError
 from rllm_torch.workflows.rollout import ModelOutput
 
 __all__ = ["VllmRolloutEngine", "sample_with_vllm", "check_max_model_len", "import_vllm", "ENGINES"]

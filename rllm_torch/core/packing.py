@@ -8,7 +8,7 @@ case) the padded view is a free ``view(G, K)`` and estimators take a dense fast 
 
 Under a ``torch.distributed`` process group (``process_group=pg`` on every constructor) each
 rank holds its share of one batch, and the estimators reduce over the ranks; the two layouts,
-split groups and rank-local groups, are described in :mod:`rllm_torch.distributed`.
+split groups and rank-local groups, are described in :mod:`rllm_torch.core.distributed`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from rllm_torch._checks import (
+from rllm_torch.core.checks import (
     check_group_index,
     check_matches,
     check_reward_components,
@@ -29,16 +29,16 @@ from rllm_torch._checks import (
     group_to_array,
     inspect_group_index,
 )
-from rllm_torch.distributed import (
+from rllm_torch.core.distributed import (
     ONE_PROCESS,
     agree_across_ranks,
     check_backend_carries,
     resolve_process_group,
     world_position,
 )
-from rllm_torch.errors import InvalidGroupIndexError, InvalidRewardsError, InvalidRewardTypeError, RLLMTorchError
-from rllm_torch.labels import factorize_group_labels
-from rllm_torch.segment import SegmentLayout, segment_count
+from rllm_torch.core.errors import InvalidGroupIndexError, InvalidRewardsError, InvalidRewardTypeError, RLLMTorchError
+from rllm_torch.core.labels import factorize_group_labels
+from rllm_torch.core.segment import SegmentLayout, segment_count
 
 __all__ = ["GroupedRewards"]
 
@@ -77,21 +77,21 @@ class GroupedRewards:
         local_groups: True for the rank-local layout (each group wholly on one rank, ids and
             ``G`` per rank); False for split groups (global ids, the same ``G`` on every rank).
         weights: ``[N]`` non-negative per-trajectory weights in flat order (e.g. each response's
-            token count, for :func:`~rllm_torch.estimators.opo`), same device, or ``None``.
+            token count, for :func:`~rllm_torch.core.estimators.opo`), same device, or ``None``.
             Every constructor takes ``weights=`` shaped like its rewards; estimators that do not
             use weights ignore them.
         reward_components: ``[N, R]`` rewards of ``R`` reward functions per trajectory, in flat
             order, same device, or ``None``: the input of multi-objective estimators
-            (:func:`~rllm_torch.estimators.gdpo`; ``rewards`` then holds the trajectory's scalar
+            (:func:`~rllm_torch.core.estimators.gdpo`; ``rewards`` then holds the trajectory's scalar
             reward, for the metrics and other estimators). :meth:`from_flat` and
             :meth:`from_padded` take ``reward_components=``.
 
     Build it with :meth:`from_groups` (lists / arrays / tensors per group), :meth:`from_flat`
     (a flat tensor and a dense group index), :meth:`from_padded` (a ``[G, K]`` tensor and an
     optional mask) or :meth:`from_labels` (arbitrary group labels). The constructors check
-    their input and raise :class:`~rllm_torch.errors.InvalidRewardsError`,
-    :class:`~rllm_torch.errors.InvalidRewardTypeError` or
-    :class:`~rllm_torch.errors.InvalidGroupIndexError` naming the group and position.
+    their input and raise :class:`~rllm_torch.core.errors.InvalidRewardsError`,
+    :class:`~rllm_torch.core.errors.InvalidRewardTypeError` or
+    :class:`~rllm_torch.core.errors.InvalidGroupIndexError` naming the group and position.
 
     Across ranks, each constructor takes ``process_group`` (default ``ONE_PROCESS``: no
     collective; ``None``: the default WORLD group; or a ``ProcessGroup``) and ``local_groups``.
@@ -241,7 +241,7 @@ class GroupedRewards:
             InvalidRewardTypeError: a group is not a sequence, or a reward is not a real number.
             InvalidRewardsError: a reward is ``None``, or a group is not 1-D; ``weights`` do not
                 match the groups, or one is negative or not finite.
-            DistributedSetupError, DistributedBatchError: see :mod:`rllm_torch.distributed` and the class.
+            DistributedSetupError, DistributedBatchError: see :mod:`rllm_torch.core.distributed` and the class.
         """
 
         def build() -> GroupedRewards:
@@ -330,7 +330,7 @@ class GroupedRewards:
 
         Raises:
             InvalidRewardTypeError, InvalidRewardsError, InvalidGroupIndexError: see the class.
-            DistributedSetupError, DistributedBatchError: see :mod:`rllm_torch.distributed` and the class.
+            DistributedSetupError, DistributedBatchError: see :mod:`rllm_torch.core.distributed` and the class.
         """
         split = process_group is not ONE_PROCESS and not local_groups
 
@@ -422,7 +422,7 @@ class GroupedRewards:
     ) -> GroupedRewards:
         """Pack a flat reward tensor whose groups are given by arbitrary labels (strings, sparse
         or negative ints); groups are numbered in order of first appearance
-        (:func:`~rllm_torch.labels.factorize_group_labels`). ``weights``: as in :meth:`from_flat`
+        (:func:`~rllm_torch.core.labels.factorize_group_labels`). ``weights``: as in :meth:`from_flat`
         (checked)."""
         rewards = check_reward_tensor(rewards, "rewards", ndim=1)
         if isinstance(labels, (str, bytes)) or not hasattr(labels, "__len__"):
@@ -451,7 +451,7 @@ class GroupedRewards:
 
     @_lazy
     def layout(self) -> SegmentLayout:
-        """The :class:`~rllm_torch.segment.SegmentLayout` estimators reduce with."""
+        """The :class:`~rllm_torch.core.segment.SegmentLayout` estimators reduce with."""
         comms = {"group_comm": None if self.local_groups else self.process_group, "batch_comm": self.process_group}
         if self.group_size is not None:
             return SegmentLayout.dense_layout(self.num_groups, self.group_size, device=self.device, **comms)

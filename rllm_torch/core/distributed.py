@@ -1,7 +1,7 @@
 """Which ranks a packed batch spans, and the collectives its statistics use (DESIGN.md section 5).
 
 A :class:`~rllm_torch.GroupedRewards` built with ``process_group=pg`` holds this rank's share of
-a batch spread over the ranks of ``pg``; its :class:`~rllm_torch.segment.SegmentLayout` reduces
+a batch spread over the ranks of ``pg``; its :class:`~rllm_torch.core.segment.SegmentLayout` reduces
 over them, so every estimator gives each rank the advantages one process would compute on the
 concatenation of all ranks' batches. Two layouts:
 
@@ -28,8 +28,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from rllm_torch import errors
-from rllm_torch.errors import DistributedBatchError, DistributedSetupError
+from rllm_torch.core import errors
+from rllm_torch.core.errors import DistributedBatchError, DistributedSetupError
 
 __all__ = [
     "ONE_PROCESS",
@@ -171,7 +171,7 @@ def agree_across_ranks(
 
     Raises:
         The error of the lowest failing rank (same class; the message names the rank), on every
-        rank; else :class:`~rllm_torch.errors.DistributedBatchError` for the first key of
+        rank; else :class:`~rllm_torch.core.errors.DistributedBatchError` for the first key of
         ``must_match`` that differs, naming the value on each rank.
     """
     require_live(group)

@@ -24,10 +24,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
 
-from rllm_torch._checks import check_matches
-from rllm_torch.distributed import ONE_PROCESS, agree_across_ranks, check_backend_carries, resolve_process_group
-from rllm_torch.errors import InvalidRewardsError, InvalidRewardTypeError, RLLMTorchError
-from rllm_torch.segment import accumulation_dtype, merge_moments
+from rllm_torch.core.checks import check_matches
+from rllm_torch.core.distributed import ONE_PROCESS, agree_across_ranks, check_backend_carries, resolve_process_group
+from rllm_torch.core.errors import InvalidRewardsError, InvalidRewardTypeError, RLLMTorchError
+from rllm_torch.core.segment import accumulation_dtype, merge_moments
 
 __all__ = ["sequence_scores", "broadcast_to_tokens", "TokenRewards", "discounted_returns", "masked_whiten"]
 
@@ -164,7 +164,7 @@ class TokenRewards:
     Raises:
         InvalidRewardTypeError: a tensor of the wrong kind. InvalidRewardsError: shapes or devices
         that do not match. DistributedSetupError / DistributedBatchError: see
-        :mod:`rllm_torch.distributed`.
+        :mod:`rllm_torch.core.distributed`.
 
     Example:
         >>> batch = TokenRewards(torch.tensor([[0.0, 1.0], [0.5, 0.0]]), torch.tensor([[1, 1], [1, 0]]))
@@ -300,7 +300,7 @@ def masked_whiten(
             of the batch (every rank must call; one ``all_gather`` of 4 values per rank).
 
     The mean and the centred sum of squares are float64 sums of this rank's tokens (two-pass),
-    merged over the ranks by :func:`~rllm_torch.segment.merge_moments`: equal values give
+    merged over the ranks by :func:`~rllm_torch.core.segment.merge_moments`: equal values give
     exactly 0. No trained token anywhere gives zeros; ``count <= std_correction`` a NaN std, as
     ``torch.std``. No host sync. verl's ``masked_whiten`` uses the sample variance and
     ``rsqrt(var + 1e-8)``; ``std_correction=1`` gives its variance.

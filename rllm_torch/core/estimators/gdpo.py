@@ -10,8 +10,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from rllm_torch.errors import InvalidRewardsError
-from rllm_torch.estimators._common import (
+from rllm_torch.core.errors import InvalidRewardsError
+from rllm_torch.core.estimators.scaling import (
     check_batch,
     check_correction,
     check_epsilon,
@@ -19,8 +19,8 @@ from rllm_torch.estimators._common import (
     shared_docstring,
     standardise_over_batch,
 )
-from rllm_torch.packing import GroupedRewards
-from rllm_torch.segment import accumulation_dtype
+from rllm_torch.core.packing import GroupedRewards
+from rllm_torch.core.segment import accumulation_dtype
 
 __all__ = ["gdpo"]
 

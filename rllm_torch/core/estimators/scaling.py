@@ -7,10 +7,10 @@ from typing import Any
 
 from torch import Tensor
 
-from rllm_torch.errors import InvalidRewardsError, InvalidRewardTypeError
-from rllm_torch.estimators.token_level import TokenRewards
-from rllm_torch.packing import GroupedRewards
-from rllm_torch.segment import Centered, SegmentLayout, accumulation_dtype
+from rllm_torch.core.errors import InvalidRewardsError, InvalidRewardTypeError
+from rllm_torch.core.packing import GroupedRewards
+from rllm_torch.core.segment import Centered, SegmentLayout, accumulation_dtype
+from rllm_torch.core.tokens import TokenRewards
 
 __all__ = [
     "shared_docstring",
@@ -38,9 +38,9 @@ _SHARED_DOCS = {
         policy-gradient loss, so no gradient flows back to rewards that require one (every
         estimator, built-in or registered, run through ``compute_advantages``).""",
     "numerics": """Group statistics are two-pass (centred) and accumulate in float32 (float64 for
-        float64 input), see :mod:`rllm_torch.segment`. An empty batch gives empty outputs; a
+        float64 input), see :mod:`rllm_torch.core.segment`. An empty batch gives empty outputs; a
         NaN reward makes NaN only in its own group. No host-device synchronisation.""",
-    "args_tokens": """batch: a :class:`~rllm_torch.estimators.token_level.TokenRewards`: ``[B, T]`` float token
+    "args_tokens": """batch: a :class:`~rllm_torch.core.tokens.TokenRewards`: ``[B, T]`` float token
                 rewards and response mask (any device); untrained tokens are skipped.""",
     "returns_tokens": """``(advantages, returns)``: two ``[B, T]`` tensors on the batch's device, float64 for
         float64 rewards and float32 otherwise, 0 on untrained tokens; detached, new tensors (the
@@ -48,7 +48,7 @@ _SHARED_DOCS = {
     "ranks_tokens": """Across ranks (``TokenRewards(..., process_group=pg)``): whitening is over every rank's
         trained tokens (one ``all_gather`` of 4 float64 values per rank, merged exactly); every
         rank must call. Returns are per row and need no communication.""",
-    "ranks": """Across ranks (a batch built with ``process_group``, :mod:`rllm_torch.distributed`):
+    "ranks": """Across ranks (a batch built with ``process_group``, :mod:`rllm_torch.core.distributed`):
         each rank gets the advantages of its own trajectories, equal to one process's on the
         concatenation of all ranks' batches (up to the order of float additions); group sizes,
         singleton rules and exact zeros are those of the global groups. Every rank of the group

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from rllm_torch.estimators._common import (
+from rllm_torch.core.estimators.scaling import (
     check_batch,
     check_correction,
     check_epsilon,
@@ -15,7 +15,7 @@ from rllm_torch.estimators._common import (
     std_plus_epsilon,
     working_rewards,
 )
-from rllm_torch.packing import GroupedRewards
+from rllm_torch.core.packing import GroupedRewards
 
 __all__ = ["grpo_passk"]
 

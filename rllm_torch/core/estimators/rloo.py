@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from rllm_torch.estimators._common import check_batch, shared_docstring, working_rewards
-from rllm_torch.packing import GroupedRewards
+from rllm_torch.core.estimators.scaling import check_batch, shared_docstring, working_rewards
+from rllm_torch.core.packing import GroupedRewards
 
 __all__ = ["rloo"]
 

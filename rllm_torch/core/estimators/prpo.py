@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from rllm_torch.estimators._common import (
+from rllm_torch.core.estimators.scaling import (
     check_batch,
     check_epsilon,
     shared_docstring,
     standardise_over_batch,
     working_rewards,
 )
-from rllm_torch.packing import GroupedRewards
+from rllm_torch.core.packing import GroupedRewards
 
 __all__ = ["prpo"]
 

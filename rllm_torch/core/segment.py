@@ -19,7 +19,7 @@ Numerics, defined here once for the whole package (every estimator goes through
   of the mean) and rounded once to float32; ragged groups subtract the mean rounded to float32
   (exact at an offset), then the remainder. A constant group has centred values and variance
   exactly 0.
-* **Across ranks** (a process group, :mod:`rllm_torch.distributed`): per-rank sums of the
+* **Across ranks** (a process group, :mod:`rllm_torch.core.distributed`): per-rank sums of the
   shifted values, the counts and the centred squares are all-reduced (``O(G)`` payload, a fixed
   number of collectives); the result equals one process's on the concatenated batch up to the
   order of float additions.
@@ -41,7 +41,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from rllm_torch.distributed import all_reduce_, require_live, world_position
+from rllm_torch.core.distributed import all_reduce_, require_live, world_position
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
@@ -166,7 +166,7 @@ class SegmentLayout:
     :meth:`mean`, :meth:`expand`, :meth:`where_singleton`, :meth:`whole_batch`,
     :meth:`batch_std` and :meth:`flat`;
     ``GroupedRewards.layout`` builds the right one. The same formula is then correct on one
-    process and across the ranks of a process group (:mod:`rllm_torch.distributed`):
+    process and across the ranks of a process group (:mod:`rllm_torch.core.distributed`):
 
     * ``group_comm``: the process group per-group statistics are reduced over (split groups),
       or ``None`` when each group is wholly on this process;

@@ -8,11 +8,11 @@ import numbers
 import torch
 from torch import Tensor
 
-from rllm_torch.distributed import agree_across_ranks
-from rllm_torch.errors import InvalidRewardsError, RLLMTorchError
-from rllm_torch.estimators._common import check_batch, shared_docstring, working_rewards
-from rllm_torch.packing import GroupedRewards
-from rllm_torch.segment import SegmentLayout
+from rllm_torch.core.distributed import agree_across_ranks
+from rllm_torch.core.errors import InvalidRewardsError, RLLMTorchError
+from rllm_torch.core.estimators.scaling import check_batch, shared_docstring, working_rewards
+from rllm_torch.core.packing import GroupedRewards
+from rllm_torch.core.segment import SegmentLayout
 
 __all__ = ["pass_at_k", "pass_at_k_rewards"]
 

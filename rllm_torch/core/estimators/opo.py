@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from rllm_torch.errors import InvalidRewardsError
-from rllm_torch.estimators._common import check_batch, shared_docstring, working_rewards
-from rllm_torch.packing import GroupedRewards
+from rllm_torch.core.errors import InvalidRewardsError
+from rllm_torch.core.estimators.scaling import check_batch, shared_docstring, working_rewards
+from rllm_torch.core.packing import GroupedRewards
 
 __all__ = ["opo"]
 

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from rllm_torch.errors import InvalidGroupIndexError
+from rllm_torch.core.errors import InvalidGroupIndexError
 
 __all__ = ["factorize_group_labels"]
 

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from rllm_torch.errors import InvalidGroupIndexError, InvalidRewardsError, InvalidRewardTypeError
+from rllm_torch.core.errors import InvalidGroupIndexError, InvalidRewardsError, InvalidRewardTypeError
 
 __all__ = [
     "REWARD_DTYPES",
@@ -210,7 +210,7 @@ def check_weights(weights: object, rewards: Tensor, *, read_values: bool) -> Ten
 
 def check_reward_components(components: object, rewards: Tensor) -> Tensor:
     """Several rewards per trajectory, ``[*rewards.shape, R]`` with ``R >= 1`` (one column per
-    reward function, for :func:`~rllm_torch.estimators.gdpo`), on the rewards' device. Values are
+    reward function, for :func:`~rllm_torch.core.estimators.gdpo`), on the rewards' device. Values are
     not read (a NaN stays in its group, as a reward's does).
 
     Raises:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from rllm_torch.errors import InvalidRewardsError
-from rllm_torch.estimators._common import (
+from rllm_torch.core.errors import InvalidRewardsError
+from rllm_torch.core.estimators.scaling import (
     check_correction,
     check_discount,
     check_epsilon,
@@ -14,7 +14,7 @@ from rllm_torch.estimators._common import (
     check_token_batch,
     shared_docstring,
 )
-from rllm_torch.estimators.token_level import TokenRewards, discounted_returns, whiten_over
+from rllm_torch.core.tokens import TokenRewards, discounted_returns, whiten_over
 
 __all__ = ["gae", "next_trained_values"]
 
@@ -69,7 +69,7 @@ def gae(
     Edge cases: untrained tokens inside a response are skipped (as verl, which carries the next
     value and the running advantage through them); a batch with no trained token gives zeros.
     Accumulates in float32 (float64 for float64 input). No host sync; ``gamma lam < 1`` scans
-    over ``T`` (:func:`~rllm_torch.estimators.token_level.discounted_returns`).
+    over ``T`` (:func:`~rllm_torch.core.tokens.discounted_returns`).
     {ranks_tokens}
 
     References: Schulman et al., "High-Dimensional Continuous Control Using Generalized Advantage
