@@ -115,8 +115,8 @@ def test_algorithm_config_rejects_invalid_values(field, value, message):
 
 
 def test_a_bare_register_decorator_is_reported():
+    from rllm_torch import register_rllm_adv_estimator
     from rllm_torch.core.errors import EstimatorRegistrationError
-    from rllm_torch.estimators import register_rllm_adv_estimator
 
     with pytest.raises(EstimatorRegistrationError, match=r"write @register_rllm_adv_estimator\('my_name'\)"):
 

@@ -13,10 +13,18 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rllm_torch import GroupedRewards, compute_advantages
+from rllm_torch import (
+    GroupedRewards,
+    TokenRewards,
+    compute_advantages,
+    gae,
+    opo,
+    pass_at_k,
+    pass_at_k_rewards,
+    reinforce_plus_plus,
+)
 from rllm_torch.core.errors import ConfigError, InvalidRewardsError, InvalidRewardTypeError
 from rllm_torch.core.tokens import discounted_returns
-from rllm_torch.estimators import TokenRewards, gae, opo, pass_at_k, pass_at_k_rewards, reinforce_plus_plus
 
 settings.register_profile("estimators", max_examples=60, deadline=None)
 
@@ -396,7 +404,7 @@ def test_token_level_and_outcome_estimators_refuse_the_other_kind_of_batch():
 
 def test_the_collector_refuses_token_level_estimators_and_fills_opo_lengths():
     from rllm_torch import AlgorithmConfig, collect_reward_and_advantage_from_trajectory_groups
-    from rllm_torch.types import Step, Trajectory, TrajectoryGroup
+    from rllm_torch.rllm.types import Step, Trajectory, TrajectoryGroup
 
     def traj(reward, tokens, mask=None):
         return Trajectory(steps=[Step(response_ids=list(range(tokens)), response_mask=mask)], reward=reward)

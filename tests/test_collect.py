@@ -15,10 +15,10 @@ from rllm_torch import (
     Step,
     Trajectory,
     TrajectoryGroup,
+    calculate_grpo_advantages_per_group,
     collect_reward_and_advantage_from_trajectory_groups,
     transform_episodes_to_trajectory_groups,
 )
-from rllm_torch.estimators import calculate_grpo_advantages_per_group
 
 EPS = 1e-6
 

@@ -4,8 +4,8 @@ the estimators'."""
 from __future__ import annotations
 
 import rllm_torch
+from rllm_torch import registered_estimator_names
 from rllm_torch.cli.demo import main
-from rllm_torch.estimators import registered_estimator_names
 
 
 def test_the_demo_shows_every_registered_estimator(capsys):

@@ -10,8 +10,7 @@ import rank_tasks
 import torch
 from rank_pool import RankPool
 
-from rllm_torch import GroupedRewards, compute_advantages
-from rllm_torch.estimators import TokenRewards
+from rllm_torch import GroupedRewards, TokenRewards, compute_advantages
 
 
 @pytest.fixture(scope="module")

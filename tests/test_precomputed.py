@@ -12,9 +12,9 @@ from trainer_fakes import make_config
 from rllm_torch import AlgorithmConfig, GroupedRewards, UnifiedTrainer, compute_advantages
 from rllm_torch.backends.torch_backend import TorchBackend
 from rllm_torch.core.errors import ConfigError
+from rllm_torch.rllm.types import Step, Trajectory, TrajectoryGroup
 from rllm_torch.tasks import build_task
 from rllm_torch.trainer import build_token_batch, compute_token_advantages
-from rllm_torch.types import Step, Trajectory, TrajectoryGroup
 
 SMALL = (
     "model.num_layers=1",

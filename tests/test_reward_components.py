@@ -16,12 +16,12 @@ from rllm_torch import AlgorithmConfig, Trajectory, TrajectoryGroup, collect_rew
 from rllm_torch.cli.run_config import register_configs
 from rllm_torch.cli.train import check_reward_components
 from rllm_torch.core.errors import ConfigError, InvalidRewardsError
+from rllm_torch.rllm.types import Step
 from rllm_torch.tasks import build_task
 from rllm_torch.tasks.arithmetic import one_digit_format_reward
 from rllm_torch.trainer import compute_token_advantages
 from rllm_torch.trainer.setup import build_pipeline_configs
 from rllm_torch.trainer.token_batch import build_token_batch
-from rllm_torch.types import Step
 from rllm_torch.workflows.single_turn import SingleTurnWorkflow
 
 COMPONENTS = [[[1.0, 1.0], [0.0, 1.0], [0.0, 0.0]], [[1.0, 1.0], [1.0, 0.0], [0.0, 1.0]], [[0.0, 1.0], [0.0, 1.0]]]

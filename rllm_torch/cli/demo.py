@@ -16,7 +16,8 @@ import argparse
 import torch
 
 from rllm_torch.core.packing import GroupedRewards
-from rllm_torch.estimators import TokenRewards, compute_advantages, is_token_level, registered_estimator_names
+from rllm_torch.core.tokens import TokenRewards
+from rllm_torch.rllm.registry import compute_advantages, is_token_level, registered_estimator_names
 
 __all__ = ["main"]
 

@@ -15,12 +15,13 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from rllm_torch.advantage import _estimator_of
-from rllm_torch.config import AlgorithmConfig
 from rllm_torch.core.distributed import ONE_PROCESS, agree_across_ranks, gather_objects, resolve_process_group
 from rllm_torch.core.packing import GroupedRewards
-from rllm_torch.estimators import TokenRewards, broadcast_to_tokens, compute_advantages, is_token_level
-from rllm_torch.metrics import summary_metrics
+from rllm_torch.core.tokens import TokenRewards, broadcast_to_tokens
+from rllm_torch.rllm.collect import _estimator_of
+from rllm_torch.rllm.config import AlgorithmConfig
+from rllm_torch.rllm.metrics import summary_metrics
+from rllm_torch.rllm.registry import compute_advantages, is_token_level
 from rllm_torch.trainer.ranks import RunRanks
 from rllm_torch.trainer.state import TrainerState
 from rllm_torch.trainer.token_batch import TokenBatch

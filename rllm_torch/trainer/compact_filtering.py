@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from omegaconf import DictConfig, OmegaConf
 
 from rllm_torch.core.errors import ConfigError
-from rllm_torch.types import TerminationReason, parse_termination_reason
+from rllm_torch.rllm.types import TerminationReason, parse_termination_reason
 
 __all__ = ["CompactFilteringFlags", "CompactFilteringConfig"]
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from omegaconf import DictConfig
 
 from rllm_torch.core.errors import ConfigError
+from rllm_torch.rllm.types import Episode, TrajectoryGroup
 from rllm_torch.trainer.rejection_sampling import RejectionSamplingConfig, groups_with_signal
-from rllm_torch.types import Episode, TrajectoryGroup
 
 __all__ = ["DynamicSamplingConfig", "DynamicSampler"]
 

@@ -25,7 +25,7 @@ import torch.distributed as dist
 from rllm_torch.core.checks import check_reward
 from rllm_torch.core.distributed import ONE_PROCESS, gather_objects, resolve_process_group
 from rllm_torch.core.errors import ConfigError, InvalidTrajectoryError
-from rllm_torch.types import Episode, TrajectoryGroup
+from rllm_torch.rllm.types import Episode, TrajectoryGroup
 
 __all__ = [
     "RejectionSamplingConfig",

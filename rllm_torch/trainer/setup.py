@@ -7,10 +7,11 @@ from dataclasses import dataclass
 import torch
 from omegaconf import DictConfig
 
-from rllm_torch.config import AlgorithmConfig
 from rllm_torch.core.errors import ConfigError, InvalidRewardsError, InvalidRewardTypeError
 from rllm_torch.core.packing import GroupedRewards
-from rllm_torch.estimators import TokenRewards, compute_advantages, is_token_level
+from rllm_torch.core.tokens import TokenRewards
+from rllm_torch.rllm.config import AlgorithmConfig
+from rllm_torch.rllm.registry import compute_advantages, is_token_level
 from rllm_torch.trainer.compact_filtering import CompactFilteringConfig
 from rllm_torch.trainer.rejection_sampling import RejectionSamplingConfig
 from rllm_torch.trainer.transform import TransformConfig

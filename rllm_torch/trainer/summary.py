@@ -11,7 +11,7 @@ import torch
 from omegaconf import OmegaConf
 
 from rllm_torch.core.errors import RLLMTorchError
-from rllm_torch.estimators.registry import get_tensor_adv_estimator
+from rllm_torch.rllm.registry import get_tensor_adv_estimator
 from rllm_torch.trainer.fingerprint import describe_changes
 
 __all__ = ["StepPlan", "plan_steps", "startup_summary", "GROUP_BASELINE_ESTIMATORS"]

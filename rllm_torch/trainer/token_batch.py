@@ -6,10 +6,10 @@ multi-turn workflow, the conversation so far) followed by its response, right pa
 tokens; ``response_mask`` marks the step's own trained response tokens. ``row_index`` maps a row
 to its trajectory, so a trajectory's advantage is broadcast to every one of its steps, each at
 its own response tokens (rLLM's ``broadcast`` mode). Trajectories of one
-:class:`~rllm_torch.types.TrajectoryGroup` share a dense ``group_index``; each group has a role.
+:class:`~rllm_torch.rllm.types.TrajectoryGroup` share a dense ``group_index``; each group has a role.
 
 With ``use_precomputed_advantage``, a group with any ``step.advantage`` set is *precomputed*: its
-rows carry :meth:`Step.token_advantages <rllm_torch.types.Step.token_advantages>` in
+rows carry :meth:`Step.token_advantages <rllm_torch.rllm.types.Step.token_advantages>` in
 ``precomputed_advantages`` and no estimator touches them (rLLM's rule, per group).
 """
 
@@ -23,7 +23,7 @@ from torch import Tensor
 
 from rllm_torch.core.checks import check_reward
 from rllm_torch.core.errors import InvalidRewardsError, InvalidTrajectoryError
-from rllm_torch.types import TrajectoryGroup
+from rllm_torch.rllm.types import TrajectoryGroup
 
 __all__ = ["TokenBatch", "build_token_batch"]
 

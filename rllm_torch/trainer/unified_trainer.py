@@ -38,9 +38,10 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from rllm_torch.advantage import collect_reward_and_advantage_from_trajectory_groups
 from rllm_torch.core.distributed import gather_objects
 from rllm_torch.core.errors import ConfigError, DistributedSetupError
+from rllm_torch.rllm.collect import collect_reward_and_advantage_from_trajectory_groups
+from rllm_torch.rllm.types import Episode, TerminationReason
 from rllm_torch.trainer.backend import BackendProtocol
 from rllm_torch.trainer.checkpoint import CheckpointInfo
 from rllm_torch.trainer.dynamic_sampling import DynamicSampler, DynamicSamplingConfig
@@ -53,7 +54,6 @@ from rllm_torch.trainer.summary import StepPlan, plan_steps, startup_summary
 from rllm_torch.trainer.tracking import Tracking
 from rllm_torch.trainer.transform import transform_episodes_to_trajectory_groups
 from rllm_torch.trainer.validation import validation_pass_metrics
-from rllm_torch.types import Episode, TerminationReason
 from rllm_torch.workflows.base import Workflow
 from rllm_torch.workflows.engine import EpisodeLogger, UnifiedWorkflowEngine
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections import defaultdict
 from math import comb
 
+from rllm_torch.rllm.types import Episode
 from rllm_torch.trainer.ranks import RunRanks
-from rllm_torch.types import Episode
 
 __all__ = ["unbiased_pass_at_k", "validation_pass_metrics"]
 

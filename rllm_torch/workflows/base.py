@@ -1,11 +1,11 @@
-"""``Workflow``: one agent program that turns a task into an :class:`~rllm_torch.types.Episode`."""
+"""``Workflow``: one agent program that turns a task into an :class:`~rllm_torch.rllm.types.Episode`."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from typing import Any
 
-from rllm_torch.types import Episode
+from rllm_torch.rllm.types import Episode
 from rllm_torch.workflows.rollout import RolloutEngine
 
 __all__ = ["Workflow"]

@@ -3,7 +3,7 @@ own previous answer, with feedback from the environment between turns.
 
 Turn 1 asks ``"a+b="``. The environment replies ``"!"`` (right) or ``"?"`` (wrong) and the next
 question, built on the answer the policy gave: after ``"3+4="`` → ``"7"``, turn 2's prompt is the
-conversation so far, ``"3+4=7!7+2="``. Each turn is one :class:`~rllm_torch.types.Step` with its
+conversation so far, ``"3+4=7!7+2="``. Each turn is one :class:`~rllm_torch.rllm.types.Step` with its
 own prompt, response and response mask; the trajectory reward is the share of correct turns,
 and the episode is correct when every turn is. An answer that is not a number ends the episode.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rllm_torch.types import Episode, TerminationReason, Trajectory
+from rllm_torch.rllm.types import Episode, TerminationReason, Trajectory
 from rllm_torch.workflows.base import Workflow
 from rllm_torch.workflows.rollout import RolloutEngine
 

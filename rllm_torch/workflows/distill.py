@@ -23,7 +23,7 @@ import numbers
 from typing import Any
 
 from rllm_torch.core.errors import ConfigError
-from rllm_torch.types import Episode, TerminationReason, Trajectory
+from rllm_torch.rllm.types import Episode, TerminationReason, Trajectory
 from rllm_torch.workflows.base import Workflow
 from rllm_torch.workflows.rollout import RolloutEngine
 from rllm_torch.workflows.single_turn import RewardFn

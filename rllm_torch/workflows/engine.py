@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rllm_torch.core.errors import OutOfMemoryError, WorkflowError
-from rllm_torch.types import Episode, TerminationReason
+from rllm_torch.rllm.types import Episode, TerminationReason
 from rllm_torch.workflows.base import Workflow
 
 __all__ = ["UnifiedWorkflowEngine", "EpisodeLogger"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
-from rllm_torch.types import Step
+from rllm_torch.rllm.types import Step
 
 __all__ = ["ModelOutput", "RolloutEngine"]
 
@@ -30,7 +30,7 @@ class ModelOutput:
     info: dict = field(default_factory=dict)
 
     def to_step(self, reward: float, **fields) -> Step:
-        """The :class:`~rllm_torch.types.Step` of this completion (ids, log-probs, text) with
+        """The :class:`~rllm_torch.rllm.types.Step` of this completion (ids, log-probs, text) with
         ``reward``; ``fields`` sets other Step fields (``done``, ``observation``, ...)."""
         return Step(
             prompt_ids=self.prompt_ids,

@@ -6,7 +6,7 @@ import numbers
 from collections.abc import Callable
 from typing import Any
 
-from rllm_torch.types import Episode, TerminationReason, Trajectory
+from rllm_torch.rllm.types import Episode, TerminationReason, Trajectory
 from rllm_torch.workflows.base import Workflow
 from rllm_torch.workflows.rollout import RolloutEngine
 

@@ -128,7 +128,7 @@ def calculate_reinforce_advantages(rewards: ArrayGroups, **kwargs) -> tuple[list
 def calculate_reinforce_plus_plus_baseline_advantages(
     rewards: ArrayGroups, epsilon: float = 1e-6, **kwargs
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """REINFORCE++ baseline (rLLM API); see :func:`rllm_torch.estimators.reinforce_plus_plus_baseline`."""
+    """REINFORCE++ baseline (rLLM API); see :func:`rllm_torch.core.estimators.reinforce_plus_plus_baseline`."""
     return _by_group(reinforce_plus_plus_baseline, rewards, epsilon=epsilon)
 
 

@@ -10,10 +10,10 @@ Two modes per group, as rLLM decides them:
 * **RL**: otherwise. The role's estimator (``estimator_map[role]``, else ``estimator``) turns
   trajectory rewards into one advantage per trajectory, and each step of the trajectory gets it
   as a Python float (``step.advantage = a``). A trajectory with no trained token
-  (:meth:`~rllm_torch.types.Trajectory.is_trained`) takes no part in the statistics (nor in the
+  (:meth:`~rllm_torch.rllm.types.Trajectory.is_trained`) takes no part in the statistics (nor in the
   ``reward/*`` metrics; its reward is not read) and gets ``0.0``; ``advantage/{role}/num_untrained``
   counts them. The backend multiplies it by each step's own
-  response mask (:meth:`~rllm_torch.types.Step.token_advantages`), so every step of a
+  response mask (:meth:`~rllm_torch.rllm.types.Step.token_advantages`), so every step of a
   multi-step trajectory gets the advantage exactly at its own response tokens.
 
 Everything is validated before any step is written: when an error is raised, no step changed.
@@ -31,7 +31,6 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from rllm_torch.config import AlgorithmConfig
 from rllm_torch.core.checks import all_rewards_are_numbers, check_reward
 from rllm_torch.core.distributed import ONE_PROCESS, agree_across_ranks, gather_objects, resolve_process_group
 from rllm_torch.core.errors import (
@@ -42,9 +41,10 @@ from rllm_torch.core.errors import (
     UnknownEstimatorError,
 )
 from rllm_torch.core.packing import GroupedRewards
-from rllm_torch.estimators import compute_advantages, is_token_level
-from rllm_torch.metrics import difficulty_metrics, summary_metrics
-from rllm_torch.types import Step, Trajectory, TrajectoryGroup
+from rllm_torch.rllm.config import AlgorithmConfig
+from rllm_torch.rllm.metrics import difficulty_metrics, summary_metrics
+from rllm_torch.rllm.registry import compute_advantages, is_token_level
+from rllm_torch.rllm.types import Step, Trajectory, TrajectoryGroup
 
 __all__ = ["collect_reward_and_advantage_from_trajectory_groups", "pack_role_rewards"]
 
@@ -220,7 +220,7 @@ def collect_reward_and_advantage_from_trajectory_groups(
         trajectory rewards of its RL groups; with ``collect_advantage``,
         ``advantage/{role}/{mean,std,max,min,fraction_zero}`` (one value per trajectory for RL
         groups, per response token for precomputed ones) and the ``difficulty/{role}/*`` keys of
-        :func:`~rllm_torch.metrics.difficulty_metrics` (RL groups). ``{}`` for no groups.
+        :func:`~rllm_torch.rllm.metrics.difficulty_metrics` (RL groups). ``{}`` for no groups.
 
     Raises:
         InvalidRewardsError / InvalidRewardTypeError: an RL trajectory's reward is None / not a number.

@@ -8,7 +8,7 @@ An estimator is registered in one of two forms:
   (advantages_by_group, returns_by_group)``, per-group arrays in and out. Existing rLLM custom
   estimators register and run unchanged.
 * ``form="tensors"`` (the fast path): ``fn(batch: GroupedRewards, **options) ->
-  (advantages [N], returns [N])``, like the built-ins in :mod:`rllm_torch.estimators`.
+  (advantages [N], returns [N])``, like the built-ins in :mod:`rllm_torch.core.estimators`.
 * ``form="tokens"`` (token level): ``fn(batch: TokenRewards, **options) -> (advantages [B, T],
   returns [B, T])``, like ``reinforce_plus_plus`` and ``gae``.
 
@@ -118,7 +118,7 @@ def register_rllm_adv_estimator(name: str | Enum, *, form: EstimatorForm = "arra
         name: a str or an ``rLLMAdvantageEstimator`` member (stored by its value).
         form: ``"arrays"`` for rLLM's per-group numpy form, ``"tensors"`` for a function of a
             :class:`~rllm_torch.GroupedRewards` returning ``[N]`` tensors (the fast path),
-            ``"tokens"`` for a function of a :class:`~rllm_torch.estimators.TokenRewards`
+            ``"tokens"`` for a function of a :class:`~rllm_torch.core.tokens.TokenRewards`
             returning ``[B, T]`` tensors (token level: the trainer gives it token rewards).
 
     Registering a name again replaces the earlier function, with a ``UserWarning``.
@@ -177,7 +177,7 @@ def _entry(name: object) -> _Entry:
 
 def is_token_level(name: str | Enum) -> bool:
     """Whether the estimator registered as ``name`` is token-level (``form="tokens"``: it takes a
-    :class:`~rllm_torch.estimators.TokenRewards` and returns ``[B, T]`` advantages).
+    :class:`~rllm_torch.core.tokens.TokenRewards` and returns ``[B, T]`` advantages).
 
     Raises:
         UnknownEstimatorError: ``name`` is not registered.
@@ -221,7 +221,7 @@ def get_rllm_adv_estimator(name: str | Enum) -> Callable:
         )
 
     def rllm_form(rewards, **kwargs):
-        from rllm_torch.estimators.arrays import by_group
+        from rllm_torch.rllm.arrays import by_group
 
         options = {k: v for k, v in kwargs.items() if entry.options is None or k in entry.options}
         return by_group(lambda batch: compute_advantages(batch, key, **options), rewards)
@@ -237,7 +237,7 @@ def get_tensor_adv_estimator(name: str | Enum) -> Callable[[GroupedRewards], tup
 
     For a built-in, its tensor implementation (e.g. :func:`~rllm_torch.grpo`); for a
     ``"tensors"`` or ``"tokens"`` registration, the function itself (a ``"tokens"`` one takes a
-    :class:`~rllm_torch.estimators.TokenRewards`); for an ``"arrays"`` registration, an adapter
+    :class:`~rllm_torch.core.tokens.TokenRewards`); for an ``"arrays"`` registration, an adapter
     through :func:`compute_advantages` (which gives it the groups as per-group arrays).
 
     Raises:
@@ -302,7 +302,7 @@ def compute_advantages(
     Built-ins and ``form="tensors"`` estimators run on the tensors directly; an ``"arrays"``
     estimator gets per-group numpy arrays (float32, float64 for float64 rewards) and its
     per-group output is packed back; a ``"tokens"`` estimator (``reinforce_plus_plus``, ``gae``)
-    takes a :class:`~rllm_torch.estimators.TokenRewards` instead of a ``GroupedRewards``.
+    takes a :class:`~rllm_torch.core.tokens.TokenRewards` instead of a ``GroupedRewards``.
 
     Across ranks (``batch.process_group`` set): built-ins and tensor-form estimators written
     with the layout's reductions (``batch.layout``, see :class:`~rllm_torch.core.segment.SegmentLayout`)
