@@ -38,10 +38,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NamedTuple
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 
-from rllm_torch.core.distributed import all_reduce_, require_live, world_position
+from rllm_torch.core.distributed import all_reduce_
+from rllm_torch.core.moments import merge_moments
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
@@ -52,7 +52,6 @@ __all__ = [
     "segment_sum",
     "segment_mean",
     "segment_var_mean",
-    "merge_moments",
     "SegmentLayout",
 ]
 
@@ -114,42 +113,6 @@ def _gemv_is_exact(device: torch.device, dtype: torch.dtype) -> bool:
     if torch.compiler.is_compiling() or device.type != "cpu":
         return False
     return dtype == torch.float64 or torch.get_float32_matmul_precision() == "highest"
-
-
-def merge_moments(
-    count: Tensor, shift: Tensor, mean_shifted: Tensor, m2: Tensor, comm: ProcessGroup | None
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The ``(count, shift, mean_shifted, M2)`` of values spread over the ranks of ``comm``, from
-    each rank's own.
-
-    Args:
-        count, shift, mean_shifted, m2: 0-d float64 tensors: this rank's number of values, a
-            value near them (any value when ``count`` is 0), their mean minus ``shift`` and their
-            centred sum of squares ``M2 = sum((x - mean)^2)``.
-        comm: a process group, or ``None`` (one process: returned unchanged).
-
-    One ``all_gather`` of 4 values per rank. The merge (Chan, Golub and LeVeque's pairwise
-    update, 1979) is relative to the shift of the first rank that holds a value, which every
-    rank returns: the merged mean is ``shift + mean_shifted``, never rounded at the scale of the
-    data, so ``(x - shift) - mean_shifted`` is exact up to one rounding at any offset. Values
-    that are all equal, with shifts equal to them, give ``mean_shifted`` and ``M2`` exactly 0.
-    The result is the same on every rank (same inputs, same operations); ``mean_shifted`` is 0
-    when no rank holds a value.
-    """
-    if comm is None:
-        return count, shift, mean_shifted, m2
-    mine = torch.stack([count, shift, mean_shifted, m2]).to(torch.float64)
-    _, world = world_position(comm)
-    parts = [torch.empty_like(mine) for _ in range(world)]
-    require_live(comm)
-    dist.all_gather(parts, mine, group=comm)
-    n_W, shift_W, ms_W, m2_W = torch.stack(parts).unbind(1)
-    total = n_W.sum()
-    shift = shift_W.gather(0, (n_W > 0).to(torch.int8).argmax().reshape(1)).reshape(())  # first rank with data
-    rank_mean_W = (shift_W - shift) + ms_W  # each rank's mean minus the common shift
-    mean_shifted = ((n_W / total.clamp(min=1.0)) * rank_mean_W).sum()
-    merged_m2 = m2_W.sum() + (n_W * (rank_mean_W - mean_shifted).square()).sum()
-    return total, shift, torch.where(total > 0, mean_shifted, 0.0), merged_m2
 
 
 class SegmentLayout:
@@ -398,7 +361,7 @@ class SegmentLayout:
     def _merged_moments(self, x_1N: Tensor) -> Centered:
         """:meth:`center` of one group spread over the ranks: this rank's two-pass moments in
         float64 (its shift, mean and centred squares), merged over the ranks by
-        :func:`merge_moments`; the centred values are formed in float64 against the common
+        :func:`~rllm_torch.core.moments.merge_moments`; the centred values are formed in float64 against the common
         shift and rounded once to ``x``'s dtype. ``shift`` and ``mean_shifted`` are ``[1, 1]``
         float64, ``sum_sq`` the merged centred sum of squares."""
         n, dtype = x_1N.shape[1], x_1N.dtype

@@ -27,7 +27,8 @@ from torch import Tensor
 from rllm_torch.core.checks import check_matches
 from rllm_torch.core.distributed import ONE_PROCESS, agree_across_ranks, check_backend_carries, resolve_process_group
 from rllm_torch.core.errors import InvalidRewardsError, InvalidRewardTypeError, RLLMTorchError
-from rllm_torch.core.segment import accumulation_dtype, merge_moments
+from rllm_torch.core.moments import merge_moments, std_plus_epsilon
+from rllm_torch.core.segment import accumulation_dtype
 
 __all__ = ["sequence_scores", "broadcast_to_tokens", "TokenRewards", "discounted_returns", "masked_whiten"]
 
@@ -300,7 +301,7 @@ def masked_whiten(
             of the batch (every rank must call; one ``all_gather`` of 4 values per rank).
 
     The mean and the centred sum of squares are float64 sums of this rank's tokens (two-pass),
-    merged over the ranks by :func:`~rllm_torch.core.segment.merge_moments`: equal values give
+    merged over the ranks by :func:`~rllm_torch.core.moments.merge_moments`: equal values give
     exactly 0. No trained token anywhere gives zeros; ``count <= std_correction`` a NaN std, as
     ``torch.std``. No host sync. verl's ``masked_whiten`` uses the sample variance and
     ``rsqrt(var + 1e-8)``; ``std_correction=1`` gives its variance.
@@ -326,8 +327,7 @@ def whiten_over(
     m2 = (centered * mask).square().sum(dtype=f64)
     count, shift, mean_shifted, m2 = merge_moments(count, shift.to(f64), mean_shifted, m2, group)
     std = (m2 / (count - std_correction)).sqrt()
-    std = torch.where(count > 0, std, 1.0) + epsilon
-    std = torch.where(std == 0, 1.0, std)  # equal values and epsilon = 0: 0 / 1, not 0 / 0
+    std = std_plus_epsilon(torch.where(count > 0, std, 1.0), epsilon)  # equal values, epsilon = 0: 0 / 1
     if group is not None:  # centre on the merged mean, against the common shift
         centered = _centred(values, shift, mean_shifted)
     return centered.div_(std.to(values.dtype)).mul_(mask)

@@ -3,8 +3,9 @@
 Every function returns a ``dict[str, float]`` of Python floats, built with one ``.tolist()``.
 Under a process group (``process_group=`` / a batch built with one) the metrics are those of
 the global batch, identical on every rank: each rank's moments (count, mean, centred sum of
-squares, max, min) are gathered with one ``all_gather_object`` and merged exactly (Chan et al.'s
-pairwise update), and group statistics are gathered per group (``O(G)`` payload).
+squares, max, min) are gathered with one ``all_gather_object`` and merged exactly
+(:func:`~rllm_torch.core.moments.chan_merge`), and group statistics are gathered per group
+(``O(G)`` payload).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from rllm_torch.core.distributed import world_position
+from rllm_torch.core.moments import chan_merge
 from rllm_torch.core.packing import GroupedRewards
 from rllm_torch.core.segment import segment_var_mean
 
@@ -34,21 +36,6 @@ def _moments(values: Tensor, fraction_zero: bool) -> list[float]:
     stats = [mean, ((values - mean) ** 2).sum(), values.max(), values.min()]
     stats.append((values.abs() < ZERO_ADVANTAGE_ATOL).sum().double() if fraction_zero else mean.new_zeros(()))
     return [float(values.numel()), *torch.stack(stats).tolist()]
-
-
-def _merge_moments(parts: list[list[float]]) -> list[float]:
-    """Chan et al.'s merge of ``[n, mean, M2, max, min, zeros]`` rows (float64, exact centring)."""
-    n, mean, m2, high, low, zeros = parts[0]
-    for n_b, mean_b, m2_b, high_b, low_b, zeros_b in parts[1:]:
-        if n_b == 0:
-            continue
-        total = n + n_b
-        delta = mean_b - mean
-        mean, m2 = mean + delta * n_b / total, m2 + m2_b + delta * delta * n * n_b / total
-        n, high, low, zeros = total, max(high, high_b), min(low, low_b), zeros + zeros_b
-    if mean != mean:  # a NaN value: NaN everywhere, as torch's reductions give on one process
-        high = low = mean
-    return [n, mean, m2, high, low, zeros]
 
 
 def summary_metrics(
@@ -76,10 +63,15 @@ def summary_metrics(
         _, world = world_position(process_group)
         parts: list = [None] * world
         dist.all_gather_object(parts, _moments(values, fraction_zero), group=process_group)
-        n, mean, m2, high, low, zeros = _merge_moments([p for p in parts if p[0] > 0] or parts)
+        parts = [p for p in parts if p[0] > 0] or parts  # a rank without values takes no part
+        n_W, mean_W, m2_W, high_W, low_W, zeros_W = torch.tensor(parts, dtype=torch.float64).unbind(1)
+        n, shift, mean_shifted, m2 = chan_merge(n_W, mean_W, torch.zeros_like(mean_W), m2_W)
         if n == 0:
             return {}
-        stats = [mean, (m2 / n) ** 0.5, high, low] + ([zeros / n] if fraction_zero else [])
+        mean = shift + mean_shifted
+        high, low = (mean, mean) if mean.isnan() else (high_W.max(), low_W.min())  # NaN: NaN everywhere
+        stats = [mean, (m2 / n).sqrt(), high, low] + ([zeros_W.sum() / n] if fraction_zero else [])
+        stats = torch.stack(stats).tolist()
     names = ["mean", "std", "max", "min"] + (["fraction_zero"] if fraction_zero else [])
     return {f"{prefix}/{name}": value for name, value in zip(names, stats, strict=True)}
 

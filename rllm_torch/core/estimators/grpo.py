@@ -12,9 +12,9 @@ from rllm_torch.core.estimators.scaling import (
     check_flag,
     divide_by_group_std,
     shared_docstring,
-    std_plus_epsilon,
     working_rewards,
 )
+from rllm_torch.core.moments import std_plus_epsilon
 from rllm_torch.core.packing import GroupedRewards
 
 __all__ = ["grpo"]

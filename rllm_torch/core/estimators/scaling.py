@@ -8,6 +8,7 @@ from typing import Any
 from torch import Tensor
 
 from rllm_torch.core.errors import InvalidRewardsError, InvalidRewardTypeError
+from rllm_torch.core.moments import std_plus_epsilon
 from rllm_torch.core.packing import GroupedRewards
 from rllm_torch.core.segment import Centered, SegmentLayout, accumulation_dtype
 from rllm_torch.core.tokens import TokenRewards
@@ -21,7 +22,6 @@ __all__ = [
     "check_flag",
     "check_discount",
     "working_rewards",
-    "std_plus_epsilon",
     "whiten",
     "divide_by_group_std",
     "standardise_over_batch",
@@ -126,13 +126,6 @@ def working_rewards(batch: GroupedRewards) -> tuple[Tensor, SegmentLayout]:
     layout = batch.layout
     rewards = batch.rewards.detach()  # advantages are constants of the policy loss: no graph
     return layout.values(rewards.to(accumulation_dtype(rewards.dtype))), layout
-
-
-def std_plus_epsilon(std: Tensor, epsilon: float) -> Tensor:
-    """``std + epsilon`` in place, with 1 where both are 0 (a constant group and ``epsilon=0``),
-    so that its centred values, exactly 0, stay 0 instead of becoming 0/0 = NaN."""
-    std.add_(epsilon)
-    return std if epsilon > 0 else std.masked_fill_(std == 0, 1.0)
 
 
 def whiten(centered_N: Tensor, layout: SegmentLayout, epsilon: float) -> Tensor:
