@@ -32,18 +32,16 @@ import torch
 import torch.distributed as dist
 
 from rllm_torch.core.checks import all_rewards_are_numbers, check_reward
-from rllm_torch.core.distributed import ONE_PROCESS, agree_across_ranks, gather_objects, resolve_process_group
+from rllm_torch.core.distributed import ONE_PROCESS, agree_across_ranks, resolve_process_group
 from rllm_torch.core.errors import (
-    ConfigError,
     InvalidRewardsError,
     InvalidRewardTypeError,
     RLLMTorchError,
-    UnknownEstimatorError,
 )
 from rllm_torch.core.packing import GroupedRewards
 from rllm_torch.rllm.config import AlgorithmConfig
-from rllm_torch.rllm.metrics import difficulty_metrics, summary_metrics
-from rllm_torch.rllm.registry import compute_advantages, is_token_level
+from rllm_torch.rllm.metrics import summary_metrics
+from rllm_torch.rllm.roles import outcome_estimator, reward_components_tensor, role_advantages
 from rllm_torch.rllm.types import Step, Trajectory, TrajectoryGroup
 
 __all__ = ["collect_reward_and_advantage_from_trajectory_groups", "pack_role_rewards"]
@@ -84,13 +82,14 @@ def pack_role_rewards(
         task id and the trajectory.
     """
     members = [[t for t in g.trajectories if t.is_trained()] for g in groups]
-    trajs = [t for group_members in members for t in group_members]
+    pairs = [(g, t) for g, group_members in zip(groups, members, strict=True) for t in group_members]
+    trajs = [t for _, t in pairs]
     values = [t.reward for t in trajs]
     if not all_rewards_are_numbers(values):  # a list, array, string, None...: never read as a number
         _locate_bad_reward(groups)
     rewards_N = torch.from_numpy(np.array(values, dtype=np.float64)).reshape(len(values))
     lengths_N = torch.tensor([t.trained_tokens() for t in trajs], dtype=torch.float64).reshape(len(trajs))
-    components_NR = _components(trajs, groups)
+    components_NR = reward_components_tensor(pairs)
     sizes = [len(group_members) for group_members in members]
     common = (
         dict(validate=False)
@@ -110,23 +109,6 @@ def pack_role_rewards(
         rewards_N, group_index_N, num_groups=len(sizes), weights=lengths_N, reward_components=components_NR, **common
     )
     return batch, trajs
-
-
-def _components(trajs: list[Trajectory], groups: list[TrajectoryGroup]) -> torch.Tensor | None:
-    """``[N, R]`` float64 of the trajectories' ``reward_components``, or None when none has any.
-
-    Raises:
-        InvalidRewardsError: some have them and others not, or lengths differ (the first such named).
-    """
-    first = trajs[0].reward_components if trajs else None
-    for traj in trajs:
-        if (traj.reward_components is None) != (first is None) or len(traj.reward_components or []) != len(first or []):
-            group = next(g for g in groups if traj in g.trajectories)
-            raise InvalidRewardsError(
-                f"{_where(group, traj)}: reward_components {traj.reward_components!r}, where the role's first trajectory has "
-                f"{first!r}; every trajectory of a role carries the same reward functions' rewards, or none does."
-            )
-    return None if first is None else torch.tensor([t.reward_components for t in trajs], dtype=torch.float64)
 
 
 def _precomputed_values(group: TrajectoryGroup, missing: list[str]) -> list[tuple[Step, list]]:
@@ -163,31 +145,6 @@ def _precomputed_values(group: TrajectoryGroup, missing: list[str]) -> list[tupl
                 )
             out.append((step, value))
     return out
-
-
-def _estimator_of(role: str, config: AlgorithmConfig) -> str:
-    name = config.estimator_for(role)
-    try:
-        is_token_level(name)
-    except UnknownEstimatorError as exc:
-        source = f"estimator_map[{role!r}]" if role in config.estimator_map else "estimator"
-        raise UnknownEstimatorError(
-            f"role {role!r}: {source} = {getattr(name, 'value', name)!r} is not registered. {exc}"
-        ) from exc
-    return name
-
-
-def _outcome_estimator_of(role: str, config: AlgorithmConfig) -> str:
-    """The role's estimator, which the collector (one advantage per trajectory) can run."""
-    name = _estimator_of(role, config)
-    if is_token_level(name):
-        raise ConfigError(
-            f"role {role!r}: estimator {getattr(name, 'value', name)!r} is token-level (one advantage per response "
-            "token, from token rewards and values): the trajectory-level collector cannot run it. Use a backend's "
-            "compute_advantages on its token batch (rllm_torch.trainer.compute_token_advantages; the torch backend "
-            "does), or an outcome estimator (grpo, rloo, opo, ...)."
-        )
-    return name
 
 
 def collect_reward_and_advantage_from_trajectory_groups(
@@ -248,7 +205,7 @@ def collect_reward_and_advantage_from_trajectory_groups(
     try:
         if collect_advantage:
             roles = {*algorithm_config.estimator_map, *rl_groups}
-            estimators = {role: _outcome_estimator_of(role, algorithm_config) for role in roles}
+            estimators = {role: outcome_estimator(role, algorithm_config) for role in roles}
             token_writes, pre_tokens = _precomputed_writes(pre_groups)
         packed = {role: pack_role_rewards(role_groups, process_group=group) for role, role_groups in rl_groups.items()}
     except (RLLMTorchError, ValueError, TypeError) as exc:
@@ -263,44 +220,35 @@ def collect_reward_and_advantage_from_trajectory_groups(
         for role in set(rl_roles) - set(packed):
             packed[role] = pack_role_rewards([], process_group=group)
             if collect_advantage:
-                estimators[role] = _outcome_estimator_of(role, algorithm_config)
+                estimators[role] = outcome_estimator(role, algorithm_config)
 
     metrics: dict[str, float] = {}
-    advantages_by_role: dict[str, list[torch.Tensor]] = defaultdict(list)
+    advantages_by_role: dict[str, torch.Tensor] = {}
     writes: list[tuple[list[Trajectory], list[float]]] = []
-    untrained = {
-        role: [t for g in rl_groups.get(role, []) for t in g.trajectories if not t.is_trained()] for role in rl_roles
-    }
     for role in rl_roles:
         batch, trajs = packed[role]
-        if collect_advantage:
-            writes.append((untrained[role], [0.0] * len(untrained[role])))
-            count = sum(gather_objects(len(untrained[role]), group))
-            if count:
-                metrics[f"advantage/{role}/num_untrained"] = float(count)
-        reward_metrics = (
-            summary_metrics(batch.rewards, f"reward/{role}", process_group=group)
-            if (group is not None or batch.num_trajectories)
-            else {}
-        )
-        if not reward_metrics:  # no trajectory of this role on any rank
+        if not collect_advantage:  # validation: the rewards only
+            if group is not None or batch.num_trajectories:
+                metrics |= summary_metrics(batch.rewards, f"reward/{role}", process_group=group)
             continue
-        metrics |= reward_metrics
-        if collect_advantage:
-            adv_N, _ = compute_advantages(
-                batch, estimators[role], **algorithm_config.estimator_call_kwargs(estimators[role])
-            )
-            metrics |= difficulty_metrics(batch, f"difficulty/{role}")
-            advantages_by_role[role].append(adv_N.double())
-            writes.append((trajs, adv_N.tolist()))
-    if collect_advantage:
-        for role, tokens in pre_tokens.items():
-            advantages_by_role[role].append(tokens)
-        for role in sorted({*rl_roles, *pre_roles}):
-            parts = advantages_by_role.get(role, [])
-            adv_all = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
-            if group is not None or adv_all.numel():
-                metrics |= summary_metrics(adv_all, f"advantage/{role}", fraction_zero=True, process_group=group)
+        untrained = [t for g in rl_groups.get(role, []) for t in g.trajectories if not t.is_trained()]
+        adv_N, role_metrics = role_advantages(
+            batch,
+            role,
+            estimators[role],
+            algorithm_config,
+            num_untrained=len(untrained),
+            process_group=group,
+            difficulty=True,
+        )
+        metrics |= role_metrics
+        advantages_by_role[role] = adv_N.double()
+        writes += [(untrained, [0.0] * len(untrained)), (trajs, adv_N.tolist())]
+    for role in pre_roles if collect_advantage else []:  # over its tokens, and its RL trajectories if it has both
+        parts = [a for a in (advantages_by_role.get(role), pre_tokens.get(role)) if a is not None]
+        adv_all = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
+        if group is not None or adv_all.numel():
+            metrics |= summary_metrics(adv_all, f"advantage/{role}", fraction_zero=True, process_group=group)
     for trajs, adv_list in writes:
         for traj, adv in zip(trajs, adv_list, strict=True):
             for step in traj.steps:

@@ -1,6 +1,6 @@
 """The trainer's data pipeline: episodes → trajectory groups → filtered groups."""
 
-from rllm_torch.trainer.backend import BackendProtocol, compute_token_advantages
+from rllm_torch.trainer.backend import BackendProtocol
 from rllm_torch.trainer.checkpoint import CheckpointInfo, CheckpointStore
 from rllm_torch.trainer.compact_filtering import CompactFilteringConfig
 from rllm_torch.trainer.rejection_sampling import (
@@ -10,6 +10,7 @@ from rllm_torch.trainer.rejection_sampling import (
 )
 from rllm_torch.trainer.run_checkpoint import RunCheckpointer
 from rllm_torch.trainer.state import TrainerState
+from rllm_torch.trainer.token_advantages import compute_token_advantages
 from rllm_torch.trainer.token_batch import TokenBatch, build_token_batch
 from rllm_torch.trainer.tracking import Tracking
 from rllm_torch.trainer.transform import (

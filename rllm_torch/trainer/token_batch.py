@@ -23,6 +23,7 @@ from torch import Tensor
 
 from rllm_torch.core.checks import check_reward
 from rllm_torch.core.errors import InvalidRewardsError, InvalidTrajectoryError
+from rllm_torch.rllm.roles import reward_components_tensor
 from rllm_torch.rllm.types import TrajectoryGroup
 
 __all__ = ["TokenBatch", "build_token_batch"]
@@ -118,7 +119,7 @@ def build_token_batch(
             NaN advantage makes the loss, and so every weight, NaN.
     """
     rows, rows_logp, rows_mask, rows_adv, row_index, rewards, group_index, group_pre = [], [], [], [], [], [], [], []
-    components: list[list[float] | None] = []
+    trajectories: list = []  # (group, trajectory), for reward_components_tensor
     for g, group in enumerate(groups):
         pre = use_precomputed_advantage and any(s.advantage is not None for t in group.trajectories for s in t.steps)
         group_pre.append(pre)
@@ -156,7 +157,7 @@ def build_token_batch(
                         "reward function (task.reward_fn, or the workflow's) for a division by zero or a missing score."
                     )
                 rewards.append(reward)
-            components.append(traj.reward_components)
+            trajectories.append((group, traj))
             group_index.append(g)
     num_rows, width = len(rows), max((len(r) for r in rows), default=0)
     input_ids_RT = torch.full((num_rows, width), pad_token_id, dtype=torch.int64)
@@ -182,30 +183,5 @@ def build_token_batch(
         row_index=torch.tensor(row_index, dtype=torch.int64),
         precomputed_advantages=pre_adv_RT,
         group_precomputed=group_pre if any(group_pre) else None,
-        reward_components=_components_tensor(components, groups),
+        reward_components=reward_components_tensor(trajectories),
     )
-
-
-def _components_tensor(components: list[list[float] | None], groups: list[TrajectoryGroup]) -> Tensor | None:
-    """``[N, R]`` float64 from every trajectory's ``reward_components``, or None when none has any.
-
-    Raises:
-        InvalidRewardsError: some trajectories carry them and others not, or lengths differ (the
-            first such trajectory named).
-    """
-    lengths = {None if c is None else len(c) for c in components}
-    if lengths <= {None}:  # no trajectory, or none with components
-        return None
-    if len(lengths) > 1:
-        first = components[0]
-        position = next(
-            i for i, c in enumerate(components) if (c is None) != (first is None) or len(c or []) != len(first or [])
-        )
-        trajs = [(g, t) for g in groups for t in g.trajectories]
-        group, traj = trajs[position]
-        raise InvalidRewardsError(
-            f"task {group.task_id!r}, group {group.group_id!r}, trajectory {traj.name!r}: reward_components "
-            f"{traj.reward_components!r}, where the batch's first trajectory has {first!r}; every trajectory of a batch "
-            "carries the same reward functions' rewards (Trajectory.reward_components), or none does."
-        )
-    return torch.tensor(components, dtype=torch.float64).reshape(len(components), -1)
