@@ -67,8 +67,8 @@ from omegaconf import DictConfig
 
 from rllm_torch.backends.torch_backend.policy import build_policy
 from rllm_torch.backends.torch_backend.tokenizer import load_tokenizer
-from rllm_torch.tasks.base import Task
-from rllm_torch.tasks.catalog import build_task
+from rllm_torch.rollouts.catalog import build_task
+from rllm_torch.rollouts.task import Task
 
 RESULTS = Path(__file__).parent / "RESULTS_trainer.md"
 REPO = Path(__file__).resolve().parent.parent

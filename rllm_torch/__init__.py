@@ -21,11 +21,10 @@ from rllm_torch.core import *  # noqa: F403 - re-exported public surface
 from rllm_torch.core import __all__ as _core_all
 from rllm_torch.rllm import *  # noqa: F403 - re-exported public surface
 from rllm_torch.rllm import __all__ as _rllm_all
+from rllm_torch.rollouts import ArithmeticChainWorkflow, DistillationWorkflow, SingleTurnWorkflow  # noqa: F401
 from rllm_torch.trainer import *  # noqa: F403 - re-exported public surface
 from rllm_torch.trainer import __all__ as _trainer_all
-from rllm_torch.workflows import *  # noqa: F403 - re-exported public surface
-from rllm_torch.workflows import __all__ as _workflows_all
 
-__all__ = [*_core_all, *_rllm_all, *_trainer_all, *_workflows_all]
+__all__ = [*_core_all, *_rllm_all, *_trainer_all, "SingleTurnWorkflow", "ArithmeticChainWorkflow", "DistillationWorkflow"]
 
 __version__ = "0.1.0"

@@ -14,7 +14,7 @@ from rllm_torch import UnifiedTrainer
 from rllm_torch.core.errors import ConfigError
 from rllm_torch.rllm.types import Episode, Step, TerminationReason, Trajectory
 from rllm_torch.trainer.dynamic_sampling import DynamicSamplingConfig
-from rllm_torch.workflows.base import Workflow
+from rllm_torch.trainer.workflow import Workflow
 
 SIGNAL = {0, 3, 4, 5, 9, 10, 11}  # the prompts whose rollouts disagree; batches of 2: [0 1] [2 3] [4 5] ...
 TRAIN = [{"prompt": f"p{i}", "signal": i in SIGNAL} for i in range(12)]

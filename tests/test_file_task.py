@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rllm_torch.core.errors import ConfigError, DatasetFormatError, DatasetNotFoundError
-from rllm_torch.tasks.file_task import load_reward_fn, load_rows
+from rllm_torch.rollouts.file_task import load_reward_fn, load_rows
 
 
 def test_a_line_that_is_not_json_is_refused_naming_the_file_and_its_line_number(tmp_path):
@@ -64,4 +64,4 @@ def test_a_reward_fn_without_the_module_colon_function_form_is_refused_with_an_e
 
 
 def test_a_reward_fn_in_the_module_colon_function_form_is_loaded():
-    assert load_reward_fn("rllm_torch.tasks.base:exact_match_reward")({"answer": "7"}, "7") == 1.0
+    assert load_reward_fn("rllm_torch.rollouts.task:exact_match_reward")({"answer": "7"}, "7") == 1.0

@@ -129,7 +129,7 @@ def test_a_user_jsonl_dataset_and_reward_function_train(tmp_path):
         f"task.val_path={tmp_path / 'sums_val.jsonl'}",
         "task.prompt_key=question",
         "task.answer_key=solution",
-        "task.reward_fn=rllm_torch.tasks.base:exact_match_reward",
+        "task.reward_fn=rllm_torch.rollouts.task:exact_match_reward",
         "model.hidden_size=32",
         "data.train_batch_size=4",
         "rllm.rollout.n=2",

@@ -13,7 +13,7 @@ from rllm_torch import AlgorithmConfig, GroupedRewards, UnifiedTrainer, compute_
 from rllm_torch.backends.torch_backend import TorchBackend
 from rllm_torch.core.errors import ConfigError
 from rllm_torch.rllm.types import Step, Trajectory, TrajectoryGroup
-from rllm_torch.tasks import build_task
+from rllm_torch.rollouts import build_task
 from rllm_torch.trainer import build_token_batch, compute_token_advantages
 
 SMALL = (
@@ -133,7 +133,7 @@ def test_a_task_that_writes_advantages_refuses_to_run_without_use_precomputed_ad
 
 
 def test_a_teacher_confidence_outside_the_open_unit_interval_is_refused():
-    from rllm_torch.workflows.distill import AnswerTeacher
+    from rllm_torch.rollouts.distill import AnswerTeacher
 
     with pytest.raises(ConfigError, match="confidence must be in"):
         AnswerTeacher(1.0)

@@ -6,11 +6,11 @@ import pytest
 from trainer_fakes import make_config
 
 from rllm_torch.core.errors import ConfigError
-from rllm_torch.tasks import build_task
+from rllm_torch.rollouts import build_task
 
 reasoning_gym = pytest.importorskip("reasoning_gym")
 
-from rllm_torch.tasks.reasoning_gym import ReasoningGymScorer, reasoning_gym_rows  # noqa: E402
+from rllm_torch.rollouts.reasoning_gym import ReasoningGymScorer, reasoning_gym_rows  # noqa: E402
 
 
 def test_a_small_dataset_becomes_task_rows_that_the_datasets_scorer_grades():

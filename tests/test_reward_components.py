@@ -17,12 +17,12 @@ from rllm_torch.cli.run_config import register_configs
 from rllm_torch.cli.train import check_reward_components
 from rllm_torch.core.errors import ConfigError, InvalidRewardsError
 from rllm_torch.rllm.types import Step
-from rllm_torch.tasks import build_task
-from rllm_torch.tasks.arithmetic import one_digit_format_reward
+from rllm_torch.rollouts import build_task
+from rllm_torch.rollouts.arithmetic import one_digit_format_reward
+from rllm_torch.rollouts.single_turn import SingleTurnWorkflow
 from rllm_torch.trainer import compute_token_advantages
 from rllm_torch.trainer.setup import build_pipeline_configs
 from rllm_torch.trainer.token_batch import build_token_batch
-from rllm_torch.workflows.single_turn import SingleTurnWorkflow
 
 COMPONENTS = [[[1.0, 1.0], [0.0, 1.0], [0.0, 0.0]], [[1.0, 1.0], [1.0, 0.0], [0.0, 1.0]], [[0.0, 1.0], [0.0, 1.0]]]
 
@@ -58,7 +58,7 @@ def test_the_default_task_scores_correctness_and_format_and_the_workflow_records
 
     class Engine:
         async def generate(self, prompt):
-            from rllm_torch.workflows.rollout import ModelOutput
+            from rllm_torch.trainer.workflow import ModelOutput
 
             return ModelOutput(text="8", prompt_ids=[1], response_ids=[5], logprobs=[-0.1], finish_reason="stop")
 

@@ -15,8 +15,7 @@ from rllm_torch import (
     UnifiedWorkflowEngine,
     WorkflowError,
 )
-from rllm_torch.trainer import unbiased_pass_at_k
-from rllm_torch.workflows import EpisodeLogger
+from rllm_torch.trainer import EpisodeLogger, unbiased_pass_at_k
 
 
 class EchoEngine(RolloutEngine):

@@ -8,7 +8,7 @@ from rllm_torch.cli.run_config import TrainConfig
 from rllm_torch.rllm.types import Episode, Step, TerminationReason, Trajectory
 from rllm_torch.trainer.backend import BackendProtocol
 from rllm_torch.trainer.token_batch import build_token_batch
-from rllm_torch.workflows.base import Workflow
+from rllm_torch.trainer.workflow import Workflow
 
 
 def make_config(tmp_path, *dotlist: str):

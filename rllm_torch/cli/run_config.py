@@ -257,7 +257,7 @@ class TrainConfig:
 
 def default_experiment_name(task_name: str, train_path: str | None = None, dataset: str | None = None) -> str:
     """The default ``rllm.trainer.experiment_name`` (and so run directory): the task's name;
-    ``file-<dataset>`` for a file task (:func:`~rllm_torch.tasks.file_task.dataset_name`),
+    ``file-<dataset>`` for a file task (:func:`~rllm_torch.rollouts.file_task.dataset_name`),
     ``reasoning_gym-<dataset>`` for a reasoning-gym one; and ``-world<N>`` after it under a
     torchrun launch of ``N > 1`` processes (``WORLD_SIZE``). Runs of different tasks, or on
     another number of processes, then do not try to resume each other's checkpoints.
@@ -268,7 +268,7 @@ def default_experiment_name(task_name: str, train_path: str | None = None, datas
     """
     name = str(task_name)
     if task_name == "file" and train_path:
-        from rllm_torch.tasks.file_task import dataset_name
+        from rllm_torch.rollouts.file_task import dataset_name
 
         name = f"file-{dataset_name(train_path)}"
     elif task_name == "reasoning_gym" and dataset:

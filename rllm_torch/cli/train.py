@@ -41,12 +41,12 @@ from rllm_torch.cli.command_line import (
 from rllm_torch.cli.config_checks import check_run_config
 from rllm_torch.cli.run_config import register_configs
 from rllm_torch.core.errors import ConfigError, RLLMTorchError, UnknownBackendError
-from rllm_torch.tasks import build_task
-from rllm_torch.tasks.base import Task
+from rllm_torch.rollouts import build_task
+from rllm_torch.rollouts.single_turn import SingleTurnWorkflow
+from rllm_torch.rollouts.task import Task
 from rllm_torch.trainer.backend import BackendProtocol
 from rllm_torch.trainer.ranks import RunRanks, init_run_ranks, shutdown, torchrun_world_size
 from rllm_torch.trainer.unified_trainer import UnifiedTrainer
-from rllm_torch.workflows.single_turn import SingleTurnWorkflow
 
 __all__ = ["main", "run", "backend_class", "BACKENDS"]
 

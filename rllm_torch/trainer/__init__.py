@@ -22,6 +22,8 @@ from rllm_torch.trainer.transform import (
 )
 from rllm_torch.trainer.unified_trainer import UnifiedTrainer
 from rllm_torch.trainer.validation import unbiased_pass_at_k, validation_pass_metrics
+from rllm_torch.trainer.workflow import ModelOutput, RolloutEngine, Workflow
+from rllm_torch.trainer.workflow_engine import EpisodeLogger, UnifiedWorkflowEngine
 
 __all__ = [
     "CompactFilteringConfig",
@@ -45,4 +47,9 @@ __all__ = [
     "CheckpointStore",
     "CheckpointInfo",
     "RunCheckpointer",
+    "Workflow",
+    "RolloutEngine",
+    "ModelOutput",
+    "UnifiedWorkflowEngine",
+    "EpisodeLogger",
 ]

@@ -54,8 +54,8 @@ from rllm_torch.trainer.summary import StepPlan, plan_steps, startup_summary
 from rllm_torch.trainer.tracking import Tracking
 from rllm_torch.trainer.transform import transform_episodes_to_trajectory_groups
 from rllm_torch.trainer.validation import validation_pass_metrics
-from rllm_torch.workflows.base import Workflow
-from rllm_torch.workflows.engine import EpisodeLogger, UnifiedWorkflowEngine
+from rllm_torch.trainer.workflow import Workflow
+from rllm_torch.trainer.workflow_engine import EpisodeLogger, UnifiedWorkflowEngine
 
 __all__ = ["UnifiedTrainer"]
 

@@ -45,7 +45,7 @@ from rllm_torch.backends.torch_backend.policy import context_length
 from rllm_torch.backends.torch_backend.rollout import BatchedRolloutEngine, SamplingParams, model_outputs
 from rllm_torch.backends.torch_backend.tokenizer import encode_prompts
 from rllm_torch.core.errors import ConfigError
-from rllm_torch.workflows.rollout import ModelOutput
+from rllm_torch.trainer.workflow import ModelOutput
 
 __all__ = ["VllmRolloutEngine", "sample_with_vllm", "check_max_model_len", "import_vllm", "ENGINES"]
 

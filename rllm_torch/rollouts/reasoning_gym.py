@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from rllm_torch.core.errors import ConfigError
-from rllm_torch.tasks.base import Task, alphabet_of
+from rllm_torch.rollouts.task import Task, alphabet_of
 
 __all__ = ["reasoning_gym_rows", "ReasoningGymScorer", "reasoning_gym_task"]
 

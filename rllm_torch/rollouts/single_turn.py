@@ -7,8 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rllm_torch.rllm.types import Episode, TerminationReason, Trajectory
-from rllm_torch.workflows.base import Workflow
-from rllm_torch.workflows.rollout import RolloutEngine
+from rllm_torch.trainer.workflow import RolloutEngine, Workflow
 
 __all__ = ["SingleTurnWorkflow", "RewardFn"]
 

@@ -1,11 +1,11 @@
 """The task interface: datasets of prompt/answer dicts plus a reward function. Each task module
-builds a :class:`Task` from its config section; :mod:`rllm_torch.tasks.catalog` picks one by name."""
+builds a :class:`Task` from its config section; :mod:`rllm_torch.rollouts.catalog` picks one by name."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rllm_torch.workflows.single_turn import RewardFn
+from rllm_torch.rollouts.single_turn import RewardFn
 
 __all__ = ["Task", "exact_match_reward", "alphabet_of"]
 

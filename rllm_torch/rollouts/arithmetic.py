@@ -9,7 +9,7 @@ import random
 from typing import Any
 
 from rllm_torch.core.errors import ConfigError
-from rllm_torch.tasks.base import Task, exact_match_reward
+from rllm_torch.rollouts.task import Task, exact_match_reward
 
 __all__ = ["arithmetic_problems", "arithmetic_task", "one_digit_format_reward"]
 

@@ -1,5 +1,5 @@
 """The tasks a run can name (``task.name``) and the one function that builds them. It imports
-the task modules; they import only :mod:`rllm_torch.tasks.base`, so there is no import circle."""
+the task modules; they import only :mod:`rllm_torch.rollouts.task`, so there is no import circle."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ from collections.abc import Callable
 from typing import Any
 
 from rllm_torch.core.errors import ConfigError
-from rllm_torch.tasks.arithmetic import arithmetic_task
-from rllm_torch.tasks.base import Task
-from rllm_torch.tasks.chain import chain_task
-from rllm_torch.tasks.distill import distill_task
-from rllm_torch.tasks.file_task import file_task
-from rllm_torch.tasks.reasoning_gym import reasoning_gym_task
-from rllm_torch.tasks.reverse import reverse_task
+from rllm_torch.rollouts.arithmetic import arithmetic_task
+from rllm_torch.rollouts.chain import chain_task
+from rllm_torch.rollouts.distill import distill_task
+from rllm_torch.rollouts.file_task import file_task
+from rllm_torch.rollouts.reasoning_gym import reasoning_gym_task
+from rllm_torch.rollouts.reverse import reverse_task
+from rllm_torch.rollouts.task import Task
 
 __all__ = ["TASK_BUILDERS", "TASK_NAMES", "build_task"]
 

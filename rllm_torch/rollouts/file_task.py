@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from rllm_torch.core.errors import ConfigError, DatasetFormatError, DatasetNotFoundError
-from rllm_torch.tasks.base import Task, alphabet_of, exact_match_reward
-from rllm_torch.workflows.single_turn import RewardFn
+from rllm_torch.rollouts.single_turn import RewardFn
+from rllm_torch.rollouts.task import Task, alphabet_of, exact_match_reward
 
 __all__ = ["dataset_name", "load_rows", "load_reward_fn", "file_task"]
 

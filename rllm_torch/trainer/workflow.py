@@ -1,13 +1,17 @@
-"""What a workflow samples from: a ``RolloutEngine`` turns a prompt into a ``ModelOutput``."""
+"""What a workflow is and what it samples from: a :class:`Workflow` turns a task into an
+:class:`~rllm_torch.rllm.types.Episode`, sampling completions (:class:`ModelOutput`) from a
+:class:`RolloutEngine` (a backend's sampler). The tasks and workflows of each domain are in
+:mod:`rllm_torch.rollouts`; :mod:`~rllm_torch.trainer.workflow_engine` runs many at once."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import Any
 
-from rllm_torch.rllm.types import Step
+from rllm_torch.rllm.types import Episode, Step
 
-__all__ = ["ModelOutput", "RolloutEngine"]
+__all__ = ["ModelOutput", "RolloutEngine", "Workflow"]
 
 
 @dataclass
@@ -50,3 +54,22 @@ class RolloutEngine(ABC):
     @abstractmethod
     async def generate(self, prompt: str) -> ModelOutput:
         """Sample one completion of ``prompt``."""
+
+
+class Workflow(ABC):
+    """Base of workflows (rLLM's ``Workflow``). Built as ``workflow_cls(rollout_engine=...,
+    **workflow_args)`` once per slot of the engine's pool and reused across tasks.
+
+    ``run`` returns the episode; the engine then sets its ``task_id``, ``rollout_idx``, ``id``
+    and ``task``. An exception in ``run`` marks the attempt as failed (the engine retries it).
+    """
+
+    def __init__(self, rollout_engine: RolloutEngine, **kwargs: Any) -> None:
+        self.rollout_engine = rollout_engine
+
+    @abstractmethod
+    async def run(self, task: dict, uid: str) -> Episode:
+        """Run the workflow on ``task``; ``uid`` is ``"{task_id}:{rollout_idx}"`` (a label)."""
+
+    def reset(self) -> None:
+        """Called before each task; clear per-task state here."""

@@ -9,7 +9,7 @@ import random
 from typing import Any
 
 from rllm_torch.core.errors import ConfigError
-from rllm_torch.tasks.base import Task
+from rllm_torch.rollouts.task import Task
 
 __all__ = ["reverse_problems", "reverse_task", "positional_match_reward"]
 

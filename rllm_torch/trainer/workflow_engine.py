@@ -11,7 +11,7 @@ from typing import Any
 
 from rllm_torch.core.errors import OutOfMemoryError, WorkflowError
 from rllm_torch.rllm.types import Episode, TerminationReason
-from rllm_torch.workflows.base import Workflow
+from rllm_torch.trainer.workflow import Workflow
 
 __all__ = ["UnifiedWorkflowEngine", "EpisodeLogger"]
 

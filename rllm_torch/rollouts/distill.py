@@ -1,4 +1,6 @@
-"""A workflow that writes per-token advantages: on-policy distillation from a fixed teacher.
+"""``task=distill``: a workflow that writes per-token advantages, on-policy distillation from a
+fixed teacher (:class:`DistillationWorkflow`), on the arithmetic problems (:func:`distill_task`),
+alone or mixed with an RL role. Needs ``rllm.algorithm.use_precomputed_advantage=true``.
 
 The policy (student) samples a response; a fixed teacher scores every sampled token, and the
 step's advantage at token ``t`` is the negative per-token reverse KL estimate
@@ -24,11 +26,34 @@ from typing import Any
 
 from rllm_torch.core.errors import ConfigError
 from rllm_torch.rllm.types import Episode, TerminationReason, Trajectory
-from rllm_torch.workflows.base import Workflow
-from rllm_torch.workflows.rollout import RolloutEngine
-from rllm_torch.workflows.single_turn import RewardFn
+from rllm_torch.rollouts.arithmetic import arithmetic_problems
+from rllm_torch.rollouts.single_turn import RewardFn
+from rllm_torch.rollouts.task import Task, exact_match_reward
+from rllm_torch.trainer.workflow import RolloutEngine, Workflow
 
-__all__ = ["AnswerTeacher", "DistillationWorkflow"]
+__all__ = ["distill_task", "AnswerTeacher", "DistillationWorkflow"]
+
+
+def distill_task(task_config: Any) -> Task:
+    """The arithmetic splits of ``task_config`` run by :class:`DistillationWorkflow` with an
+    :class:`AnswerTeacher` of confidence 0.9; ``task_config.mix_rl`` adds the RL ``solver`` role."""
+    train = arithmetic_problems(task_config.train_size, max_sum=task_config.max_sum, seed=task_config.seed)
+    val = arithmetic_problems(task_config.val_size, max_sum=task_config.max_sum, seed=task_config.seed + 1)
+    args = {
+        "teacher": AnswerTeacher(0.9),
+        "reward_fn": exact_match_reward,
+        "mix_rl": bool(task_config.get("mix_rl", False)),
+    }
+    return Task(
+        name="distill",
+        train=train,
+        val=val,
+        reward_fn=exact_match_reward,
+        alphabet="0123456789+=",
+        workflow=DistillationWorkflow,
+        workflow_args=args,
+        precomputed_advantage=True,
+    )
 
 
 class AnswerTeacher:
