@@ -25,6 +25,13 @@ from rllm_torch.rollouts import ArithmeticChainWorkflow, DistillationWorkflow, S
 from rllm_torch.trainer import *  # noqa: F403 - re-exported public surface
 from rllm_torch.trainer import __all__ as _trainer_all
 
-__all__ = [*_core_all, *_rllm_all, *_trainer_all, "SingleTurnWorkflow", "ArithmeticChainWorkflow", "DistillationWorkflow"]
+__all__ = [
+    *_core_all,
+    *_rllm_all,
+    *_trainer_all,
+    "SingleTurnWorkflow",
+    "ArithmeticChainWorkflow",
+    "DistillationWorkflow",
+]
 
 __version__ = "0.1.0"

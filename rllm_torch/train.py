@@ -1,7 +1,7 @@
-"""``python -m rllm_torch.train``: the training program, :mod:`rllm_torch.cli.train` (kept at this
+"""``python -m rllm_torch.train``: the training program, :mod:`rllm_torch.cli.train_command` (kept at this
 path so ``python -m rllm_torch.train`` and ``torchrun -m rllm_torch.train`` work)."""
 
-from rllm_torch.cli.train import main, run
+from rllm_torch.cli.train_command import main, run
 
 __all__ = ["main", "run"]
 

@@ -11,7 +11,7 @@ from trainer_fakes import RecordingBackend, TwoRoleWorkflow, make_config
 
 from rllm_torch import UnifiedTrainer
 from rllm_torch.core.errors import CheckpointError, CheckpointMismatchError, ConfigError
-from rllm_torch.trainer.checkpoint import CheckpointStore
+from rllm_torch.trainer.runtime.checkpoint import CheckpointStore
 
 TRAIN = [{"prompt": f"p{i}"} for i in range(8)]  # 4 batches of 2 per epoch
 VAL = [{"prompt": "v0", "data_source": "a"}]
@@ -233,7 +233,7 @@ def test_a_change_of_a_fingerprinted_setting_is_a_mismatch_naming_it(tmp_path, k
 
 
 def test_a_checkpoint_from_before_the_new_keys_resumes_with_their_defaults(tmp_path):
-    from rllm_torch.trainer.fingerprint import check_fingerprint, config_fingerprint
+    from rllm_torch.trainer.runtime.fingerprint import check_fingerprint, config_fingerprint
 
     current = config_fingerprint(make_config(tmp_path))
     added = ("task.min_digits", "task.max_digits", "task.apply_chat_template", "model.pad_token")

@@ -20,12 +20,11 @@ from hydra import compose, initialize_config_module
 from trainer_fakes import RecordingBackend, TwoRoleWorkflow, make_config
 
 from rllm_torch import UnifiedTrainer
-from rllm_torch.cli.command_line import check_command_line, check_known_keys, experiment_names
-from rllm_torch.cli.run_config import register_configs
-from rllm_torch.cli.train import run
+from rllm_torch.cli.command_line import check_command_line, check_known_keys, experiment_names, register_configs
+from rllm_torch.cli.train_command import run
 from rllm_torch.core.errors import ConfigError
-from rllm_torch.trainer.console_sink import ConsoleSink, metrics_table
-from rllm_torch.trainer.summary import plan_steps
+from rllm_torch.trainer.logs.console_sink import ConsoleSink, metrics_table
+from rllm_torch.trainer.logs.summary import plan_steps
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 

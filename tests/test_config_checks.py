@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from hydra import compose, initialize_config_module
 
+from rllm_torch.cli.command_line import register_configs
 from rllm_torch.cli.config_checks import check_run_config
-from rllm_torch.cli.run_config import register_configs
 from rllm_torch.core.errors import ConfigError
 
 
@@ -87,7 +87,7 @@ def test_the_loss_options_are_checked_against_the_loss():
     ],
 )
 def test_a_bad_importance_sampling_level_stops_the_run_at_start_up(settings, message):
-    from rllm_torch.trainer.setup import build_pipeline_configs
+    from rllm_torch.trainer.pipeline.settings import build_pipeline_configs
 
     overrides = [f"rllm.algorithm.{k}={v}" for k, v in settings.items()]
     with pytest.raises(ConfigError, match=message):

@@ -13,7 +13,7 @@ from trainer_fakes import RecordingBackend, make_config
 from rllm_torch import UnifiedTrainer
 from rllm_torch.core.errors import ConfigError
 from rllm_torch.rllm.types import Episode, Step, TerminationReason, Trajectory
-from rllm_torch.trainer.dynamic_sampling import DynamicSamplingConfig
+from rllm_torch.trainer.pipeline.dynamic_sampling import DynamicSamplingConfig
 from rllm_torch.trainer.workflow import Workflow
 
 SIGNAL = {0, 3, 4, 5, 9, 10, 11}  # the prompts whose rollouts disagree; batches of 2: [0 1] [2 3] [4 5] ...

@@ -10,8 +10,8 @@ import pytest
 from hydra import compose, initialize_config_module
 from hydra.errors import ConfigCompositionException
 
-from rllm_torch.cli.run_config import register_configs
-from rllm_torch.cli.train import run
+from rllm_torch.cli.command_line import register_configs
+from rllm_torch.cli.train_command import run
 from rllm_torch.core.errors import (
     CheckpointMismatchError,
     ConfigError,

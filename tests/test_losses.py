@@ -137,7 +137,7 @@ def test_each_loss_fn_and_aggregation_mode_runs_a_real_training_step_of_the_back
 
     from trainer_fakes import make_config
 
-    from rllm_torch.cli.train import run
+    from rllm_torch.cli.train_command import run
 
     config = make_config(
         tmp_path,

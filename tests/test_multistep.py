@@ -88,7 +88,7 @@ def test_every_step_is_a_row_and_gets_its_trajectorys_advantage_at_its_own_respo
 
 def test_real_training_steps_on_the_chain_task_train_on_every_turn(tmp_path, monkeypatch):
     from rllm_torch.backends.torch_backend.backend import TorchBackend
-    from rllm_torch.cli.train import run
+    from rllm_torch.cli.train_command import run
 
     batches = []  # every backend batch the real backend builds (the method itself runs unchanged)
     build = TorchBackend.transform_to_backend_batch

@@ -126,7 +126,7 @@ def test_distillation_alone_trains_the_policy_towards_the_teacher(tmp_path):
 
 
 def test_a_task_that_writes_advantages_refuses_to_run_without_use_precomputed_advantage(tmp_path):
-    from rllm_torch.cli.train import run
+    from rllm_torch.cli.train_command import run
 
     with pytest.raises(ConfigError, match="use_precomputed_advantage=true"):
         run(make_config(tmp_path, "task.name=distill"))

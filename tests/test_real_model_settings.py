@@ -18,7 +18,7 @@ from transformers import AutoModelForCausalLM, GPTNeoXJapaneseConfig
 from rllm_torch.backends.torch_backend import TorchBackend, token_log_probs
 from rllm_torch.backends.torch_backend import policy as policy_module
 from rllm_torch.backends.torch_backend.policy import build_policy, enable_gradient_checkpointing
-from rllm_torch.cli.train import run
+from rllm_torch.cli.train_command import run
 from rllm_torch.core.errors import ConfigError, OutOfMemoryError
 
 GROUPS = tasks.fixed_groups(seed=7, num_groups=4, n=4, eos=tasks.eos_id())

@@ -30,7 +30,7 @@ def test_an_unknown_dataset_name_is_a_config_error_naming_it():
 
 
 def test_task_reasoning_gym_trains_a_step_with_the_datasets_scorer(tmp_path):
-    from rllm_torch.cli.train import run
+    from rllm_torch.cli.train_command import run
 
     config = make_config(
         tmp_path,

@@ -16,11 +16,10 @@ from hydra import compose, initialize_config_module
 from test_command_line import TINY
 from trainer_fakes import make_config
 
-from rllm_torch.cli.command_line import known_keys
-from rllm_torch.cli.run_config import register_configs
-from rllm_torch.cli.train import run
+from rllm_torch.cli.command_line import known_keys, register_configs
+from rllm_torch.cli.train_command import run
 from rllm_torch.core.errors import CheckpointMismatchError
-from rllm_torch.trainer import fingerprint
+from rllm_torch.trainer.runtime import fingerprint
 
 
 def schema_settings() -> set[str]:
@@ -35,7 +34,7 @@ def test_every_setting_is_fingerprinted_or_declared_resumable_and_no_table_names
     unclassified = sorted(settings - fingerprinted - resumable)
     assert not unclassified, (
         f"settings neither fingerprinted nor resumable: {unclassified}; add each to FINGERPRINT_KEYS or "
-        "RESUMABLE_KEYS in rllm_torch/trainer/fingerprint.py (one line each)"
+        "RESUMABLE_KEYS in rllm_torch/trainer/runtime/fingerprint.py (one line each)"
     )
     assert not fingerprinted & resumable, sorted(fingerprinted & resumable)
     assert not (fingerprinted | resumable) - settings, sorted((fingerprinted | resumable) - settings)

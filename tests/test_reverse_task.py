@@ -57,7 +57,7 @@ def test_the_reverse_keys_are_refused_for_another_task(tmp_path):
 
 
 def test_a_short_run_on_the_reverse_task_trains_on_long_responses_with_partial_credit(tmp_path):
-    from rllm_torch.cli.train import run
+    from rllm_torch.cli.train_command import run
 
     config = make_config(
         tmp_path,
@@ -101,7 +101,7 @@ def test_max_new_tokens_shorter_than_the_longest_answer_is_a_start_up_error(tmp_
 
 
 def test_task_reverse_with_the_default_two_new_tokens_stops_at_start_up(tmp_path):
-    from rllm_torch.cli.train import run
+    from rllm_torch.cli.train_command import run
 
     with pytest.raises(ConfigError, match=r"task\.name='reverse' scores the whole answer.*max_new_tokens=2"):
         run(make_config(tmp_path, "task.name=reverse"))

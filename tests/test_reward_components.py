@@ -13,16 +13,16 @@ from hydra import compose, initialize_config_module
 from reference import gdpo_reference
 
 from rllm_torch import AlgorithmConfig, Trajectory, TrajectoryGroup, collect_reward_and_advantage_from_trajectory_groups
-from rllm_torch.cli.run_config import register_configs
-from rllm_torch.cli.train import check_reward_components
+from rllm_torch.cli.command_line import register_configs
+from rllm_torch.cli.train_command import check_reward_components
 from rllm_torch.core.errors import ConfigError, InvalidRewardsError
 from rllm_torch.rllm.types import Step
 from rllm_torch.rollouts import build_task
 from rllm_torch.rollouts.arithmetic import one_digit_format_reward
 from rllm_torch.rollouts.single_turn import SingleTurnWorkflow
 from rllm_torch.trainer import compute_token_advantages
-from rllm_torch.trainer.setup import build_pipeline_configs
-from rllm_torch.trainer.token_batch import build_token_batch
+from rllm_torch.trainer.pipeline.settings import build_pipeline_configs
+from rllm_torch.trainer.pipeline.token_batch import build_token_batch
 
 COMPONENTS = [[[1.0, 1.0], [0.0, 1.0], [0.0, 0.0]], [[1.0, 1.0], [1.0, 0.0], [0.0, 1.0]], [[0.0, 1.0], [0.0, 1.0]]]
 

@@ -26,7 +26,7 @@ from rllm_torch import (
     compute_advantages,
 )
 from rllm_torch.trainer import compute_token_advantages
-from rllm_torch.trainer.token_batch import build_token_batch
+from rllm_torch.trainer.pipeline.token_batch import build_token_batch
 
 
 def _group(rewards, task="task-9"):

@@ -10,8 +10,8 @@ import numpy as np
 import torch
 from trainer_fakes import make_config
 
-from rllm_torch.trainer.backend import BackendProtocol
-from rllm_torch.trainer.run_checkpoint import RunCheckpointer
+from rllm_torch.trainer.protocol import BackendProtocol
+from rllm_torch.trainer.runtime.run_checkpoint import RunCheckpointer
 from rllm_torch.trainer.state import TrainerState
 
 

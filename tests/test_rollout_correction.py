@@ -250,7 +250,7 @@ def test_engine_vllm_without_the_package_names_the_extra_to_install(monkeypatch)
 def test_the_start_up_summary_names_the_vllm_sampler_and_the_correction():
     from trainer_rank_tasks import backend_config
 
-    from rllm_torch.trainer.summary import _extras_line
+    from rllm_torch.trainer.logs.summary import _extras_line
 
     line = _extras_line(
         backend_config(

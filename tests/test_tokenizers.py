@@ -99,7 +99,7 @@ def test_plain_prompts_get_the_tokenizers_own_special_tokens_and_the_template_wr
 
 
 def test_apply_chat_template_without_a_template_is_a_start_up_error(tmp_path):
-    from rllm_torch.cli.train import run
+    from rllm_torch.cli.train_command import run
 
     model_dir = save_model_dir(tmp_path / "model", chat_template=None)
     for model_path in ("null", str(model_dir)):  # the character tokenizer has no template either
@@ -109,7 +109,7 @@ def test_apply_chat_template_without_a_template_is_a_start_up_error(tmp_path):
 
 
 def test_a_tokenizer_without_a_pad_token_is_a_start_up_error_naming_model_pad_token(tmp_path):
-    from rllm_torch.cli.train import run
+    from rllm_torch.cli.train_command import run
 
     model_dir = save_model_dir(tmp_path / "model", pad=False)
     with pytest.raises(ConfigError, match=r"model\.pad_token"):
@@ -135,7 +135,7 @@ def test_prompts_and_max_new_tokens_beyond_the_context_are_a_start_up_error(tmp_
 
 
 def test_a_run_samples_and_trains_with_a_saved_tokenizer_and_its_chat_template(tmp_path):
-    from rllm_torch.cli.train import run
+    from rllm_torch.cli.train_command import run
 
     model_dir = save_model_dir(tmp_path / "model", pad=False)
     config = make_config(

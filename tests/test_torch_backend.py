@@ -105,7 +105,7 @@ def test_a_missing_model_directory_is_a_clear_error(tmp_path):
 
 
 def test_a_few_real_training_steps_update_the_tiny_model_and_save_a_loadable_checkpoint(tmp_path):
-    from rllm_torch.cli.train import run
+    from rllm_torch.cli.train_command import run
 
     config = make_config(
         tmp_path,

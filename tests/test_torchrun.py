@@ -81,7 +81,7 @@ def test_rllm_torch_torchrun_ends_a_run_stopped_by_a_bad_setting_with_that_error
 def test_the_default_run_directory_of_a_torchrun_launch_names_the_world_size(monkeypatch):
     from hydra import compose, initialize_config_module
 
-    from rllm_torch.cli.run_config import register_configs
+    from rllm_torch.cli.command_line import register_configs
 
     register_configs()
     monkeypatch.setenv("WORLD_SIZE", "2")  # what torchrun sets in every rank

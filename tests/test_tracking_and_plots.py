@@ -12,8 +12,8 @@ from rllm_torch.backends.torch_backend.data import TaskDataLoader
 from rllm_torch.cli.plot import main as plot_main
 from rllm_torch.cli.plot import plot_run, read_metrics
 from rllm_torch.core.errors import ConfigError
-from rllm_torch.trainer.console_sink import ConsoleSink
-from rllm_torch.trainer.tracking import Tracking
+from rllm_torch.trainer.logs.console_sink import ConsoleSink
+from rllm_torch.trainer.logs.tracking import Tracking
 
 
 def train_row(step, reward):

@@ -174,7 +174,7 @@ def test_an_architecture_vllm_does_not_implement_is_refused_naming_it():
 def test_a_max_model_len_shorter_than_prompt_and_new_tokens_stops_the_run_at_start_up(tmp_path):
     from trainer_fakes import make_config
 
-    from rllm_torch.cli.train import run
+    from rllm_torch.cli.train_command import run
 
     config = make_config(
         tmp_path,
@@ -196,7 +196,7 @@ def test_a_short_training_run_samples_from_the_policy_it_trains(tmp_path):
 
     from trainer_fakes import make_config
 
-    from rllm_torch.cli.train import run
+    from rllm_torch.cli.train_command import run
 
     config = make_config(
         tmp_path,

@@ -8,8 +8,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from rllm_torch.cli.run_config import TaskConfig, TrainConfig
 from rllm_torch.core.errors import ConfigError, DistributedSetupError
+from rllm_torch.trainer.schema import TaskConfig, TrainConfig
 
 __all__ = ["check_run_config", "check_world_size", "check_loss_options", "FILE_TASK_KEYS"]
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import importlib
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 from rllm_torch.core.errors import ConfigError, DatasetFormatError, DatasetNotFoundError
 from rllm_torch.rollouts.single_turn import RewardFn
 from rllm_torch.rollouts.task import Task, alphabet_of, exact_match_reward
+from rllm_torch.trainer.schema import dataset_name
 
-__all__ = ["dataset_name", "load_rows", "load_reward_fn", "file_task"]
+__all__ = ["load_rows", "load_reward_fn", "file_task"]
 
 
 def load_rows(
@@ -108,28 +108,10 @@ def load_reward_fn(spec: str) -> RewardFn:
     return fn
 
 
-_SPLIT_WORDS = {"train", "training", "val", "valid", "validation", "test", "dev", "eval"}
-
-
-def dataset_name(path: str) -> str:
-    """The name of the dataset a file belongs to: its stem without split words
-    (``data/gsm8k_train.jsonl`` → ``gsm8k``), else its directory's name (``gsm8k/train.jsonl`` →
-    ``gsm8k``), else ``"file"``. It names the metrics (``val/gsm8k/pass@1``) and the default
-    experiment of a file-task run.
-
-    Example:
-        >>> dataset_name("data/gsm8k_train.jsonl"), dataset_name("math/test.parquet"), dataset_name("train.jsonl")
-        ('gsm8k', 'math', 'file')
-    """
-    file = Path(path)
-    kept = [word for word in re.split(r"[_\-.]+", file.stem) if word and word.lower() not in _SPLIT_WORDS]
-    return "_".join(kept) or file.parent.name or "file"
-
-
 def file_task(task_config: Any) -> Task:
     """Rows from ``task_config.train_path`` and ``val_path`` (None: no validation) with
     ``prompt_key``, ``answer_key``, ``reward_fn``; ``data_source`` (a row's own wins) is the
-    :func:`dataset_name` of the training file, for both splits: they are one dataset."""
+    :func:`~rllm_torch.trainer.schema.dataset_name` of the training file, for both splits: they are one dataset."""
     if not task_config.train_path:
         raise ConfigError("task.name=file needs task.train_path (a .jsonl or .parquet file).")
     keys = {"prompt_key": task_config.prompt_key, "answer_key": task_config.answer_key}

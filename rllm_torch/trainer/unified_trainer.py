@@ -14,9 +14,9 @@ One training step, in order::
     validate (every test_freq steps), checkpoint (every save_freq steps)
 
 A run resumes from its newest complete checkpoint (``rllm.trainer.resume_mode=auto``, see
-:class:`~rllm_torch.trainer.run_checkpoint.RunCheckpointer`) and continues exactly where it stopped.
+:class:`~rllm_torch.trainer.runtime.run_checkpoint.RunCheckpointer`) and continues exactly where it stopped.
 
-On several processes (``ranks``, :class:`~rllm_torch.trainer.ranks.RunRanks`) every rank runs
+On several processes (``ranks``, :class:`~rllm_torch.trainer.runtime.ranks.RunRanks`) every rank runs
 this loop on its share of each step's prompts; every metric is that of the global batch (each
 stage reduces its own: sums of counts, means over every rank's items, the maximum of timings),
 and rank 0 alone prints, logs and writes checkpoints. A stage that finds nothing to train on
@@ -42,18 +42,18 @@ from rllm_torch.core.distributed import gather_objects
 from rllm_torch.core.errors import ConfigError, DistributedSetupError
 from rllm_torch.rllm.collect import collect_reward_and_advantage_from_trajectory_groups
 from rllm_torch.rllm.types import Episode, TerminationReason
-from rllm_torch.trainer.backend import BackendProtocol
-from rllm_torch.trainer.checkpoint import CheckpointInfo
-from rllm_torch.trainer.dynamic_sampling import DynamicSampler, DynamicSamplingConfig
-from rllm_torch.trainer.ranks import RunRanks
-from rllm_torch.trainer.rejection_sampling import apply_rejection_sampling_and_filtering
-from rllm_torch.trainer.run_checkpoint import RunCheckpointer
-from rllm_torch.trainer.setup import build_pipeline_configs
+from rllm_torch.trainer.logs.summary import StepPlan, plan_steps, startup_summary
+from rllm_torch.trainer.logs.tracking import Tracking
+from rllm_torch.trainer.pipeline.dynamic_sampling import DynamicSampler, DynamicSamplingConfig
+from rllm_torch.trainer.pipeline.rejection_sampling import apply_rejection_sampling_and_filtering
+from rllm_torch.trainer.pipeline.settings import build_pipeline_configs
+from rllm_torch.trainer.pipeline.transform import transform_episodes_to_trajectory_groups
+from rllm_torch.trainer.pipeline.validation import validation_pass_metrics
+from rllm_torch.trainer.protocol import BackendProtocol
+from rllm_torch.trainer.runtime.checkpoint import CheckpointInfo
+from rllm_torch.trainer.runtime.ranks import RunRanks
+from rllm_torch.trainer.runtime.run_checkpoint import RunCheckpointer
 from rllm_torch.trainer.state import TrainerState
-from rllm_torch.trainer.summary import StepPlan, plan_steps, startup_summary
-from rllm_torch.trainer.tracking import Tracking
-from rllm_torch.trainer.transform import transform_episodes_to_trajectory_groups
-from rllm_torch.trainer.validation import validation_pass_metrics
 from rllm_torch.trainer.workflow import Workflow
 from rllm_torch.trainer.workflow_engine import EpisodeLogger, UnifiedWorkflowEngine
 
@@ -317,7 +317,7 @@ class UnifiedTrainer:
     async def _fill_with_signal(
         self, state: TrainerState, next_batch: Callable[[], Any]
     ) -> tuple[list[Episode], list[Episode], dict[str, float]]:
-        """DAPO's dynamic sampling (:class:`~rllm_torch.trainer.dynamic_sampling.DynamicSampler`):
+        """DAPO's dynamic sampling (:class:`~rllm_torch.trainer.pipeline.dynamic_sampling.DynamicSampler`):
         every extra batch drawn counts as done in the epoch (a resumed run skips it)."""
 
         async def draw() -> list[Episode] | None:

@@ -32,7 +32,7 @@ from rllm_torch.backends.torch_backend.lora import (
 )
 from rllm_torch.backends.torch_backend.policy import build_policy, enable_gradient_checkpointing
 from rllm_torch.core.errors import ConfigError, ModelNotFoundError
-from rllm_torch.trainer.ranks import RunRanks
+from rllm_torch.trainer.runtime.ranks import RunRanks
 
 __all__ = ["Actor", "PARALLELISMS", "wrap_ddp"]
 

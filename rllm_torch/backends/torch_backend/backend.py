@@ -1,6 +1,6 @@
 """``TorchBackend``: the embedded backend. A ``transformers`` causal LM (the
 :class:`~rllm_torch.backends.torch_backend.actor.Actor`) is sampled by :class:`TorchRolloutEngine`
-and trained on :class:`~rllm_torch.trainer.token_batch.TokenBatch` tensors with the loss
+and trained on :class:`~rllm_torch.trainer.pipeline.token_batch.TokenBatch` tensors with the loss
 ``rllm.algorithm.loss_fn`` aggregated by ``loss_agg_mode``, AdamW and gradient clipping.
 
 **Memory.** Log-probs never form ``[N, T, V]`` logits: the model's body runs on the rows and only
@@ -13,7 +13,7 @@ reference and value passes run in the same micro-batches. ``backend.dtype=bfloat
 bf16 (float32 weights and optimizer state), ``backend.gradient_checkpointing`` recomputes block
 activations in the backward, ``model.lora.r`` trains LoRA adapters only.
 
-On several processes (``torchrun``, :class:`~rllm_torch.trainer.ranks.RunRanks`) each rank
+On several processes (``torchrun``, :class:`~rllm_torch.trainer.runtime.ranks.RunRanks`) each rank
 samples its share of every step's prompts with its own generator, and trains a
 ``DistributedDataParallel`` copy of the policy: each loss is divided by the token (or sequence)
 count of the *global* mini-batch and multiplied by the world size, so DDP's gradient average is
@@ -83,10 +83,10 @@ from rllm_torch.backends.torch_backend.tokenizer import (
 )
 from rllm_torch.backends.torch_backend.vllm_rollout import ENGINES, VllmRolloutEngine, check_max_model_len
 from rllm_torch.core.errors import ConfigError
-from rllm_torch.trainer.backend import BackendProtocol
-from rllm_torch.trainer.ranks import RunRanks
+from rllm_torch.trainer.pipeline.token_batch import build_token_batch
+from rllm_torch.trainer.protocol import BackendProtocol
+from rllm_torch.trainer.runtime.ranks import RunRanks
 from rllm_torch.trainer.state import TrainerState
-from rllm_torch.trainer.token_batch import build_token_batch
 
 __all__ = ["TorchBackend"]
 
@@ -508,7 +508,7 @@ class TorchBackend(BackendProtocol):
             )
             if self._pending_scheduler_state is not None:
                 # resumed: the checkpoint's step count, with the current backend.lr, lr_schedule and
-                # warmup (resumable settings: trainer/fingerprint.py), so a changed one applies from here
+                # warmup (resumable settings: trainer/runtime/fingerprint.py), so a changed one applies from here
                 base_lrs = [self.settings.lr] * len(self.actor.optimizer.param_groups)
                 self.scheduler.load_state_dict({**self._pending_scheduler_state, "base_lrs": base_lrs})
                 self._pending_scheduler_state = None

@@ -5,15 +5,26 @@ give the defaults of each group (``model``, ``task``, ``backend``)."""
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
-from rllm_torch.trainer.compact_filtering import CompactFilteringFlags
+from rllm_torch.trainer.pipeline.compact_filtering import CompactFilteringFlags
 
-__all__ = ["TrainConfig", "RllmConfig", "ModelConfig", "TaskConfig", "BackendConfig", "DataConfig", "register_configs"]
+__all__ = [
+    "TrainConfig",
+    "RllmConfig",
+    "ModelConfig",
+    "TaskConfig",
+    "BackendConfig",
+    "DataConfig",
+    "dataset_name",
+    "default_experiment_name",
+    "register_resolvers",
+]
 
 
 @dataclass
@@ -255,9 +266,27 @@ class TrainConfig:
     imports: list[str] = field(default_factory=list)  # modules imported at start-up, e.g. ones registering estimators
 
 
+_SPLIT_WORDS = {"train", "training", "val", "valid", "validation", "test", "dev", "eval"}
+
+
+def dataset_name(path: str) -> str:
+    """The name of the dataset a file belongs to: its stem without split words
+    (``data/gsm8k_train.jsonl`` → ``gsm8k``), else its directory's name (``gsm8k/train.jsonl`` →
+    ``gsm8k``), else ``"file"``. It names the metrics (``val/gsm8k/pass@1``) and the default
+    experiment of a file-task run.
+
+    Example:
+        >>> dataset_name("data/gsm8k_train.jsonl"), dataset_name("math/test.parquet"), dataset_name("train.jsonl")
+        ('gsm8k', 'math', 'file')
+    """
+    file = Path(path)
+    kept = [word for word in re.split(r"[_\-.]+", file.stem) if word and word.lower() not in _SPLIT_WORDS]
+    return "_".join(kept) or file.parent.name or "file"
+
+
 def default_experiment_name(task_name: str, train_path: str | None = None, dataset: str | None = None) -> str:
     """The default ``rllm.trainer.experiment_name`` (and so run directory): the task's name;
-    ``file-<dataset>`` for a file task (:func:`~rllm_torch.rollouts.file_task.dataset_name`),
+    ``file-<dataset>`` for a file task (:func:`dataset_name`),
     ``reasoning_gym-<dataset>`` for a reasoning-gym one; and ``-world<N>`` after it under a
     torchrun launch of ``N > 1`` processes (``WORLD_SIZE``). Runs of different tasks, or on
     another number of processes, then do not try to resume each other's checkpoints.
@@ -268,8 +297,6 @@ def default_experiment_name(task_name: str, train_path: str | None = None, datas
     """
     name = str(task_name)
     if task_name == "file" and train_path:
-        from rllm_torch.rollouts.file_task import dataset_name
-
         name = f"file-{dataset_name(train_path)}"
     elif task_name == "reasoning_gym" and dataset:
         name = f"reasoning_gym-{dataset}"
@@ -277,16 +304,8 @@ def default_experiment_name(task_name: str, train_path: str | None = None, datas
     return f"{name}-world{world_size}" if world_size > 1 else name
 
 
-def register_configs() -> None:
-    """Register :class:`TrainConfig` in Hydra's ConfigStore as ``train_schema`` (the first entry
-    of ``configs/train.yaml``'s defaults list, so every group merges into typed fields), and the
-    resolver the configs use: ``rllm_torch_default_experiment``."""
-    ConfigStore.instance().store(name="train_schema", node=TrainConfig)
-    _register_resolvers()
-
-
-def _register_resolvers() -> None:
+def register_resolvers() -> None:
     OmegaConf.register_new_resolver("rllm_torch_default_experiment", default_experiment_name, replace=True)
 
 
-_register_resolvers()  # OmegaConf.structured(TrainConfig) resolves without Hydra too
+register_resolvers()  # OmegaConf.structured(TrainConfig) resolves without Hydra too

@@ -16,7 +16,7 @@ from rllm_torch.rllm.config import AlgorithmConfig
 from rllm_torch.rllm.metrics import summary_metrics
 from rllm_torch.rllm.registry import compute_advantages, is_token_level
 from rllm_torch.rllm.roles import role_advantages, role_estimator
-from rllm_torch.trainer.token_batch import TokenBatch
+from rllm_torch.trainer.pipeline.token_batch import TokenBatch
 
 __all__ = ["compute_token_advantages", "token_level_rewards", "outcome_scores", "trained_token_counts"]
 

@@ -3,7 +3,7 @@
 * ``jsonl``: ``{run_dir}/metrics.jsonl``, one JSON object per log call with its ``step`` (always
   on in the default config; the plots read it);
 * ``console``: a progress bar over training steps and a compact metrics table every
-  ``table_every`` steps (:mod:`~rllm_torch.trainer.console_sink`);
+  ``table_every`` steps (:mod:`~rllm_torch.trainer.logs.console_sink`);
 * ``tensorboard``: event files in ``{run_dir}/tensorboard``;
 * ``wandb``: an offline wandb run in ``{run_dir}/wandb`` when wandb is installed (else a warning).
 
@@ -104,16 +104,16 @@ class Tracking:
         if "jsonl" in self.backends:
             sinks.append(JsonlSink(self.run_dir / "metrics.jsonl", resume_step))
         if "console" in self.backends:
-            from rllm_torch.trainer.console_sink import ConsoleSink
+            from rllm_torch.trainer.logs.console_sink import ConsoleSink
 
             self.console = ConsoleSink(table_every=self.table_every)
             sinks.append(self.console)
         if "tensorboard" in self.backends:
-            from rllm_torch.trainer.external_sinks import TensorBoardSink
+            from rllm_torch.trainer.logs.external_sinks import TensorBoardSink
 
             sinks.append(TensorBoardSink(self.run_dir / "tensorboard", resume_step))
         if "wandb" in self.backends:
-            from rllm_torch.trainer.external_sinks import open_wandb_sink
+            from rllm_torch.trainer.logs.external_sinks import open_wandb_sink
 
             sinks += [
                 s

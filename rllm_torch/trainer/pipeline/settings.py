@@ -12,9 +12,9 @@ from rllm_torch.core.packing import GroupedRewards
 from rllm_torch.core.tokens import TokenRewards
 from rllm_torch.rllm.config import AlgorithmConfig
 from rllm_torch.rllm.registry import compute_advantages, is_token_level
-from rllm_torch.trainer.compact_filtering import CompactFilteringConfig
-from rllm_torch.trainer.rejection_sampling import RejectionSamplingConfig
-from rllm_torch.trainer.transform import TransformConfig
+from rllm_torch.trainer.pipeline.compact_filtering import CompactFilteringConfig
+from rllm_torch.trainer.pipeline.rejection_sampling import RejectionSamplingConfig
+from rllm_torch.trainer.pipeline.transform import TransformConfig
 
 __all__ = ["PipelineConfigs", "build_pipeline_configs", "check_estimator_call"]
 

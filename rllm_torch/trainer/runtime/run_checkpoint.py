@@ -1,12 +1,12 @@
 """``RunCheckpointer``: what a training run saves to continue later, and the resume that reads it.
 
-A checkpoint (see :class:`~rllm_torch.trainer.checkpoint.CheckpointStore` for the atomic layout)
+A checkpoint (see :class:`~rllm_torch.trainer.runtime.checkpoint.CheckpointStore` for the atomic layout)
 holds two files: ``backend.pt``, the backend's :meth:`~BackendProtocol.state_dict` (for the torch
 backend: model, optimizer, lr scheduler), and ``trainer.pt``: step, epoch, batches done in that
 epoch, last validation step, rejection-sampling state, validation history and, for every rank,
 its random-number-generator states (python ``random``, numpy, torch CPU, CUDA when present) and
 its :meth:`~BackendProtocol.rank_state_dict` (for the torch backend: its sampling generator).
-Its manifest records the config fingerprint (:mod:`~rllm_torch.trainer.fingerprint`), which
+Its manifest records the config fingerprint (:mod:`~rllm_torch.trainer.runtime.fingerprint`), which
 includes the world size, and the resumable settings, so that a resumed run can say which of them
 it changes.
 
@@ -34,14 +34,14 @@ import torch.distributed.checkpoint as dcp
 from omegaconf import DictConfig
 
 from rllm_torch.core.errors import CheckpointError, CheckpointMismatchError, ConfigError
-from rllm_torch.trainer.checkpoint import CheckpointInfo, CheckpointStore, read_manifest
-from rllm_torch.trainer.fingerprint import (
+from rllm_torch.trainer.runtime.checkpoint import CheckpointInfo, CheckpointStore, read_manifest
+from rllm_torch.trainer.runtime.fingerprint import (
     check_fingerprint,
     config_fingerprint,
     resumable_changes,
     resumable_settings,
 )
-from rllm_torch.trainer.ranks import RunRanks
+from rllm_torch.trainer.runtime.ranks import RunRanks
 from rllm_torch.trainer.state import TrainerState
 
 __all__ = ["RunCheckpointer", "capture_rng_states", "restore_rng_states", "RESUME_MODES"]

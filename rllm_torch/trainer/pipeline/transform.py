@@ -16,7 +16,7 @@ import torch.distributed as dist
 from rllm_torch.core.distributed import ONE_PROCESS, gather_objects, resolve_process_group
 from rllm_torch.core.errors import InvalidTrajectoryError
 from rllm_torch.rllm.types import Episode, TrajectoryGroup
-from rllm_torch.trainer.compact_filtering import CompactFilteringConfig
+from rllm_torch.trainer.pipeline.compact_filtering import CompactFilteringConfig
 
 __all__ = [
     "TransformConfig",

@@ -14,9 +14,9 @@ from typing import Any
 from omegaconf import DictConfig
 
 from rllm_torch.rllm.config import AlgorithmConfig
-from rllm_torch.trainer.ranks import RunRanks
+from rllm_torch.trainer.pipeline.token_advantages import compute_token_advantages
+from rllm_torch.trainer.runtime.ranks import RunRanks
 from rllm_torch.trainer.state import TrainerState
-from rllm_torch.trainer.token_advantages import compute_token_advantages
 
 __all__ = ["BackendProtocol"]
 

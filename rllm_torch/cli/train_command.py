@@ -8,7 +8,7 @@ resumable ``checkpoints/step_*``, the exported model ``checkpoints/final`` and `
 Starting the same command again continues the run from its newest checkpoint.
 
 Under ``torchrun`` (``torchrun --nproc_per_node=N -m rllm_torch.train ...``, or the
-``rllm-torch-train`` script) the N processes are one run: see :mod:`rllm_torch.trainer.ranks`.
+``rllm-torch-train`` script) the N processes are one run: see :mod:`rllm_torch.trainer.runtime.ranks`.
 Rank 0 alone prints and writes the run directory.
 """
 
@@ -34,18 +34,18 @@ from rllm_torch.cli.command_line import (
     ERROR_EXIT_STATUS,
     check_command_line,
     check_known_keys,
+    register_configs,
     remove_empty_run_dir,
     report_error,
     resume_point,
 )
 from rllm_torch.cli.config_checks import check_run_config
-from rllm_torch.cli.run_config import register_configs
 from rllm_torch.core.errors import ConfigError, RLLMTorchError, UnknownBackendError
 from rllm_torch.rollouts import build_task
 from rllm_torch.rollouts.single_turn import SingleTurnWorkflow
 from rllm_torch.rollouts.task import Task
-from rllm_torch.trainer.backend import BackendProtocol
-from rllm_torch.trainer.ranks import RunRanks, init_run_ranks, shutdown, torchrun_world_size
+from rllm_torch.trainer.protocol import BackendProtocol
+from rllm_torch.trainer.runtime.ranks import RunRanks, init_run_ranks, shutdown, torchrun_world_size
 from rllm_torch.trainer.unified_trainer import UnifiedTrainer
 
 __all__ = ["main", "run", "backend_class", "BACKENDS"]

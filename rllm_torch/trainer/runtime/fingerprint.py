@@ -1,7 +1,7 @@
 """What a checkpoint means: every setting of a run is either in its fingerprint (a resumed run must
 have the same value) or resumable (a resumed run may change it, and the new value applies from the
 resumed step on). ``tests/test_resume_settings.py`` fails while a setting of the schema
-(``rllm_torch/cli/run_config.py``) is in neither table.
+(``rllm_torch/trainer/schema.py``) is in neither table.
 
 To add a setting, add its dotted key to one table, one line:
 
@@ -220,7 +220,7 @@ def _values(config: Any, keys: tuple[str, ...]) -> dict[str, Any]:
 
 @cache
 def _schema_defaults() -> dict[str, Any]:
-    from rllm_torch.cli.run_config import TrainConfig  # the schema of rllm-torch-train's configs
+    from rllm_torch.trainer.schema import TrainConfig  # the schema of rllm-torch-train's configs
 
     return _values(OmegaConf.structured(TrainConfig), FINGERPRINT_KEYS + RESUMABLE_KEYS)
 

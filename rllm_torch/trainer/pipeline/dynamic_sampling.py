@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 
 from rllm_torch.core.errors import ConfigError
 from rllm_torch.rllm.types import Episode, TrajectoryGroup
-from rllm_torch.trainer.rejection_sampling import RejectionSamplingConfig, groups_with_signal
+from rllm_torch.trainer.pipeline.rejection_sampling import RejectionSamplingConfig, groups_with_signal
 
 __all__ = ["DynamicSamplingConfig", "DynamicSampler"]
 
