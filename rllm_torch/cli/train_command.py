@@ -92,7 +92,7 @@ def check_reward_components(task: Task, config: DictConfig) -> None:
         ConfigError: naming the estimator, the task and its reward functions.
     """
     algorithm = config.rllm.algorithm
-    names = {algorithm.adv_estimator, *(algorithm.get("estimator_map") or {}).values()}
+    names = {algorithm.adv_estimator, *algorithm.estimator_map.values()}
     if "gdpo" in names and task.workflow is None and len(task.reward_components) < 2:
         have = ", ".join(task.reward_components) or "none"
         raise ConfigError(
@@ -117,9 +117,9 @@ def run(config: DictConfig, *, run_files: dict[str, str] | None = None) -> Unifi
             (:func:`~rllm_torch.cli.command_line.check_known_keys`) is a ConfigError too.
     """
     check_known_keys(config)
-    import_user_modules(config.get("imports") or [])
+    import_user_modules(config.imports)
     check_run_config(config, torchrun_world_size() or 1)
-    ranks = init_run_ranks(config.backend.device, config.backend.get("dist_timeout_s", 600.0))
+    ranks = init_run_ranks(config.backend.device, config.backend.dist_timeout_s)
     clean = False
     try:
         trainer = _train(config, ranks, run_files or {})

@@ -203,11 +203,12 @@ class AlgorithmConfig:
             ValueError: the same key is given in two places with different values, or a value is invalid.
         """
 
-        def pick(*paths: str, default: Any = None) -> Any:
+        def pick(*paths: str) -> Any:
             found = {p: OmegaConf.select(config, p) for p in paths if OmegaConf.select(config, p) is not None}
             if len({repr(v) for v in found.values()}) > 1:
                 raise ConfigError(f"conflicting values for one setting: {found}; set only one of {', '.join(paths)}.")
-            return next(iter(found.values()), default)
+            value = next(iter(found.values()), None)
+            return OmegaConf.to_container(value) if isinstance(value, DictConfig) else value
 
         epsilon = pick("rllm.algorithm.epsilon")
         episilon = pick("rllm.algorithm.episilon")
@@ -218,28 +219,23 @@ class AlgorithmConfig:
                     f"rllm.algorithm.epsilon={epsilon!r} and the deprecated episilon={episilon!r} differ; keep only epsilon."
                 )
             epsilon = episilon
-        estimator_map = pick("rllm.algorithm.estimator_map", default={})
-        options = pick("rllm.algorithm.estimator_options", default={})
-        return cls(
-            estimator=pick("rllm.algorithm.adv_estimator", "algorithm.adv_estimator", default="grpo"),
-            estimator_map=OmegaConf.to_container(estimator_map)
-            if isinstance(estimator_map, DictConfig)
-            else dict(estimator_map),
-            stepwise_advantage_mode=pick("rllm.stepwise_advantage.mode", default="broadcast"),
-            norm_adv_by_std_in_grpo=pick(
-                "rllm.algorithm.norm_adv_by_std_in_grpo",
-                "rllm.stepwise_advantage.norm_adv_by_std_in_grpo",
-                default=True,
+        given = {
+            "estimator": pick("rllm.algorithm.adv_estimator", "algorithm.adv_estimator"),
+            "estimator_map": pick("rllm.algorithm.estimator_map"),
+            "stepwise_advantage_mode": pick("rllm.stepwise_advantage.mode"),
+            "norm_adv_by_std_in_grpo": pick(
+                "rllm.algorithm.norm_adv_by_std_in_grpo", "rllm.stepwise_advantage.norm_adv_by_std_in_grpo"
             ),
-            use_rllm=pick("rllm.stepwise_advantage.use_rllm", default=False),
-            use_precomputed_advantage=pick("rllm.algorithm.use_precomputed_advantage", default=False),
-            loss_fn=pick("rllm.algorithm.loss_fn"),
-            importance_sampling_level=pick("rllm.algorithm.importance_sampling_level", default="token"),
-            lr_schedule=pick("rllm.algorithm.lr_schedule", default="constant"),
-            warmup_steps_ratio=pick("rllm.algorithm.warmup_steps_ratio", default=0.0),
-            epsilon=1e-6 if epsilon is None else epsilon,
-            std_correction=pick("rllm.algorithm.std_correction", default=0),
-            gamma=pick("rllm.algorithm.gamma", "algorithm.gamma", default=1.0),
-            lam=pick("rllm.algorithm.lam", "algorithm.lam", default=1.0),
-            estimator_options=OmegaConf.to_container(options) if isinstance(options, DictConfig) else dict(options),
-        )
+            "use_rllm": pick("rllm.stepwise_advantage.use_rllm"),
+            "use_precomputed_advantage": pick("rllm.algorithm.use_precomputed_advantage"),
+            "loss_fn": pick("rllm.algorithm.loss_fn"),
+            "importance_sampling_level": pick("rllm.algorithm.importance_sampling_level"),
+            "lr_schedule": pick("rllm.algorithm.lr_schedule"),
+            "warmup_steps_ratio": pick("rllm.algorithm.warmup_steps_ratio"),
+            "epsilon": epsilon,
+            "std_correction": pick("rllm.algorithm.std_correction"),
+            "gamma": pick("rllm.algorithm.gamma", "algorithm.gamma"),
+            "lam": pick("rllm.algorithm.lam", "algorithm.lam"),
+            "estimator_options": pick("rllm.algorithm.estimator_options"),
+        }
+        return cls(**{name: value for name, value in given.items() if value is not None})  # absent: the defaults

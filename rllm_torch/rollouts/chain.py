@@ -51,7 +51,7 @@ def chain_problems(count: int, *, turns: int, max_sum: int, seed: int, data_sour
 def chain_task(task_config: Any) -> Task:
     """Train and validation chains from ``task_config.{train_size, val_size, max_sum, turns, seed}``
     (validation uses ``seed + 1``)."""
-    turns = task_config.get("turns", 2)
+    turns = task_config.turns
     train = chain_problems(task_config.train_size, turns=turns, max_sum=task_config.max_sum, seed=task_config.seed)
     val = chain_problems(task_config.val_size, turns=turns, max_sum=task_config.max_sum, seed=task_config.seed + 1)
     return Task(

@@ -42,7 +42,7 @@ def distill_task(task_config: Any) -> Task:
     args = {
         "teacher": AnswerTeacher(0.9),
         "reward_fn": exact_match_reward,
-        "mix_rl": bool(task_config.get("mix_rl", False)),
+        "mix_rl": bool(task_config.mix_rl),
     }
     return Task(
         name="distill",

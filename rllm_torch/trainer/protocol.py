@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 from rllm_torch.rllm.config import AlgorithmConfig
 from rllm_torch.trainer.pipeline.token_advantages import compute_token_advantages
 from rllm_torch.trainer.runtime.ranks import RunRanks
+from rllm_torch.trainer.schema import typed_run_config
 from rllm_torch.trainer.state import TrainerState
 
 __all__ = ["BackendProtocol"]
@@ -24,7 +25,8 @@ __all__ = ["BackendProtocol"]
 class BackendProtocol(ABC):
     """Abstract base of training backends (rLLM's ``BackendProtocol``).
 
-    A subclass is built as ``backend_cls(config=config, ranks=ranks, **backend_args)``. The
+    A subclass is built as ``backend_cls(config=config, ranks=ranks, **backend_args)``;
+    ``self.config`` is the config typed by :func:`~rllm_torch.trainer.schema.typed_run_config`. The
     methods that touch the model are abstract; the hooks default to doing nothing, and
     :meth:`compute_advantages` defaults to the tensor estimators on a :class:`TokenBatch`.
 
@@ -36,7 +38,7 @@ class BackendProtocol(ABC):
     name: str = "base"
 
     def __init__(self, config: DictConfig, ranks: RunRanks | None = None, **kwargs: Any) -> None:
-        self.config = config
+        self.config = typed_run_config(config)
         self.ranks = ranks if ranks is not None else RunRanks()
 
     # ---- set-up ----------------------------------------------------------------------------

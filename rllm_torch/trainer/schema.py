@@ -1,6 +1,8 @@
-"""Structured schema of a training run's Hydra config. Composed over it, a misspelled key or a
-value of the wrong type stops the run at start-up. The YAML files in ``rllm_torch/configs``
-give the defaults of each group (``model``, ``task``, ``backend``)."""
+"""The typed schema of a training run's config, where every setting and its default is written
+once. The command line composes over it (a misspelled key or a value of the wrong type stops the
+run at start-up; the YAML files in ``rllm_torch/configs`` give each group's defaults), and the
+trainer and backends read their config through :func:`typed_run_config`, so the code reads
+typed fields and never repeats a default."""
 
 from __future__ import annotations
 
@@ -10,8 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
+from rllm_torch.core.errors import ConfigError
 from rllm_torch.trainer.pipeline.compact_filtering import CompactFilteringFlags
 
 __all__ = [
@@ -24,6 +28,7 @@ __all__ = [
     "dataset_name",
     "default_experiment_name",
     "register_resolvers",
+    "typed_run_config",
 ]
 
 
@@ -302,6 +307,23 @@ def default_experiment_name(task_name: str, train_path: str | None = None, datas
         name = f"reasoning_gym-{dataset}"
     world_size = int(os.environ.get("WORLD_SIZE", "1") or 1)
     return f"{name}-world{world_size}" if world_size > 1 else name
+
+
+def typed_run_config(config: Any = None) -> DictConfig:
+    """``config`` over :class:`TrainConfig`: every setting present with the schema's type and
+    default (a config composed over the schema is returned as it is). A plain dict or an untyped
+    ``DictConfig`` (e.g. ``OmegaConf.create``) may give any subset of the settings.
+
+    Raises:
+        ConfigError: a key the schema does not know, or a value of the wrong type (OmegaConf's
+            message, which names the key).
+    """
+    if isinstance(config, DictConfig) and OmegaConf.get_type(config) is TrainConfig:
+        return config
+    try:
+        return OmegaConf.merge(OmegaConf.structured(TrainConfig), config if config is not None else {})
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"the run config does not fit the schema (rllm_torch/trainer/schema.py): {exc}") from exc
 
 
 def register_resolvers() -> None:

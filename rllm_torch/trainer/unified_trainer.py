@@ -53,6 +53,7 @@ from rllm_torch.trainer.protocol import BackendProtocol
 from rllm_torch.trainer.runtime.checkpoint import CheckpointInfo
 from rllm_torch.trainer.runtime.ranks import RunRanks
 from rllm_torch.trainer.runtime.run_checkpoint import RunCheckpointer
+from rllm_torch.trainer.schema import typed_run_config
 from rllm_torch.trainer.state import TrainerState
 from rllm_torch.trainer.workflow import Workflow
 from rllm_torch.trainer.workflow_engine import EpisodeLogger, UnifiedWorkflowEngine
@@ -65,7 +66,8 @@ class UnifiedTrainer:
 
     Args:
         backend_cls: a :class:`BackendProtocol` subclass, built ``backend_cls(config=config, **backend_args)``.
-        config: the run config (``rllm.*`` keys, see ``rllm_torch/configs``).
+        config: the run config, typed by :func:`~rllm_torch.trainer.schema.typed_run_config`
+            (a composed ``rllm-torch-train`` config, or any subset of its keys).
         workflow_class: the :class:`Workflow` run on each task.
         train_dataset, val_dataset: what ``backend.get_dataloader`` batches (lists of task dicts).
         workflow_args, backend_args: keyword arguments of the workflow and backend.
@@ -98,6 +100,7 @@ class UnifiedTrainer:
         run_files: dict[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
+        config = typed_run_config(config)
         self.ranks = ranks if ranks is not None else RunRanks()
         self.run_files = dict(run_files or {})
         self.already_complete = False  # set by fit: the checkpoint held every planned step
@@ -154,14 +157,10 @@ class UnifiedTrainer:
 
     def _setup_logging(self) -> None:
         trainer, logging = self.rllm_config.trainer, self.rllm_config.episode_logging
-        self.run_dir = Path(
-            trainer.get("default_local_dir") or f"outputs/{trainer.project_name}/{trainer.experiment_name}"
-        )
+        self.run_dir = Path(trainer.default_local_dir or f"outputs/{trainer.project_name}/{trainer.experiment_name}")
         subdirectory = f"episodes/rank{self.ranks.rank}" if self.ranks.distributed else "episodes"
         self.episode_logger = (
-            EpisodeLogger(logging.get("episode_log_dir") or str(self.run_dir), subdirectory)
-            if logging.log_episodes
-            else None
+            EpisodeLogger(logging.episode_log_dir or str(self.run_dir), subdirectory) if logging.log_episodes else None
         )
         backends = trainer.logger if isinstance(trainer.logger, str) else OmegaConf.to_container(trainer.logger)
         # the other ranks keep a Tracking without sinks: their log calls do nothing, rank 0's write
@@ -173,7 +172,7 @@ class UnifiedTrainer:
             project_name=trainer.project_name,
             experiment_name=trainer.experiment_name,
             config=plain,
-            table_every=trainer.get("log_table_every", 32),
+            table_every=trainer.log_table_every,
         )
 
     # ---- main loop -------------------------------------------------------------------------

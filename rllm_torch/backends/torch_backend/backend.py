@@ -123,6 +123,7 @@ class TorchBackend(BackendProtocol):
         **kwargs: Any,
     ) -> None:
         super().__init__(config, ranks)
+        config = self.config  # typed: every setting of the schema
         self.answer_in_response = answer_in_response
         self.settings, rllm = config.backend, config.rllm
         if self.settings.num_threads:
@@ -297,7 +298,7 @@ class TorchBackend(BackendProtocol):
 
     def _validate_kl_and_critic(self) -> None:
         algorithm = self.config.rllm.algorithm
-        if self.config.model.get("ref_path") is not None and not self.actor.has_reference:
+        if self.config.model.ref_path is not None and not self.actor.has_reference:
             raise ConfigError(
                 f"model.ref_path={self.config.model.ref_path!r} is set but no KL term uses a reference policy; set "
                 "rllm.algorithm.use_kl_loss=true or use_kl_in_reward=true, or leave model.ref_path unset."

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from omegaconf import OmegaConf
 
 from rllm_torch.core.errors import RLLMTorchError
 from rllm_torch.rllm.registry import get_tensor_adv_estimator
@@ -62,10 +61,6 @@ def plan_steps(steps_per_epoch: int, total_epochs: int, total_batches: int | Non
     return StepPlan(total_batches, epochs, steps_per_epoch, note)
 
 
-def _select(config: Any, key: str, default: Any = None) -> Any:
-    return OmegaConf.select(config, key, default=default)
-
-
 def _changed_options(name: str, options: dict) -> dict:
     """``options`` but those equal to the estimator's own default (its signature's)."""
     try:
@@ -78,58 +73,53 @@ def _changed_options(name: str, options: dict) -> dict:
 def _extras_line(config: Any) -> str:
     """The settings beyond the default algorithm: estimator options, discounts, KL terms, the
     reference policy, the critic, the vLLM sampler and rollout correction ("" when none is set)."""
-    algorithm = _select(config, "rllm.algorithm", None)
-    if algorithm is None:
-        return ""
+    algorithm, backend = config.rllm.algorithm, config.backend
     parts = []
-    estimators = {algorithm.get("adv_estimator"), *dict(algorithm.get("estimator_map") or {}).values()}
-    for name, options in dict(algorithm.get("estimator_options") or {}).items():
+    estimators = {algorithm.adv_estimator, *algorithm.estimator_map.values()}
+    for name, options in algorithm.estimator_options.items():
         if name in estimators and (changed := _changed_options(name, dict(options))):
             parts.append(f"{name} {', '.join(f'{k}={v}' for k, v in changed.items())}")
-    if algorithm.get("gamma", 1.0) != 1.0 or algorithm.get("lam", 1.0) != 1.0:
-        parts.append(f"gamma={algorithm.get('gamma')}, lam={algorithm.get('lam')}")
-    if algorithm.get("use_kl_loss"):
-        parts.append(f"KL loss {algorithm.get('kl_loss_type')} x {algorithm.get('kl_loss_coef')}")
-    if algorithm.get("use_kl_in_reward"):
-        parts.append(f"KL in reward {algorithm.get('kl_penalty')} x {algorithm.get('kl_coef')}")
-    if algorithm.get("use_kl_loss") or algorithm.get("use_kl_in_reward"):
-        parts.append(f"reference {_select(config, 'model.ref_path', None) or 'the initial policy'}")
-    if _select(config, "backend.critic.enable", False):
-        parts.append(f"critic (lr {_select(config, 'backend.critic.lr', '?')})")
-    if _select(config, "backend.rollout.engine", "hf") == "vllm":
+    if algorithm.gamma != 1.0 or algorithm.lam != 1.0:
+        parts.append(f"gamma={algorithm.gamma}, lam={algorithm.lam}")
+    if algorithm.use_kl_loss:
+        parts.append(f"KL loss {algorithm.kl_loss_type} x {algorithm.kl_loss_coef}")
+    if algorithm.use_kl_in_reward:
+        parts.append(f"KL in reward {algorithm.kl_penalty} x {algorithm.kl_coef}")
+    if algorithm.use_kl_loss or algorithm.use_kl_in_reward:
+        parts.append(f"reference {config.model.ref_path or 'the initial policy'}")
+    if backend.critic.enable:
+        parts.append(f"critic (lr {backend.critic.lr})")
+    if backend.rollout.engine == "vllm":
         parts.append("rollouts through vLLM")
-    correction = algorithm.get("rollout_correction") or {}
-    if correction.get("tis_mode"):
-        parts.append(f"rollout correction {correction.get('tis_mode')} (cap {correction.get('tis_cap')})")
-    if correction.get("bypass_mode"):
+    correction = algorithm.rollout_correction
+    if correction.tis_mode:
+        parts.append(f"rollout correction {correction.tis_mode} (cap {correction.tis_cap})")
+    if correction.bypass_mode:
         parts.append("bypass_mode (the rollout log-probs are the old policy's)")
     return "; ".join(parts)
 
 
 def _model_line(config: Any, backend: Any) -> str:
-    model = getattr(backend, "model", None)
-    arch = _select(config, "model.arch", type(model).__name__ if model is not None else "?")
-    parts = [str(_select(config, "model.path") or arch)]
-    if _select(config, "model.path") is None and _select(config, "model.num_layers") is not None:
-        parts.append(
-            f"{_select(config, 'model.num_layers')} layers, d = {_select(config, 'model.hidden_size')}, random weights"
-        )
+    model, settings = getattr(backend, "model", None), config.model
+    parts = [str(settings.path or settings.arch)]
+    if settings.path is None:
+        parts.append(f"{settings.num_layers} layers, d = {settings.hidden_size}, random weights")
     if model is not None:
         parts.append(f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters")
     if (tokenizer := getattr(backend, "tokenizer", None)) is not None:
         kind = "saved tokenizer" if getattr(backend, "tokenizer_from_path", False) else "character tokenizer"
-        chat = ", chat template" if _select(config, "task.apply_chat_template", False) else ""
+        chat = ", chat template" if config.task.apply_chat_template else ""
         parts.append(f"{kind} ({len(tokenizer)} tokens{chat})")
     return ", ".join(parts)
 
 
 def _task_line(config: Any, train: list | None, val: list | None) -> str:
     sources = sorted({str(row.get("data_source", "?")) for row in (train or []) if isinstance(row, dict)})
-    line = f"{_select(config, 'task.name', 'custom')}: {len(train or [])} training prompts"
+    line = f"{config.task.name}: {len(train or [])} training prompts"
     line += f" ({', '.join(sources)})" if sources else ""
     if val:
         return f"{line}, {len(val)} validation prompts"
-    hint = " (task.val_path is not set)" if _select(config, "task.name") == "file" else ""
+    hint = " (task.val_path is not set)" if config.task.name == "file" else ""
     return f"{line}; no validation{hint}"
 
 
@@ -139,9 +129,9 @@ def _count(n: int, noun: str) -> str:
 
 def _prompts_per_step(config: Any, train: list | None) -> str:
     """``data.train_batch_size``, as the data loader will really batch the training set."""
-    batch_size = _select(config, "data.train_batch_size", None)
-    if batch_size is None or train is None:
-        return f"{batch_size if batch_size is not None else '?'} prompts per step"
+    batch_size = config.data.train_batch_size
+    if train is None:
+        return f"{batch_size} prompts per step"
     if 0 < len(train) < batch_size:
         return f"{len(train)} prompts per step (the whole training set; data.train_batch_size={batch_size})"
     last = len(train) % batch_size
@@ -155,7 +145,7 @@ GROUP_BASELINE_ESTIMATORS = ("grpo", "rloo", "opo", "pass_at_k", "reinforce_plus
 
 def _singleton_groups_warning(rllm: Any) -> str:
     algorithm = rllm.algorithm
-    used = [algorithm.adv_estimator, *dict(algorithm.get("estimator_map") or {}).values()]
+    used = [algorithm.adv_estimator, *algorithm.estimator_map.values()]
     grouped = [name for name in dict.fromkeys(used) if name in GROUP_BASELINE_ESTIMATORS]
     if rllm.rollout.n != 1 or not grouped:
         return ""
@@ -183,11 +173,11 @@ def startup_summary(trainer: Any, state: Any, resumed: Any, plan: StepPlan) -> l
             f"resuming from {resumed.path} (step {state.global_step} of {plan.total_steps}, epoch {state.epoch})"
         )
     algorithm = rllm.algorithm
-    estimator = algorithm.adv_estimator + ("" if algorithm.get("norm_adv_by_std_in_grpo", True) else " (no std)")
-    if algorithm.get("estimator_map"):
+    estimator = algorithm.adv_estimator + ("" if algorithm.norm_adv_by_std_in_grpo else " (no std)")
+    if algorithm.estimator_map:
         estimator += f", by role {dict(algorithm.estimator_map)}"
     steps = f"{plan.total_steps} ({_count(plan.epochs, 'epoch')} of {_count(plan.steps_per_epoch, 'step')})"
-    if rllm.trainer.get("val_only"):
+    if rllm.trainer.val_only:
         steps = "none: rllm.trainer.val_only=true validates the model once and trains nothing"
     device = str(getattr(backend, "device", "?"))
     devices = f"{device}, {torch.get_num_threads()} thread(s)"
@@ -203,7 +193,7 @@ def startup_summary(trainer: Any, state: Any, resumed: Any, plan: StepPlan) -> l
         ("task", _task_line(config, trainer.train_dataset, trainer.val_dataset)),
         (
             "algorithm",
-            f"{estimator} advantages, {algorithm.get('loss_fn', 'ppo')} loss ({algorithm.get('loss_agg_mode', 'token-mean')}), "
+            f"{estimator} advantages, {algorithm.loss_fn} loss ({algorithm.loss_agg_mode}), "
             f"{rllm.rollout.n} rollouts per prompt, {_prompts_per_step(config, trainer.train_dataset)}",
         ),
         *([("extras", extras)] if (extras := _extras_line(config)) else []),

@@ -65,14 +65,14 @@ class DynamicSamplingConfig:
 
     @classmethod
     def from_config(cls, config: DictConfig) -> DynamicSamplingConfig:
-        """From ``rllm.algorithm.filter_groups`` and ``data.train_batch_size`` (defaults when absent)."""
-        section = config.rllm.algorithm.get("filter_groups") or {}
+        """From a run config's ``rllm.algorithm.filter_groups`` and ``data.train_batch_size``
+        (:func:`~rllm_torch.trainer.schema.typed_run_config`)."""
+        section = config.rllm.algorithm.filter_groups
         return cls(
-            enable=bool(section.get("enable", False)),
-            metric=section.get("metric", "reward"),
-            max_num_gen_batches=section.get("max_num_gen_batches", 10),
+            enable=bool(section.enable),
+            metric=section.metric,
+            max_num_gen_batches=section.max_num_gen_batches,
             target_prompts=config.data.train_batch_size,
-            uniform_reward_tolerance=config.rllm.rejection_sample.get("uniform_reward_tolerance", 1e-6),
         )
 
     def signal(self, groups: list[TrajectoryGroup]) -> list[TrajectoryGroup]:

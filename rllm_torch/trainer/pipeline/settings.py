@@ -30,24 +30,21 @@ class PipelineConfigs:
 
 
 def build_pipeline_configs(config: DictConfig, estimator_map: dict | None = None) -> PipelineConfigs:
-    """Read ``config.rllm`` into :class:`PipelineConfigs`.
+    """Read a run config's ``rllm`` section (:func:`~rllm_torch.trainer.schema.typed_run_config`)
+    into :class:`PipelineConfigs`.
 
     ``estimator_map`` (the trainer's ``traj_group_adv_estimator_map``) is merged over
     ``rllm.algorithm.estimator_map``. Unlike rLLM, it does not need ``use_rllm=True``.
 
     Raises:
-        ConfigError: ``rllm`` is missing; ``rejection_sample.multiplier != 1`` without
+        ConfigError: ``rejection_sample.multiplier != 1`` without
             ``rejection_sample.enable``; an invalid algorithm or filtering setting; ``gdpo`` with
             ``use_kl_in_reward`` (the penalty would not reach its reward components).
         UnknownEstimatorError: the estimator or an ``estimator_map`` entry is not registered.
     """
-    rllm = config.get("rllm") if isinstance(config, DictConfig) else None
-    if rllm is None:
-        raise ConfigError(
-            "the config has no `rllm` section; compose it from rllm_torch's configs (see `rllm-torch-train --help`)."
-        )
+    rllm = config.rllm
     rs = rllm.rejection_sample
-    if rs.get("multiplier", 1) != 1 and not rs.enable:
+    if rs.multiplier != 1 and not rs.enable:
         raise ConfigError(f"rllm.rejection_sample.multiplier={rs.multiplier} needs rllm.rejection_sample.enable=true.")
     try:
         cf = CompactFilteringConfig.from_config(rllm.compact_filtering)
@@ -55,8 +52,8 @@ def build_pipeline_configs(config: DictConfig, estimator_map: dict | None = None
             mode="episode" if rs.enable else "none",
             min_partial_solve_tasks=rs.min_partial_solve_tasks,
             min_trajs_per_group=rs.min_trajs_per_group,
-            filter_uniform_groups=rs.get("filter_uniform_groups", False),
-            uniform_filter_metric=rs.get("uniform_filter_metric", "reward"),
+            filter_uniform_groups=rs.filter_uniform_groups,
+            uniform_filter_metric=rs.uniform_filter_metric,
         )
         algorithm = AlgorithmConfig.from_config(config)
         if estimator_map:
@@ -69,8 +66,8 @@ def build_pipeline_configs(config: DictConfig, estimator_map: dict | None = None
         raise ConfigError(f"invalid rllm config: {exc}") from exc
     for name in {algorithm.estimator, *algorithm.estimator_map.values()}:
         is_token_level(name)  # UnknownEstimatorError for a name that is not registered
-        check_estimator_call(name, algorithm, rllm.rollout.get("n", 1))
-        if getattr(name, "value", name) == "gdpo" and rllm.algorithm.get("use_kl_in_reward", False):
+        check_estimator_call(name, algorithm, rllm.rollout.n)
+        if getattr(name, "value", name) == "gdpo" and rllm.algorithm.use_kl_in_reward:
             raise ConfigError(
                 "estimator gdpo normalises each reward function's rewards (Trajectory.reward_components), and the KL "
                 "penalty of rllm.algorithm.use_kl_in_reward=true comes off the scalar reward: it would not reach gdpo's "

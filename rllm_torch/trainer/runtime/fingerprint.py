@@ -23,6 +23,7 @@ from typing import Any
 from omegaconf import Container, OmegaConf
 
 from rllm_torch.core.errors import CheckpointMismatchError
+from rllm_torch.trainer.schema import TrainConfig
 
 __all__ = [
     "FINGERPRINT_KEYS",
@@ -220,8 +221,6 @@ def _values(config: Any, keys: tuple[str, ...]) -> dict[str, Any]:
 
 @cache
 def _schema_defaults() -> dict[str, Any]:
-    from rllm_torch.trainer.schema import TrainConfig  # the schema of rllm-torch-train's configs
-
     return _values(OmegaConf.structured(TrainConfig), FINGERPRINT_KEYS + RESUMABLE_KEYS)
 
 

@@ -93,16 +93,16 @@ class RunCheckpointer:
 
     def __init__(self, backend: Any, config: DictConfig, run_dir: Path, ranks: RunRanks | None = None) -> None:
         trainer = config.rllm.trainer
-        self.backend, self.save_freq = backend, trainer.get("save_freq", -1)
+        self.backend, self.save_freq = backend, trainer.save_freq
         self.ranks = ranks if ranks is not None else RunRanks()
-        self.store = CheckpointStore(run_dir / "checkpoints", max_to_keep=trainer.get("max_checkpoints_to_keep"))
+        self.store = CheckpointStore(run_dir / "checkpoints", max_to_keep=trainer.max_checkpoints_to_keep)
         self.fingerprint = config_fingerprint(config, world_size=self.ranks.world_size)
         self.resumable = resumable_settings(config)
         self.changes: dict[str, tuple[Any, Any]] = {}  # resumable settings changed since the resumed checkpoint
-        mode = str(trainer.get("resume_mode", "auto"))
+        mode = str(trainer.resume_mode)
         self.mode, self.path = mode, None
         if mode == "resume_path" or mode not in RESUME_MODES:
-            self.mode, self.path = "resume_path", trainer.get("resume_from_path") if mode == "resume_path" else mode
+            self.mode, self.path = "resume_path", trainer.resume_from_path if mode == "resume_path" else mode
             if not self.path or not Path(self.path).is_dir():
                 raise ConfigError(
                     f"rllm.trainer.resume_mode={mode!r}: expected auto, disable, or a checkpoint directory (resume_path with rllm.trainer.resume_from_path={self.path!r}); no such directory."
