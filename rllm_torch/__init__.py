@@ -21,17 +21,18 @@ from rllm_torch.core import *  # noqa: F403 - re-exported public surface
 from rllm_torch.core import __all__ as _core_all
 from rllm_torch.rllm import *  # noqa: F403 - re-exported public surface
 from rllm_torch.rllm import __all__ as _rllm_all
-from rllm_torch.rollouts import ArithmeticChainWorkflow, DistillationWorkflow, SingleTurnWorkflow  # noqa: F401
-from rllm_torch.trainer import *  # noqa: F403 - re-exported public surface
-from rllm_torch.trainer import __all__ as _trainer_all
 
-__all__ = [
-    *_core_all,
-    *_rllm_all,
-    *_trainer_all,
-    "SingleTurnWorkflow",
-    "ArithmeticChainWorkflow",
-    "DistillationWorkflow",
-]
+__all__ = [*_core_all, *_rllm_all]
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    """``UnifiedTrainer``, rLLM's trainer (``rllm.experimental.unified_trainer``), importable from
+    here as in rLLM; it is the training framework's (:mod:`rllm_torch.trainer`), whose libraries
+    (OmegaConf, tqdm, rich, ...) load on first use, never on ``import rllm_torch``."""
+    if name == "UnifiedTrainer":
+        from rllm_torch.trainer.unified_trainer import UnifiedTrainer
+
+        return UnifiedTrainer
+    raise AttributeError(f"module 'rllm_torch' has no attribute {name!r}")

@@ -10,15 +10,14 @@ import pytest
 
 from rllm_torch import (
     AlgorithmConfig,
-    CompactFilteringConfig,
     Episode,
     Step,
     Trajectory,
     TrajectoryGroup,
     calculate_grpo_advantages_per_group,
     collect_reward_and_advantage_from_trajectory_groups,
-    transform_episodes_to_trajectory_groups,
 )
+from rllm_torch.trainer import CompactFilteringConfig, transform_episodes_to_trajectory_groups
 
 EPS = 1e-6
 

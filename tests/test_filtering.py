@@ -3,16 +3,14 @@ batches, the uniform-reward filter, and the batch/* solve metrics."""
 
 import pytest
 
-from rllm_torch import (
-    Episode,
+from rllm_torch import Episode, Step, Trajectory
+from rllm_torch.core.errors import InvalidRewardTypeError
+from rllm_torch.trainer import (
     RejectionSamplingConfig,
     RejectionSamplingState,
-    Step,
-    Trajectory,
     apply_rejection_sampling_and_filtering,
     transform_episodes_to_trajectory_groups,
 )
-from rllm_torch.core.errors import InvalidRewardTypeError
 
 
 def _batch(task_rewards):

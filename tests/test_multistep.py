@@ -9,11 +9,11 @@ import json
 import torch
 from trainer_fakes import make_config
 
-from rllm_torch import AlgorithmConfig, ModelOutput, RolloutEngine
+from rllm_torch import AlgorithmConfig
 from rllm_torch.backends.torch_backend import build_char_tokenizer
 from rllm_torch.rllm.types import Step, Trajectory, TrajectoryGroup
 from rllm_torch.rollouts.chain import ArithmeticChainWorkflow, chain_problems
-from rllm_torch.trainer import build_token_batch, compute_token_advantages
+from rllm_torch.trainer import ModelOutput, RolloutEngine, build_token_batch, compute_token_advantages
 
 TOK = build_char_tokenizer("0123456789+=!?")
 

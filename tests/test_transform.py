@@ -3,16 +3,8 @@ propagation, metrics, and a custom hook."""
 
 import pytest
 
-from rllm_torch import (
-    CompactFilteringConfig,
-    Episode,
-    Step,
-    TerminationReason,
-    Trajectory,
-    TrajectoryGroup,
-    TransformConfig,
-    transform_episodes_to_trajectory_groups,
-)
+from rllm_torch import Episode, Step, TerminationReason, Trajectory, TrajectoryGroup
+from rllm_torch.trainer import CompactFilteringConfig, TransformConfig, transform_episodes_to_trajectory_groups
 
 
 def _episode(task_id, rollout_idx, *trajs, reason=None, correct=False):

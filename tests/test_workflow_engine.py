@@ -7,15 +7,9 @@ import json
 
 import pytest
 
-from rllm_torch import (
-    ModelOutput,
-    RolloutEngine,
-    SingleTurnWorkflow,
-    TerminationReason,
-    UnifiedWorkflowEngine,
-    WorkflowError,
-)
-from rllm_torch.trainer import EpisodeLogger, unbiased_pass_at_k
+from rllm_torch import TerminationReason, WorkflowError
+from rllm_torch.rollouts import SingleTurnWorkflow
+from rllm_torch.trainer import EpisodeLogger, ModelOutput, RolloutEngine, UnifiedWorkflowEngine, unbiased_pass_at_k
 
 
 class EchoEngine(RolloutEngine):

@@ -6,11 +6,12 @@ import numbers
 import warnings
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Literal
-
-from omegaconf import DictConfig, OmegaConf
+from typing import TYPE_CHECKING, Any, Literal
 
 from rllm_torch.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 __all__ = ["rLLMAdvantageEstimator", "AlgorithmConfig"]
 
@@ -202,6 +203,8 @@ class AlgorithmConfig:
         Raises:
             ValueError: the same key is given in two places with different values, or a value is invalid.
         """
+
+        from omegaconf import DictConfig, OmegaConf  # only here: the rest of the surface runs without it
 
         def pick(*paths: str) -> Any:
             found = {p: OmegaConf.select(config, p) for p in paths if OmegaConf.select(config, p) is not None}
