@@ -36,7 +36,7 @@ from omegaconf import OmegaConf
 from results import add_write_results, results_path
 
 from rllm_torch.backends.torch_backend import build_char_tokenizer, sample_completions
-from rllm_torch.backends.torch_backend.policy import build_policy
+from rllm_torch.backends.torch_backend.model import build_policy
 from rllm_torch.backends.torch_backend.sampling import _left_padded
 
 # name -> (layers, hidden, heads); None: the Qwen2.5-0.5B shape

@@ -65,7 +65,7 @@ import transformers
 from machine import cpu_name
 from omegaconf import DictConfig
 
-from rllm_torch.backends.torch_backend.policy import build_policy
+from rllm_torch.backends.torch_backend.model import build_policy
 from rllm_torch.backends.torch_backend.tokenizer import load_tokenizer
 from rllm_torch.rollouts.catalog import build_task
 from rllm_torch.rollouts.task import Task

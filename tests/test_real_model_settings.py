@@ -16,8 +16,8 @@ from trainer_fakes import make_config
 from transformers import AutoModelForCausalLM, GPTNeoXJapaneseConfig
 
 from rllm_torch.backends.torch_backend import TorchBackend, token_log_probs
-from rllm_torch.backends.torch_backend import policy as policy_module
-from rllm_torch.backends.torch_backend.policy import build_policy, enable_gradient_checkpointing
+from rllm_torch.backends.torch_backend import model as policy_module
+from rllm_torch.backends.torch_backend.model import build_policy, enable_gradient_checkpointing
 from rllm_torch.cli.train_command import run
 from rllm_torch.core.errors import ConfigError, OutOfMemoryError
 

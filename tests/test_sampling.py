@@ -9,7 +9,7 @@ import torch
 from omegaconf import OmegaConf
 
 from rllm_torch.backends.torch_backend import build_char_tokenizer, sample_completions, token_log_probs
-from rllm_torch.backends.torch_backend.policy import build_policy
+from rllm_torch.backends.torch_backend.model import build_policy
 
 TINY = OmegaConf.create(
     {"path": None, "arch": "gpt2", "num_layers": 2, "hidden_size": 32, "num_heads": 2, "max_positions": 64}

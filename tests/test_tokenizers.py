@@ -15,7 +15,7 @@ from trainer_fakes import make_config
 from transformers import PreTrainedTokenizerFast
 
 from rllm_torch.backends.torch_backend.backend import TorchBackend
-from rllm_torch.backends.torch_backend.policy import build_policy
+from rllm_torch.backends.torch_backend.model import build_policy
 from rllm_torch.backends.torch_backend.tokenizer import encode_prompts, load_tokenizer
 from rllm_torch.core.errors import ConfigError
 
@@ -205,7 +205,7 @@ def test_prompts_with_characters_a_saved_tokenizer_does_not_know_are_refused(tmp
 
 
 def test_the_context_error_does_not_suggest_a_max_new_tokens_that_cannot_work(tmp_path):
-    from rllm_torch.backends.torch_backend.policy import check_context
+    from rllm_torch.backends.torch_backend.model import check_context
 
     with pytest.raises(ConfigError) as error:
         check_context(31, 2, 32)

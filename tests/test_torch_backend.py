@@ -20,7 +20,7 @@ from rllm_torch.backends.torch_backend import (
     token_log_probs,
     token_mean,
 )
-from rllm_torch.backends.torch_backend.policy import build_policy
+from rllm_torch.backends.torch_backend.model import build_policy
 from rllm_torch.core.errors import ModelNotFoundError
 from rllm_torch.trainer import TokenBatch, compute_token_advantages
 

