@@ -79,7 +79,9 @@ def test_no_module_imports_a_layer_above_its_own(path):
         if top == "rllm_torch":
             if (module, imported) in ALLOWED_UPWARD:
                 continue
-            assert _layer(imported) <= layer, f"{module} ({layer_name}) imports {imported} ({LAYERS[_layer(imported)][0]})"
+            assert _layer(imported) <= layer, (
+                f"{module} ({layer_name}) imports {imported} ({LAYERS[_layer(imported)][0]})"
+            )
             other = _package(imported)
             assert not (package in SIDE_BY_SIDE and other in SIDE_BY_SIDE and other != package), (
                 f"{module} imports {imported}: backends and rollouts do not import each other"
