@@ -1,6 +1,7 @@
 """rLLM's surface over the core: the trajectory data model (:mod:`~rllm_torch.rllm.types`), the
 algorithm config (:mod:`~rllm_torch.rllm.config`), the estimator registry
-(:mod:`~rllm_torch.rllm.registry`, with the built-ins in :mod:`~rllm_torch.rllm.builtins`), rLLM's
+(:mod:`~rllm_torch.rllm.registry`, with the built-ins in :mod:`~rllm_torch.rllm.builtins`, called
+through :mod:`~rllm_torch.rllm.dispatch`), rLLM's
 list-of-arrays functions (:mod:`~rllm_torch.rllm.arrays`), the reward and advantage metrics
 (:mod:`~rllm_torch.rllm.metrics`) and ``collect_reward_and_advantage_from_trajectory_groups``
 (:mod:`~rllm_torch.rllm.collect`). Names follow rLLM's ``rllm.experimental.common``.
@@ -18,11 +19,9 @@ from rllm_torch.rllm.arrays import (
 )
 from rllm_torch.rllm.collect import collect_reward_and_advantage_from_trajectory_groups
 from rllm_torch.rllm.config import AlgorithmConfig, rLLMAdvantageEstimator
+from rllm_torch.rllm.dispatch import compute_advantages, get_rllm_adv_estimator, get_tensor_adv_estimator
 from rllm_torch.rllm.registry import (
-    compute_advantages,
     estimator_options,
-    get_rllm_adv_estimator,
-    get_tensor_adv_estimator,
     is_token_level,
     register_rllm_adv_estimator,
     registered_estimator_names,

@@ -22,8 +22,9 @@ from rllm_torch.core.distributed import gather_objects
 from rllm_torch.core.errors import ConfigError, InvalidRewardsError, UnknownEstimatorError
 from rllm_torch.core.packing import GroupedRewards
 from rllm_torch.rllm.config import AlgorithmConfig, rLLMAdvantageEstimator
+from rllm_torch.rllm.dispatch import compute_advantages
 from rllm_torch.rllm.metrics import difficulty_metrics, summary_metrics
-from rllm_torch.rllm.registry import compute_advantages, is_token_level
+from rllm_torch.rllm.registry import is_token_level
 from rllm_torch.rllm.types import Trajectory, TrajectoryGroup
 
 __all__ = ["role_estimator", "outcome_estimator", "role_advantages", "reward_components_tensor"]

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from rllm_torch.core.errors import RLLMTorchError
-from rllm_torch.rllm.registry import get_tensor_adv_estimator
+from rllm_torch.rllm.dispatch import get_tensor_adv_estimator
 from rllm_torch.trainer.runtime.fingerprint import describe_changes
 
 __all__ = ["StepPlan", "plan_steps", "startup_summary", "GROUP_BASELINE_ESTIMATORS"]

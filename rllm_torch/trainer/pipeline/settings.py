@@ -11,7 +11,8 @@ from rllm_torch.core.errors import ConfigError, InvalidRewardsError, InvalidRewa
 from rllm_torch.core.packing import GroupedRewards
 from rllm_torch.core.tokens import TokenRewards
 from rllm_torch.rllm.config import AlgorithmConfig
-from rllm_torch.rllm.registry import compute_advantages, is_token_level
+from rllm_torch.rllm.dispatch import compute_advantages
+from rllm_torch.rllm.registry import is_token_level
 from rllm_torch.trainer.pipeline.compact_filtering import CompactFilteringConfig
 from rllm_torch.trainer.pipeline.rejection_sampling import RejectionSamplingConfig
 from rllm_torch.trainer.pipeline.transform import TransformConfig

@@ -13,8 +13,9 @@ from rllm_torch.core.distributed import ONE_PROCESS, agree_across_ranks, resolve
 from rllm_torch.core.packing import GroupedRewards
 from rllm_torch.core.tokens import TokenRewards, broadcast_to_tokens
 from rllm_torch.rllm.config import AlgorithmConfig
+from rllm_torch.rllm.dispatch import compute_advantages
 from rllm_torch.rllm.metrics import summary_metrics
-from rllm_torch.rllm.registry import compute_advantages, is_token_level
+from rllm_torch.rllm.registry import is_token_level
 from rllm_torch.rllm.roles import role_advantages, role_estimator
 from rllm_torch.trainer.pipeline.token_batch import TokenBatch
 
