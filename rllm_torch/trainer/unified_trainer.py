@@ -29,22 +29,18 @@ import asyncio
 import itertools
 import json
 import time
-from collections import Counter
 from collections.abc import Callable
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 
-from rllm_torch.core.distributed import gather_objects
-from rllm_torch.core.errors import ConfigError, DistributedSetupError
 from rllm_torch.rllm.collect import collect_reward_and_advantage_from_trajectory_groups
-from rllm_torch.rllm.types import Episode, TerminationReason
+from rllm_torch.rllm.types import Episode
+from rllm_torch.trainer.logs.step_metrics import stage_timer, workflow_metrics
 from rllm_torch.trainer.logs.summary import StepPlan, plan_steps, startup_summary
 from rllm_torch.trainer.logs.tracking import Tracking
-from rllm_torch.trainer.pipeline.dynamic_sampling import DynamicSampler, DynamicSamplingConfig
+from rllm_torch.trainer.pipeline.dynamic_sampling import DynamicSampler, DynamicSamplingConfig, check_dynamic_sampling
 from rllm_torch.trainer.pipeline.rejection_sampling import apply_rejection_sampling_and_filtering
 from rllm_torch.trainer.pipeline.settings import build_pipeline_configs
 from rllm_torch.trainer.pipeline.transform import transform_episodes_to_trajectory_groups
@@ -113,7 +109,7 @@ class UnifiedTrainer:
         self.cf_config, self.transform_config = pipeline.compact_filtering, pipeline.transform
         self.rs_config, self.algorithm_config = pipeline.rejection_sampling, pipeline.algorithm
         self.dynamic_sampler = DynamicSampler(DynamicSamplingConfig.from_config(config))
-        self._check_dynamic_sampling()
+        check_dynamic_sampling(self.dynamic_sampler.config, self.rs_config, self.ranks)
         self.backend = backend_cls(config=config, ranks=self.ranks, **(backend_args or {}))
         self.backend.validate_config()
         self.backend.validate_prompts([t for ds in (train_dataset, val_dataset) if isinstance(ds, list) for t in ds])
@@ -138,22 +134,6 @@ class UnifiedTrainer:
         )
         self.tokenizer = getattr(self.backend, "tokenizer", None)
         self.val_history: list[tuple[int, dict[str, float]]] = []
-
-    def _check_dynamic_sampling(self) -> None:
-        """Dynamic sampling runs on one process, without episode-mode rejection sampling (both
-        would accumulate groups, each by its own rule)."""
-        if not self.dynamic_sampler.config.enable:
-            return
-        if self.rs_config.mode == "episode":
-            raise ConfigError(
-                "rllm.algorithm.filter_groups.enable=true and rllm.rejection_sample.enable=true both accumulate groups; "
-                "enable one (dynamic sampling fills each step with prompts that have signal)."
-            )
-        if self.ranks.distributed:
-            raise DistributedSetupError(
-                "rllm.algorithm.filter_groups.enable=true is not supported on more than one process: each rank would "
-                "draw its own number of extra batches. Run it on one process, or disable it."
-            )
 
     def _setup_logging(self) -> None:
         trainer, logging = self.rllm_config.trainer, self.rllm_config.episode_logging
@@ -379,44 +359,3 @@ class UnifiedTrainer:
         self.agent_workflow_engine.shutdown()
         self.backend.shutdown()
         self.logger.finish()
-
-
-@contextmanager
-def stage_timer(metrics: dict[str, float], stage: str):
-    """Time the block into ``metrics[f"time/{stage}"]`` (seconds), waiting for queued CUDA work
-    at both ends so a stage is not charged for the kernels of the one before."""
-    synchronize = torch.cuda.synchronize if torch.cuda.is_available() and torch.cuda.is_initialized() else None
-    if synchronize:
-        synchronize()
-    start = time.perf_counter()
-    try:
-        yield
-    finally:
-        if synchronize:
-            synchronize()
-        metrics[f"time/{stage}"] = time.perf_counter() - start
-
-
-def workflow_metrics(episodes: list[Episode], prefix: str, ranks: RunRanks | None = None) -> dict[str, float]:
-    """Mean of each numeric ``episode.metrics`` key and the share of each termination reason,
-    over the episodes of every rank (``ranks``: one ``all_gather_object`` of sums and counts)."""
-    sums: dict[str, float] = {}
-    counts: Counter = Counter()
-    reasons = Counter(e.termination_reason.value for e in episodes if e.termination_reason is not None)
-    for episode in episodes:
-        for key, value in episode.metrics.items():
-            if isinstance(value, (int, float)):
-                sums[key] = sums.get(key, 0.0) + float(value)
-                counts[key] += 1
-    if ranks is not None and ranks.distributed:
-        parts = gather_objects((sums, counts, reasons), ranks.process_group)
-        sums, counts, reasons = {}, Counter(), Counter()
-        for part_sums, part_counts, part_reasons in parts:
-            for key, value in part_sums.items():
-                sums[key] = sums.get(key, 0.0) + value
-            counts.update(part_counts)
-            reasons.update(part_reasons)
-    metrics = {f"{prefix}/{k}": sums[k] / counts[k] for k in sorted(sums)}
-    total = max(sum(reasons.values()), 1)
-    metrics |= {f"{prefix}/termination_reason/{r.value}": reasons[r.value] / total for r in TerminationReason}
-    return metrics
