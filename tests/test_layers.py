@@ -115,3 +115,11 @@ def test_import_rllm_torch_loads_no_config_model_or_plotting_library():
     code = "import rllm_torch, sys; rllm_torch.UnifiedTrainer; print('omegaconf' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout.strip() == "True"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: _module_name(p))
+def test_a_module_over_360_lines_says_in_its_docstring_why(path):
+    lines = len(path.read_text().splitlines())
+    if lines > 360:
+        docstring = ast.get_docstring(ast.parse(path.read_text())) or ""
+        assert "**Length.**" in docstring, f"{_module_name(path)} has {lines} lines and no **Length.** paragraph"

@@ -9,6 +9,11 @@ case) the padded view is a free ``view(G, K)`` and estimators take a dense fast 
 Under a ``torch.distributed`` process group (``process_group=pg`` on every constructor) each
 rank holds its share of one batch, and the estimators reduce over the ranks; the two layouts,
 split groups and rank-local groups, are described in :mod:`rllm_torch.core.distributed`.
+
+**Length.** Longer than a module here should be (about 570 lines) because
+:class:`GroupedRewards` is one class, kept whole: its four constructors share the input checks
+(:mod:`~rllm_torch.core.checks`) and one cross-rank agreement (``_on_ranks``), and its flat ⇄
+padded conversions read the same lazily built index fields; its docstrings are most of it.
 """
 
 from __future__ import annotations

@@ -225,9 +225,7 @@ class UnifiedTrainer:
             await self.backend.on_epoch_start(state)
             if hasattr(dataloader, "set_epoch"):
                 dataloader.set_epoch(epoch)
-            batches = iter(
-                itertools.islice(dataloader, state.batch_in_epoch, None)
-            )  # a resumed epoch skips its done batches
+            batches = iter(itertools.islice(dataloader, state.batch_in_epoch, None))  # resumed: skip the done ones
             for batch in batches:  # dynamic sampling draws more of the epoch's batches from the same iterator
                 if state.global_step >= plan.total_steps:
                     break
