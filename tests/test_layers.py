@@ -10,8 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 PACKAGE = Path(__file__).resolve().parents[1] / "rllm_torch"
 
 #: Each layer's packages, bottom first; a module may import its own layer and those below.
@@ -69,25 +67,29 @@ def test_every_module_belongs_to_a_layer():
     assert MODULES and all(_package(_module_name(p)) for p in MODULES)
 
 
-@pytest.mark.parametrize("path", MODULES, ids=lambda p: _module_name(p))
-def test_no_module_imports_a_layer_above_its_own(path):
+def _violations(path: Path) -> list[str]:
     module = _module_name(path)
     layer, package = _layer(module), _package(module)
     layer_name = LAYERS[layer][0]
+    found = []
     for imported in _imports(path):
         top = imported.split(".")[0]
         if top == "rllm_torch":
             if (module, imported) in ALLOWED_UPWARD:
                 continue
-            assert _layer(imported) <= layer, (
-                f"{module} ({layer_name}) imports {imported} ({LAYERS[_layer(imported)][0]})"
-            )
+            if _layer(imported) > layer:
+                found.append(f"{module} ({layer_name}) imports {imported} ({LAYERS[_layer(imported)][0]})")
             other = _package(imported)
-            assert not (package in SIDE_BY_SIDE and other in SIDE_BY_SIDE and other != package), (
-                f"{module} imports {imported}: backends and rollouts do not import each other"
-            )
-        elif layer_name in THIRD_PARTY and top not in sys.stdlib_module_names:
-            assert top in THIRD_PARTY[layer_name], f"{module} ({layer_name}) imports {imported}"
+            if package in SIDE_BY_SIDE and other in SIDE_BY_SIDE and other != package:
+                found.append(f"{module} imports {imported}: backends and rollouts do not import each other")
+        elif layer_name in THIRD_PARTY and top not in sys.stdlib_module_names and top not in THIRD_PARTY[layer_name]:
+            found.append(f"{module} ({layer_name}) imports {imported}")
+    return found
+
+
+def test_no_module_imports_a_layer_above_its_own():
+    violations = [v for path in MODULES for v in _violations(path)]
+    assert not violations, "\n".join(violations)
 
 
 def test_the_rllm_surface_imports_omegaconf_only_inside_algorithm_config_from_config():
@@ -117,9 +119,11 @@ def test_import_rllm_torch_loads_no_config_model_or_plotting_library():
     assert done.stdout.strip() == "True"
 
 
-@pytest.mark.parametrize("path", MODULES, ids=lambda p: _module_name(p))
-def test_a_module_over_360_lines_says_in_its_docstring_why(path):
-    lines = len(path.read_text().splitlines())
-    if lines > 360:
-        docstring = ast.get_docstring(ast.parse(path.read_text())) or ""
-        assert "**Length.**" in docstring, f"{_module_name(path)} has {lines} lines and no **Length.** paragraph"
+def test_a_module_over_360_lines_says_in_its_docstring_why():
+    too_long = []
+    for path in MODULES:
+        text = path.read_text()
+        lines = len(text.splitlines())
+        if lines > 360 and "**Length.**" not in (ast.get_docstring(ast.parse(text)) or ""):
+            too_long.append(f"{_module_name(path)}: {lines} lines and no **Length.** paragraph in its docstring")
+    assert not too_long, "\n".join(too_long)

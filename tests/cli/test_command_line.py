@@ -26,7 +26,7 @@ from rllm_torch.core.errors import ConfigError
 from rllm_torch.trainer.logs.console_sink import ConsoleSink, metrics_table
 from rllm_torch.trainer.logs.summary import plan_steps
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 @pytest.mark.parametrize(

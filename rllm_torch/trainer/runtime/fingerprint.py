@@ -1,6 +1,6 @@
 """What a checkpoint means: every setting of a run is either in its fingerprint (a resumed run must
 have the same value) or resumable (a resumed run may change it, and the new value applies from the
-resumed step on). ``tests/test_resume_settings.py`` fails while a setting of the schema
+resumed step on). ``tests/trainer/test_resume_settings.py`` fails while a setting of the schema
 (``rllm_torch/trainer/schema.py``) is in neither table.
 
 To add a setting, add its dotted key to one table, one line:
