@@ -43,6 +43,7 @@ SPLITS = {"uneven": (3, 1), "rank 1 empty": (4, 0)}
         # the other (or 0: it runs zero-loss forwards to match the count); compared with one
         # process training the whole batch in one forward
         ["rllm.algorithm.loss_agg_mode=seq-mean-token-sum", "backend.micro_batch_tokens=14"],
+        ["rllm.algorithm.loss_agg_mode=seq-mean-token-sum-norm", "backend.micro_batch_tokens=14"],
         ["rllm.algorithm.loss_agg_mode=token-mean", "backend.parallelism=fsdp", "backend.micro_batch_tokens=14"],
         [
             "rllm.algorithm.adv_estimator=gae",
@@ -60,6 +61,7 @@ SPLITS = {"uneven": (3, 1), "rank 1 empty": (4, 0)}
         "fsdp+llama",
         "gae+critic",
         "micro-batches",
+        "sum-norm+micro-batches",
         "fsdp+micro-batches",
         "gae+critic+micro-batches",
     ],

@@ -8,13 +8,14 @@ tokens at a time; each chunk's float32 logits give
 
     log π(y) = z_y / τ − logsumexp(z / τ),      H = −Σ_v p_v log p_v,
 
-and only ``logsumexp`` (``[M]``) is kept for the backward, which recomputes each chunk's logits
-(``p = softmax(z / τ)``):
+and only ``logsumexp`` (and the entropy, ``[M]``) is kept for the backward, which recomputes each
+chunk's logits (``p = softmax(z / τ)``):
 
     ∂ log π(y) / ∂z = (onehot(y) − p) / τ,      ∂H / ∂z = −p ⊙ (log p + H) / τ,
 
-then ``∂/∂h = (∂/∂z) W`` and ``∂/∂W += (∂/∂z)ᵀ h``. Peak memory of the head is two or three
-``[chunk, V]`` float32 buffers, forward and backward, whatever ``M``.
+then ``∂/∂h = (∂/∂z) W`` and ``∂/∂W += (∂/∂z)ᵀ h``. The head works in two ``[chunk, V]``
+float32 buffers allocated once per call and reused by every chunk (a fresh 100 MB tensor per
+chunk costs its page faults on CPU), forward and backward, whatever ``M``.
 
 Precision: the matmul runs in the autocast dtype when autocast is on (bfloat16 under
 ``backend.dtype=bfloat16``, as the model's own ``lm_head`` would), else in the weights' dtype;
@@ -58,13 +59,33 @@ def _accumulation_dtype(compute: torch.dtype) -> torch.dtype:
     return torch.float64 if compute == torch.float64 else torch.float32
 
 
-def _chunk_logits(h_cH: Tensor, weight_VH: Tensor, bias_V: Tensor | None, temperature: float) -> Tensor:
-    """``[c, V]`` logits of a chunk in float32 (float64 for float64 weights), divided by the
-    temperature (``weight_VH`` already in the compute dtype)."""
-    z_cV = (h_cH.to(weight_VH.dtype) @ weight_VH.T).to(_accumulation_dtype(weight_VH.dtype))
+def _logits_into(out_cV: Tensor, h_cH: Tensor, weight_VH: Tensor, bias_V: Tensor | None, temperature: float) -> Tensor:
+    """``out_cV`` (a reused float32 buffer; float64 for float64 weights) ← ``(h Wᵀ + b) / τ``, the
+    matmul in the compute dtype of ``weight_VH``."""
+    h_cH = h_cH.to(weight_VH.dtype)
+    if out_cV.dtype == weight_VH.dtype:
+        torch.mm(h_cH, weight_VH.T, out=out_cV)
+    else:  # bf16 matmul, float32 logits
+        out_cV.copy_(h_cH @ weight_VH.T)
     if bias_V is not None:
-        z_cV += bias_V.to(z_cV.dtype)
-    return z_cV.div_(temperature) if temperature != 1.0 else z_cV
+        out_cV.add_(bias_V)
+    return out_cV.div_(temperature) if temperature != 1.0 else out_cV
+
+
+def _grad_into(grad_h: Tensor | None, grad_w: Tensor | None, grad_zcV: Tensor, h_cH: Tensor, weight_c: Tensor) -> None:
+    """``grad_h ← ∂/∂z · W`` and ``grad_w += (∂/∂z)ᵀ h`` of one chunk, without a temporary in the
+    float32 (float64) case."""
+    if grad_zcV.dtype == weight_c.dtype and (grad_h is None or grad_h.dtype == weight_c.dtype):
+        if grad_h is not None:
+            torch.mm(grad_zcV, weight_c, out=grad_h)
+        if grad_w is not None:
+            grad_w.addmm_(grad_zcV.T, h_cH.to(weight_c.dtype))
+        return
+    g_c = grad_zcV.to(weight_c.dtype)  # the compute dtype (bf16)
+    if grad_h is not None:
+        grad_h.copy_(g_c @ weight_c)
+    if grad_w is not None:
+        grad_w += g_c.T @ h_cH.to(weight_c.dtype)
 
 
 class _ChunkedTokenLogProbs(torch.autograd.Function):
@@ -80,25 +101,35 @@ class _ChunkedTokenLogProbs(torch.autograd.Function):
         with_entropy: bool,
     ) -> tuple[Tensor, Tensor]:
         compute = _compute_dtype(hidden_MH)
-        device = hidden_MH.device.type
-        num_tokens = hidden_MH.shape[0]
-        logp_M = hidden_MH.new_empty(num_tokens, dtype=_accumulation_dtype(compute))
+        acc = _accumulation_dtype(compute)
+        num_tokens, vocab = hidden_MH.shape[0], weight_VH.shape[0]
+        logp_M = hidden_MH.new_empty(num_tokens, dtype=acc)
         lse_M = torch.empty_like(logp_M)
         entropy_M = torch.empty_like(logp_M) if with_entropy else logp_M.new_empty(0)
-        with torch.autocast(device, enabled=False):
+        rows = min(chunk, num_tokens)
+        shifted_buf, exp_buf = (
+            hidden_MH.new_empty((rows, vocab), dtype=acc),
+            hidden_MH.new_empty((rows, vocab), dtype=acc),
+        )
+        with torch.autocast(hidden_MH.device.type, enabled=False):
             weight_c = weight_VH.to(compute)
             for start in range(0, num_tokens, chunk):
                 end = min(start + chunk, num_tokens)
-                logp_cV = _chunk_logits(hidden_MH[start:end], weight_c, bias_V, temperature)
-                lse_c = torch.logsumexp(logp_cV, -1)
-                logp_cV.sub_(lse_c[:, None])  # log-softmax: no cancellation of large logits below
-                lse_M[start:end] = lse_c
-                logp_M[start:end] = logp_cV.gather(1, targets_M[start:end, None]).squeeze(1)
-                if with_entropy:
-                    entropy_M[start:end] = -logp_cV.exp().mul_(logp_cV).sum(-1)
-        ctx.save_for_backward(hidden_MH, weight_VH, bias_V, targets_M, lse_M)
+                c = end - start
+                z_cV = _logits_into(shifted_buf[:c], hidden_MH[start:end], weight_c, bias_V, temperature)
+                max_c1 = z_cV.amax(-1, keepdim=True)
+                shifted_cV = z_cV.sub_(max_c1)  # z - max <= 0: no overflow, no cancellation below
+                exp_cV = torch.exp(shifted_cV, out=exp_buf[:c])
+                sum_c1 = exp_cV.sum(-1, keepdim=True)
+                log_sum_c1 = sum_c1.log()
+                lse_M[start:end] = (max_c1 + log_sum_c1).squeeze(1)
+                logp_M[start:end] = (shifted_cV.gather(1, targets_M[start:end, None]) - log_sum_c1).squeeze(1)
+                if with_entropy:  # H = log Σ e^(z-m) − Σ p (z − m)
+                    mean_c1 = exp_cV.mul_(shifted_cV).sum(-1, keepdim=True).div_(sum_c1)
+                    entropy_M[start:end] = (log_sum_c1 - mean_c1).squeeze(1)
+        ctx.save_for_backward(hidden_MH, weight_VH, bias_V, targets_M, lse_M, entropy_M)
         ctx.set_materialize_grads(False)  # an output nobody uses (the logged entropy) costs no backward work
-        ctx.compute, ctx.temperature, ctx.chunk, ctx.with_entropy = compute, temperature, chunk, with_entropy
+        ctx.compute, ctx.temperature, ctx.chunk = compute, temperature, chunk
         if not with_entropy:
             ctx.mark_non_differentiable(entropy_M)
         return logp_M, entropy_M
@@ -108,22 +139,25 @@ class _ChunkedTokenLogProbs(torch.autograd.Function):
     def backward(ctx: Any, grad_logp_M: Tensor | None, grad_entropy_M: Tensor | None) -> tuple:
         if grad_logp_M is None and grad_entropy_M is None:
             return (None,) * 7
-        hidden_MH, weight_VH, bias_V, targets_M, lse_M = ctx.saved_tensors
+        hidden_MH, weight_VH, bias_V, targets_M, lse_M, entropy_M = ctx.saved_tensors
         tau, chunk = ctx.temperature, ctx.chunk
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
-        grad_h = torch.zeros_like(hidden_MH) if need_h else None
         acc = _accumulation_dtype(ctx.compute)
+        num_tokens, vocab = hidden_MH.shape[0], weight_VH.shape[0]
+        grad_h = torch.zeros_like(hidden_MH) if need_h else None
         grad_w = torch.zeros(weight_VH.shape, dtype=acc, device=weight_VH.device) if need_w else None
         grad_b = torch.zeros(bias_V.shape, dtype=acc, device=bias_V.device) if need_b else None
+        rows = min(chunk, num_tokens)
+        logp_buf, p_buf = hidden_MH.new_empty((rows, vocab), dtype=acc), hidden_MH.new_empty((rows, vocab), dtype=acc)
         with torch.autocast(hidden_MH.device.type, enabled=False):
             weight_c = weight_VH.to(ctx.compute)
-            for start in range(0, hidden_MH.shape[0], chunk):
-                end = min(start + chunk, hidden_MH.shape[0])
-                h_cH = hidden_MH[start:end]
-                logp_cV = _chunk_logits(h_cH, weight_c, bias_V, tau).sub_(lse_M[start:end, None])
-                p_cV = logp_cV.exp()
+            for start in range(0, num_tokens, chunk):
+                end = min(start + chunk, num_tokens)
+                c, h_cH = end - start, hidden_MH[start:end]
+                logp_cV = _logits_into(logp_buf[:c], h_cH, weight_c, bias_V, tau).sub_(lse_M[start:end, None])
+                p_cV = torch.exp(logp_cV, out=p_buf[:c])
                 if grad_entropy_M is not None:  # ∂H/∂(z/τ) = −p ⊙ (log p + H)
-                    entropy_c1 = -(p_cV * logp_cV).sum(-1, keepdim=True)
+                    entropy_c1 = entropy_M[start:end, None]
                     grad_z_cV = logp_cV.add_(entropy_c1).mul_(p_cV).mul_(-grad_entropy_M[start:end, None].to(acc))
                     if grad_logp_M is not None:
                         grad_z_cV.sub_(p_cV.mul_(grad_logp_M[start:end, None].to(acc)))
@@ -133,11 +167,7 @@ class _ChunkedTokenLogProbs(torch.autograd.Function):
                     grad_z_cV.scatter_add_(1, targets_M[start:end, None], grad_logp_M[start:end, None].to(acc))
                 if tau != 1.0:
                     grad_z_cV.div_(tau)
-                grad_zc = grad_z_cV.to(ctx.compute)
-                if need_h:
-                    grad_h[start:end] = (grad_zc @ weight_c).to(grad_h.dtype)
-                if need_w:
-                    grad_w += (grad_zc.T @ h_cH.to(ctx.compute)).to(acc)
+                _grad_into(grad_h[start:end] if need_h else None, grad_w, grad_z_cV, h_cH, weight_c)
                 if need_b:
                     grad_b += grad_z_cV.sum(0)
         return (
