@@ -1,7 +1,11 @@
 """This checkout's group centring against another version of ``rllm_torch/core/segment.py``, in one process.
 
-    git show 08fba75:rllm_torch/segment.py > /tmp/segment_before.py
+    git show <commit>:rllm_torch/core/segment.py > /tmp/segment_before.py
     python benchmarks/compare_segment.py /tmp/segment_before.py
+
+(A version from before the package's layout step, ``rllm_torch/segment.py`` at e.g. ``08fba75``
+as ``RESULTS.md`` compares, imports the modules of that time, ``rllm_torch.distributed``: run it
+from a checkout of that commit.)
 
 Every estimator call runs on the same float32 rewards (N = 1M; equal groups of 8 and ragged groups
 of 1-16, as ``bench_estimators.py``) once with each version's ``SegmentLayout`` reductions
