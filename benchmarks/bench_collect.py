@@ -26,12 +26,12 @@ from rllm_torch import (
     Step,
     Trajectory,
     TrajectoryGroup,
+    calculate_grpo_advantages_per_group,
     collect_reward_and_advantage_from_trajectory_groups,
     compute_advantages,
 )
-from rllm_torch.advantage import pack_role_rewards
-from rllm_torch.estimators import calculate_grpo_advantages_per_group
-from rllm_torch.metrics import difficulty_metrics, summary_metrics
+from rllm_torch.rllm.collect import pack_role_rewards
+from rllm_torch.rllm.metrics import difficulty_metrics, summary_metrics
 
 NUM_TRAJECTORIES, GROUP_SIZE = 65_536, 8
 

@@ -151,7 +151,7 @@ def run_one(name: str, case: Case, setting: str, side: str, model_dir: Path, out
     run_dir.mkdir(parents=True)
     overrides = ours_overrides(case, setting, args.threads)
     if side == "ours":
-        command = [sys.executable, "-m", "rllm_torch.cli.train", *overrides]
+        command = [sys.executable, "-m", "rllm_torch.train", *overrides]
         command += [f"model.path={model_dir}", f"hydra.run.dir={run_dir}"]
         metrics = run_dir / "metrics.jsonl"
     else:

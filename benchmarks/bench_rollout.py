@@ -36,7 +36,7 @@ from omegaconf import OmegaConf
 from results import add_write_results, results_path
 
 from rllm_torch.backends.torch_backend import build_char_tokenizer, sample_completions
-from rllm_torch.backends.torch_backend.policy import build_policy
+from rllm_torch.backends.torch_backend.model import build_policy
 from rllm_torch.backends.torch_backend.sampling import _left_padded
 
 # name -> (layers, hidden, heads); None: the Qwen2.5-0.5B shape
@@ -83,7 +83,7 @@ def vllm_sampler(model, tok, num_prompts: int, longest: int):
     serve the model (the reason is printed)."""
     from rllm_torch.backends.torch_backend.rollout import SamplingParams
     from rllm_torch.backends.torch_backend.vllm_rollout import VllmRolloutEngine, sample_with_vllm
-    from rllm_torch.errors import ConfigError
+    from rllm_torch.core.errors import ConfigError
 
     kv_bytes = (
         4 * 2 * model.config.num_hidden_layers * model.config.hidden_size * 2

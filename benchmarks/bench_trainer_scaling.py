@@ -56,7 +56,7 @@ def worker(argv: list[str]) -> None:
     """Inside a launched process: the run, profiled when asked; each rank writes its communication time."""
     from hydra import compose, initialize_config_module
 
-    from rllm_torch.cli.train import run
+    from rllm_torch.cli.train_command import run
 
     profile, run_dir, rest = argv[0] == "profile", Path(argv[1]), argv[2:]
     with initialize_config_module("rllm_torch.configs", version_base=None):

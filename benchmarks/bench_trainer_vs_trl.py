@@ -33,7 +33,7 @@ What is the same on both sides:
   checkpoint before the end (ours ``save_freq=0`` still writes one checkpoint and the exported model
   at the end, inside its wall time; TRL ``save_strategy="no"``).
 
-Each side runs as a subprocess of this interpreter (ours ``python -m rllm_torch.cli.train`` with Hydra
+Each side runs as a subprocess of this interpreter (ours ``python -m rllm_torch.train`` with Hydra
 overrides, ``hydra.run.dir=<out>/ours``; TRL this script with ``--trl-worker``, output in
 ``<out>/trl``). Seconds per step: ours ``time/step`` of ``metrics.jsonl`` (sampling, scoring,
 advantages and the update; not logging), TRL the time from ``on_step_begin`` to ``on_step_end`` of a
@@ -65,10 +65,10 @@ import transformers
 from machine import cpu_name
 from omegaconf import DictConfig
 
-from rllm_torch.backends.torch_backend.policy import build_policy
+from rllm_torch.backends.torch_backend.model import build_policy
 from rllm_torch.backends.torch_backend.tokenizer import load_tokenizer
-from rllm_torch.tasks.base import Task
-from rllm_torch.tasks.catalog import build_task
+from rllm_torch.rollouts.catalog import build_task
+from rllm_torch.rollouts.task import Task
 
 RESULTS = Path(__file__).parent / "RESULTS_trainer.md"
 REPO = Path(__file__).resolve().parent.parent
@@ -142,7 +142,7 @@ def compose_config(task: str, overrides: list[str]) -> DictConfig:
     """Our run config for ``task`` with ``overrides``, composed as ``rllm-torch-train`` composes it."""
     from hydra import compose, initialize_config_module
 
-    from rllm_torch.cli.run_config import register_configs
+    from rllm_torch.cli.command_line import register_configs
 
     register_configs()
     with initialize_config_module("rllm_torch.configs", version_base=None):
@@ -441,7 +441,7 @@ def main(argv: list[str]) -> None:
     walls = {}
     with tempfile.TemporaryDirectory(prefix="bench_trl_model_") as model_dir:
         model = save_initial_model(config, task, Path(model_dir))
-        ours = [sys.executable, "-m", "rllm_torch.cli.train"]
+        ours = [sys.executable, "-m", "rllm_torch.train"]
         if config_name(args.task) != "train":
             ours += ["--config-name", config_name(args.task)]
         ours += [*overrides, f"model.path={model_dir}", f"hydra.run.dir={out / 'ours'}"]

@@ -1,7 +1,11 @@
-"""This checkout's group centring against another version of ``rllm_torch/segment.py``, in one process.
+"""This checkout's group centring against another version of ``rllm_torch/core/segment.py``, in one process.
 
-    git show 08fba75:rllm_torch/segment.py > /tmp/segment_before.py
+    git show <commit>:rllm_torch/core/segment.py > /tmp/segment_before.py
     python benchmarks/compare_segment.py /tmp/segment_before.py
+
+(A version from before the package's layout step, ``rllm_torch/segment.py`` at e.g. ``08fba75``
+as ``RESULTS.md`` compares, imports the modules of that time, ``rllm_torch.distributed``: run it
+from a checkout of that commit.)
 
 Every estimator call runs on the same float32 rewards (N = 1M; equal groups of 8 and ragged groups
 of 1-16, as ``bench_estimators.py``) once with each version's ``SegmentLayout`` reductions
@@ -25,7 +29,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from machine import cpu_name  # noqa: E402
 
-import rllm_torch.segment as segment  # noqa: E402
+import rllm_torch.core.segment as segment  # noqa: E402
 from rllm_torch import GroupedRewards, compute_advantages  # noqa: E402
 
 SWAPPED = ("center", "_sum_and_counts", "_merged_moments")
@@ -55,7 +59,7 @@ def _batches(n: int) -> dict[str, callable]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("other", type=Path, help="another version of rllm_torch/segment.py")
+    parser.add_argument("other", type=Path, help="another version of rllm_torch/core/segment.py")
     parser.add_argument("--n", type=int, default=1 << 20)
     parser.add_argument("--repeats", type=int, default=40)
     args = parser.parse_args(argv)

@@ -17,42 +17,22 @@ Quick start::
     advantages, returns = grpo(GroupedRewards.from_padded(rewards))       # [8], flat order
 """
 
-from rllm_torch.advantage import collect_reward_and_advantage_from_trajectory_groups
-from rllm_torch.config import AlgorithmConfig, rLLMAdvantageEstimator
-from rllm_torch.distributed import ONE_PROCESS
-from rllm_torch.errors import *  # noqa: F403 - re-exported public surface
-from rllm_torch.errors import __all__ as _errors_all
-from rllm_torch.estimators import *  # noqa: F403 - re-exported public surface
-from rllm_torch.estimators import __all__ as _estimators_all
-from rllm_torch.labels import factorize_group_labels
-from rllm_torch.packing import GroupedRewards
-from rllm_torch.segment import segment_count, segment_mean, segment_sum, segment_var_mean
-from rllm_torch.trainer import *  # noqa: F403 - re-exported public surface
-from rllm_torch.trainer import __all__ as _trainer_all
-from rllm_torch.types import Episode, Step, TerminationReason, Trajectory, TrajectoryGroup
-from rllm_torch.workflows import *  # noqa: F403 - re-exported public surface
-from rllm_torch.workflows import __all__ as _workflows_all
+from rllm_torch.core import *  # noqa: F403 - re-exported public surface
+from rllm_torch.core import __all__ as _core_all
+from rllm_torch.rllm import *  # noqa: F403 - re-exported public surface
+from rllm_torch.rllm import __all__ as _rllm_all
 
-__all__ = [
-    "AlgorithmConfig",
-    "rLLMAdvantageEstimator",
-    "GroupedRewards",
-    "ONE_PROCESS",
-    "factorize_group_labels",
-    "segment_count",
-    "segment_sum",
-    "segment_mean",
-    "segment_var_mean",
-    *_errors_all,
-    *_estimators_all,
-    "Step",
-    "Trajectory",
-    "TrajectoryGroup",
-    "Episode",
-    "TerminationReason",
-    "collect_reward_and_advantage_from_trajectory_groups",
-    *_trainer_all,
-    *_workflows_all,
-]
+__all__ = [*_core_all, *_rllm_all]
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    """``UnifiedTrainer``, rLLM's trainer (``rllm.experimental.unified_trainer``), importable from
+    here as in rLLM; it is the training framework's (:mod:`rllm_torch.trainer`), whose libraries
+    (OmegaConf, tqdm, rich, ...) load on first use, never on ``import rllm_torch``."""
+    if name == "UnifiedTrainer":
+        from rllm_torch.trainer.unified_trainer import UnifiedTrainer
+
+        return UnifiedTrainer
+    raise AttributeError(f"module 'rllm_torch' has no attribute {name!r}")

@@ -195,7 +195,7 @@ def estimate_weighted(spec: dict, estimator: str, options: dict) -> np.ndarray:
 
 def estimate_tokens(rewards: list, mask: list, values: list, estimator: str, options: dict) -> tuple:
     """``(advantages, returns)`` of this rank's ``[B, T]`` token batch, whitened over every rank."""
-    from rllm_torch.estimators import TokenRewards
+    from rllm_torch import TokenRewards
 
     width = options.pop("width")
     shape = (-1, width)
@@ -211,7 +211,7 @@ def estimate_tokens(rewards: list, mask: list, values: list, estimator: str, opt
 
 def whiten_tokens(values: list, mask: list, width: int, dtype: str) -> np.ndarray:
     """``masked_whiten`` of this rank's ``[B, T]`` values, over every rank's trained tokens."""
-    from rllm_torch.estimators import masked_whiten
+    from rllm_torch import masked_whiten
 
     values_BT = torch.tensor(values, dtype=torch.float64).to(DTYPES[dtype]).reshape(-1, width)
     mask_BT = torch.tensor(mask, dtype=torch.float64).to(DTYPES[dtype]).reshape(-1, width)

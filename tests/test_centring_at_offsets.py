@@ -32,9 +32,9 @@ from rllm_torch import (
     compute_advantages,
     masked_whiten,
 )
+from rllm_torch.rllm.types import Step
 from rllm_torch.trainer import compute_token_advantages
-from rllm_torch.trainer.token_batch import build_token_batch
-from rllm_torch.types import Step
+from rllm_torch.trainer.pipeline.token_batch import build_token_batch
 
 OFFSETS = {"float32": (1e4, 1e-2), "float64": (1e8, 1e-5)}  # (offset, spread)
 NP = {"float32": np.float32, "float64": np.float64}

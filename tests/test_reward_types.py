@@ -16,17 +16,19 @@ from rllm_torch import (
     GroupedRewards,
     InvalidRewardsError,
     InvalidRewardTypeError,
-    RejectionSamplingConfig,
-    RejectionSamplingState,
     Step,
     Trajectory,
     TrajectoryGroup,
-    apply_rejection_sampling_and_filtering,
     collect_reward_and_advantage_from_trajectory_groups,
     compute_advantages,
 )
-from rllm_torch.trainer.backend import compute_token_advantages
-from rllm_torch.trainer.token_batch import build_token_batch
+from rllm_torch.trainer import (
+    RejectionSamplingConfig,
+    RejectionSamplingState,
+    apply_rejection_sampling_and_filtering,
+    compute_token_advantages,
+)
+from rllm_torch.trainer.pipeline.token_batch import build_token_batch
 
 
 def _group(rewards, task="task-9"):

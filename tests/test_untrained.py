@@ -18,8 +18,8 @@ from rllm_torch import (
     collect_reward_and_advantage_from_trajectory_groups,
     compute_advantages,
 )
-from rllm_torch.trainer.backend import compute_token_advantages
-from rllm_torch.trainer.token_batch import build_token_batch
+from rllm_torch.trainer import compute_token_advantages
+from rllm_torch.trainer.pipeline.token_batch import build_token_batch
 
 ON, OFF = [1, 1], [0, 0]
 

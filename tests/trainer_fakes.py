@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from omegaconf import OmegaConf
 
-from rllm_torch.cli.run_config import TrainConfig
-from rllm_torch.trainer.backend import BackendProtocol
-from rllm_torch.trainer.token_batch import build_token_batch
-from rllm_torch.types import Episode, Step, TerminationReason, Trajectory
-from rllm_torch.workflows.base import Workflow
+from rllm_torch.rllm.types import Episode, Step, TerminationReason, Trajectory
+from rllm_torch.trainer.pipeline.token_batch import build_token_batch
+from rllm_torch.trainer.protocol import BackendProtocol
+from rllm_torch.trainer.schema import TrainConfig
+from rllm_torch.trainer.workflow import Workflow
 
 
 def make_config(tmp_path, *dotlist: str):

@@ -10,10 +10,10 @@ import torch.distributed as dist
 from omegaconf import OmegaConf
 
 from rllm_torch.backends.torch_backend.backend import TorchBackend
-from rllm_torch.cli.run_config import TrainConfig
-from rllm_torch.trainer.ranks import RunRanks
+from rllm_torch.rllm.types import Step, Trajectory, TrajectoryGroup
+from rllm_torch.trainer.runtime.ranks import RunRanks
+from rllm_torch.trainer.schema import TrainConfig
 from rllm_torch.trainer.state import TrainerState
-from rllm_torch.types import Step, Trajectory, TrajectoryGroup
 
 ALPHABET = "0123456789+="
 
@@ -114,7 +114,7 @@ def _full(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def AlgorithmConfigFrom(config):  # noqa: N802 - reads like the class it builds
-    from rllm_torch.config import AlgorithmConfig
+    from rllm_torch.rllm.config import AlgorithmConfig
 
     return AlgorithmConfig.from_config(config)
 

@@ -1,7 +1,45 @@
-"""The programs: ``rllm-torch-train`` (:mod:`~rllm_torch.cli.train`, with its Hydra schema
-:mod:`~rllm_torch.cli.run_config` and start-up checks :mod:`~rllm_torch.cli.config_checks`),
-``rllm-torch-plot`` (:mod:`~rllm_torch.cli.plot`) and ``rllm-torch-demo``
-(:mod:`~rllm_torch.cli.demo`). The library (tensor core, rLLM's surface, the trainer) does not
-import them."""
+"""The programs: ``rllm-torch-train`` (:mod:`~rllm_torch.cli.train_command`, its Hydra command line
+:mod:`~rllm_torch.cli.command_line` over the trainer's schema :mod:`~rllm_torch.trainer.schema`,
+and start-up checks :mod:`~rllm_torch.cli.config_checks`), ``rllm-torch-torchrun``
+(:mod:`~rllm_torch.cli.launch`), ``rllm-torch-plot`` (:mod:`~rllm_torch.cli.plot`) and
+``rllm-torch-demo`` (:mod:`~rllm_torch.cli.demo`). Nothing else in the package imports them (the
+top of the layers: core, rLLM surface, trainer, then backends and rollouts, then the programs).
 
-__all__: list[str] = []
+The training programs need the ``train`` extra (``pip install 'rllm_torch[train]'``); without it
+their entry points (:func:`train_main`, :func:`torchrun_main`, :func:`plot_main`) say so in one
+line and exit with status 2, instead of a traceback ending in ``ModuleNotFoundError``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable
+
+__all__ = ["TRAIN_EXTRA_MODULES", "train_main", "torchrun_main", "plot_main"]
+
+#: The top-level modules of the ``train`` extra's libraries (pyproject.toml).
+TRAIN_EXTRA_MODULES = ("transformers", "tokenizers", "pyarrow", "tqdm", "rich", "matplotlib", "tensorboard")
+
+
+def _needs_train_extra(program: str, module: str) -> Callable[[], None]:
+    def main() -> None:
+        try:
+            importlib.import_module(f"rllm_torch.cli.{module}").main()
+        except ModuleNotFoundError as exc:
+            if (exc.name or "").split(".")[0] not in TRAIN_EXTRA_MODULES:
+                raise
+            print(
+                f"{program}: {exc.name} is not installed; the training programs need the train extra: "
+                "pip install 'rllm_torch[train]' (a checkout: pip install -e '.[train]').",
+                file=sys.stderr,
+            )
+            sys.exit(2)
+
+    main.__doc__ = f"The ``{program}`` entry point (:func:`rllm_torch.cli.{module}.main`)."
+    return main
+
+
+train_main = _needs_train_extra("rllm-torch-train", "train_command")
+torchrun_main = _needs_train_extra("rllm-torch-torchrun", "launch")
+plot_main = _needs_train_extra("rllm-torch-plot", "plot")

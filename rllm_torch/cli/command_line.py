@@ -1,5 +1,5 @@
 """The command line of ``rllm-torch-train`` before and around Hydra: every key a run is given must
-be one the schema (:mod:`~rllm_torch.cli.run_config`) knows, whichever way it came (``key=v``,
+be one the schema (:mod:`~rllm_torch.trainer.schema`) knows, whichever way it came (``key=v``,
 ``+key=v``, a YAML file), with the nearest known key suggested; an experiment that does not exist
 lists the ones that do; the package's own errors print as one block, without a traceback."""
 
@@ -14,14 +14,16 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ValidationError
 
-from rllm_torch.cli.run_config import TrainConfig
-from rllm_torch.errors import ConfigError, RLLMTorchError
+from rllm_torch.core.errors import ConfigError, RLLMTorchError
+from rllm_torch.trainer.schema import TrainConfig, register_resolvers
 
 __all__ = [
     "ERROR_EXIT_STATUS",
+    "register_configs",
     "known_keys",
     "experiment_names",
     "check_command_line",
@@ -34,6 +36,14 @@ __all__ = [
 CONFIG_PACKAGE = "rllm_torch.configs"
 #: The exit status of ``rllm-torch-train`` after one of the package's errors (printed as one block).
 ERROR_EXIT_STATUS = 2
+
+
+def register_configs() -> None:
+    """Register :class:`~rllm_torch.trainer.schema.TrainConfig` in Hydra's ConfigStore as
+    ``train_schema`` (the first entry of ``configs/train.yaml``'s defaults list, so every group
+    merges into typed fields), and the resolver the configs use: ``rllm_torch_default_experiment``."""
+    ConfigStore.instance().store(name="train_schema", node=TrainConfig)
+    register_resolvers()
 
 
 def _walk(node: Any, prefix: str, out: set[str], open_prefixes: set[str] | None) -> None:
@@ -68,7 +78,7 @@ def _unknown_key_error(key: str, keys: set[str], how: str) -> ConfigError:
     hint = f"; did you mean `{close[0]}`?" if close else ""
     return ConfigError(
         f"`{key}` ({how}) is not a setting of rllm-torch-train{hint} A run reads only the keys of its schema "
-        "(rllm_torch/cli/run_config.py), so an unknown one would be ignored: `+` does not add a setting."
+        "(rllm_torch/trainer/schema.py), so an unknown one would be ignored: `+` does not add a setting."
     )
 
 
@@ -199,7 +209,7 @@ def resume_point(run_dir: str | os.PathLike) -> str:
     """What starting the same command again does, from the newest complete checkpoint of
     ``run_dir``: ``"resumes from step 32 (.../step_000032)"`` or ``"starts the run again from
     step 0 (no checkpoint yet)"``."""
-    from rllm_torch.trainer.checkpoint import CheckpointStore
+    from rllm_torch.trainer.runtime.checkpoint import CheckpointStore
 
     with warnings.catch_warnings():  # a partial checkpoint is named when the run resumes
         warnings.simplefilter("ignore")

@@ -8,8 +8,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from rllm_torch.cli.run_config import TaskConfig, TrainConfig
-from rllm_torch.errors import ConfigError, DistributedSetupError
+from rllm_torch.core.errors import ConfigError, DistributedSetupError
+from rllm_torch.trainer.schema import TaskConfig, TrainConfig
 
 __all__ = ["check_run_config", "check_world_size", "check_loss_options", "FILE_TASK_KEYS"]
 
@@ -115,7 +115,7 @@ def check_task_keys(task_config: Any) -> None:
         if task_config.name == owner:
             continue
         for key in keys:
-            value = task_config.get(key, getattr(defaults, key))
+            value = task_config[key]
             if value != getattr(defaults, key):
                 hint = "to use your own data" if owner == "file" else f"for the {owner} task"
                 raise ConfigError(
@@ -129,8 +129,8 @@ def check_loss_options(config: Any) -> None:
     Raises:
         ConfigError: naming both keys and the fix.
     """
-    loss_fn = OmegaConf.select(config, "rllm.algorithm.loss_fn", default="ppo") or "ppo"
-    if OmegaConf.select(config, "backend.clip_ratio_c", default=None) is not None and loss_fn != "ppo":
+    loss_fn = config.rllm.algorithm.loss_fn or "ppo"
+    if config.backend.clip_ratio_c is not None and loss_fn != "ppo":
         raise ConfigError(
             f"backend.clip_ratio_c={config.backend.clip_ratio_c} is dual-clip PPO's cap, and rllm.algorithm.loss_fn={loss_fn!r} "
             "has no such clip: drop backend.clip_ratio_c, or use rllm.algorithm.loss_fn=ppo."
@@ -158,7 +158,7 @@ def check_world_size(config: Any, world_size: int) -> None:
             f"data.train_batch_size={batch} is not divisible by the world size {world_size}: every rank takes an equal "
             f"share of each step's prompts; use a multiple of {world_size} (e.g. {batch - batch % world_size or world_size})."
         )
-    if world_size > 1 and OmegaConf.select(config, "rllm.algorithm.filter_groups.enable", default=False):
+    if world_size > 1 and config.rllm.algorithm.filter_groups.enable:
         raise DistributedSetupError(
             "rllm.algorithm.filter_groups.enable=true (dynamic sampling) is not supported on more than one process: each "
             "rank would draw its own number of extra batches. Run it on one process, or disable it."
@@ -168,7 +168,7 @@ def check_world_size(config: Any, world_size: int) -> None:
             "rllm.rejection_sample.enable=true is not supported on more than one process: it accumulates groups per rank, "
             "so the ranks would release batches at different steps. Run it on one process, or disable it."
         )
-    if config.backend.get("dist_timeout_s", 600) <= 0:
+    if config.backend.dist_timeout_s <= 0:
         raise DistributedSetupError(f"backend.dist_timeout_s must be > 0 seconds, got {config.backend.dist_timeout_s}.")
 
 

@@ -15,8 +15,10 @@ import argparse
 
 import torch
 
-from rllm_torch.estimators import TokenRewards, compute_advantages, is_token_level, registered_estimator_names
-from rllm_torch.packing import GroupedRewards
+from rllm_torch.core.packing import GroupedRewards
+from rllm_torch.core.tokens import TokenRewards
+from rllm_torch.rllm.dispatch import compute_advantages
+from rllm_torch.rllm.registry import is_token_level, registered_estimator_names
 
 __all__ = ["main"]
 

@@ -12,7 +12,7 @@ import json
 import re
 from pathlib import Path
 
-from rllm_torch.errors import ConfigError
+from rllm_torch.core.errors import ConfigError
 
 __all__ = ["read_metrics", "plot_run", "main"]
 

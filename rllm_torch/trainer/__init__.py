@@ -1,26 +1,36 @@
-"""The trainer's data pipeline: episodes → trajectory groups → filtered groups."""
+"""The training framework over the rLLM surface, backend-agnostic: the loop
+(:class:`UnifiedTrainer`), what a backend provides (:class:`BackendProtocol`), the typed run
+config (:mod:`~rllm_torch.trainer.schema`), the workflows' base and engine
+(:mod:`~rllm_torch.trainer.workflow`, :mod:`~rllm_torch.trainer.workflow_engine`), and three
+subpackages: :mod:`~rllm_torch.trainer.pipeline` (episodes to the token batch and its
+advantages), :mod:`~rllm_torch.trainer.runtime` (processes, checkpoints, resume) and
+:mod:`~rllm_torch.trainer.logs` (metrics sinks, the start-up summary). Concrete backends
+(:mod:`rllm_torch.backends`) and tasks (:mod:`rllm_torch.rollouts`) build on it."""
 
-from rllm_torch.trainer.backend import BackendProtocol, compute_token_advantages
-from rllm_torch.trainer.checkpoint import CheckpointInfo, CheckpointStore
-from rllm_torch.trainer.compact_filtering import CompactFilteringConfig
-from rllm_torch.trainer.rejection_sampling import (
+from rllm_torch.trainer.logs.tracking import Tracking
+from rllm_torch.trainer.pipeline.compact_filtering import CompactFilteringConfig
+from rllm_torch.trainer.pipeline.rejection_sampling import (
     RejectionSamplingConfig,
     RejectionSamplingState,
     apply_rejection_sampling_and_filtering,
 )
-from rllm_torch.trainer.run_checkpoint import RunCheckpointer
-from rllm_torch.trainer.state import TrainerState
-from rllm_torch.trainer.token_batch import TokenBatch, build_token_batch
-from rllm_torch.trainer.tracking import Tracking
-from rllm_torch.trainer.transform import (
+from rllm_torch.trainer.pipeline.token_advantages import compute_token_advantages
+from rllm_torch.trainer.pipeline.token_batch import TokenBatch, build_token_batch
+from rllm_torch.trainer.pipeline.transform import (
     TransformConfig,
     build_trajectory_groups,
     default_traj_grouping_hook,
     propagate_trajectory_rewards,
     transform_episodes_to_trajectory_groups,
 )
+from rllm_torch.trainer.pipeline.validation import unbiased_pass_at_k, validation_pass_metrics
+from rllm_torch.trainer.protocol import BackendProtocol
+from rllm_torch.trainer.runtime.checkpoint import CheckpointInfo, CheckpointStore
+from rllm_torch.trainer.runtime.run_checkpoint import RunCheckpointer
+from rllm_torch.trainer.state import TrainerState
 from rllm_torch.trainer.unified_trainer import UnifiedTrainer
-from rllm_torch.trainer.validation import unbiased_pass_at_k, validation_pass_metrics
+from rllm_torch.trainer.workflow import ModelOutput, RolloutEngine, Workflow
+from rllm_torch.trainer.workflow_engine import EpisodeLogger, UnifiedWorkflowEngine
 
 __all__ = [
     "CompactFilteringConfig",
@@ -44,4 +54,9 @@ __all__ = [
     "CheckpointStore",
     "CheckpointInfo",
     "RunCheckpointer",
+    "Workflow",
+    "RolloutEngine",
+    "ModelOutput",
+    "UnifiedWorkflowEngine",
+    "EpisodeLogger",
 ]

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rllm_torch.trainer.rejection_sampling import RejectionSamplingState
-from rllm_torch.types import Episode, TrajectoryGroup
+from rllm_torch.rllm.types import Episode, TrajectoryGroup
+from rllm_torch.trainer.pipeline.rejection_sampling import RejectionSamplingState
 
 __all__ = ["TrainerState"]
 

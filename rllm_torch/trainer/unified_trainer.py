@@ -14,9 +14,9 @@ One training step, in order::
     validate (every test_freq steps), checkpoint (every save_freq steps)
 
 A run resumes from its newest complete checkpoint (``rllm.trainer.resume_mode=auto``, see
-:class:`~rllm_torch.trainer.run_checkpoint.RunCheckpointer`) and continues exactly where it stopped.
+:class:`~rllm_torch.trainer.runtime.run_checkpoint.RunCheckpointer`) and continues exactly where it stopped.
 
-On several processes (``ranks``, :class:`~rllm_torch.trainer.ranks.RunRanks`) every rank runs
+On several processes (``ranks``, :class:`~rllm_torch.trainer.runtime.ranks.RunRanks`) every rank runs
 this loop on its share of each step's prompts; every metric is that of the global batch (each
 stage reduces its own: sums of counts, means over every rank's items, the maximum of timings),
 and rank 0 alone prints, logs and writes checkpoints. A stage that finds nothing to train on
@@ -29,33 +29,30 @@ import asyncio
 import itertools
 import json
 import time
-from collections import Counter
 from collections.abc import Callable
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 
-from rllm_torch.advantage import collect_reward_and_advantage_from_trajectory_groups
-from rllm_torch.distributed import gather_objects
-from rllm_torch.errors import ConfigError, DistributedSetupError
-from rllm_torch.trainer.backend import BackendProtocol
-from rllm_torch.trainer.checkpoint import CheckpointInfo
-from rllm_torch.trainer.dynamic_sampling import DynamicSampler, DynamicSamplingConfig
-from rllm_torch.trainer.ranks import RunRanks
-from rllm_torch.trainer.rejection_sampling import apply_rejection_sampling_and_filtering
-from rllm_torch.trainer.run_checkpoint import RunCheckpointer
-from rllm_torch.trainer.setup import build_pipeline_configs
+from rllm_torch.rllm.collect import collect_reward_and_advantage_from_trajectory_groups
+from rllm_torch.rllm.types import Episode
+from rllm_torch.trainer.logs.step_metrics import stage_timer, workflow_metrics
+from rllm_torch.trainer.logs.summary import StepPlan, plan_steps, startup_summary
+from rllm_torch.trainer.logs.tracking import Tracking
+from rllm_torch.trainer.pipeline.dynamic_sampling import DynamicSampler, DynamicSamplingConfig, check_dynamic_sampling
+from rllm_torch.trainer.pipeline.rejection_sampling import apply_rejection_sampling_and_filtering
+from rllm_torch.trainer.pipeline.settings import build_pipeline_configs
+from rllm_torch.trainer.pipeline.transform import transform_episodes_to_trajectory_groups
+from rllm_torch.trainer.pipeline.validation import validation_pass_metrics
+from rllm_torch.trainer.protocol import BackendProtocol
+from rllm_torch.trainer.runtime.checkpoint import CheckpointInfo
+from rllm_torch.trainer.runtime.ranks import RunRanks
+from rllm_torch.trainer.runtime.run_checkpoint import RunCheckpointer
+from rllm_torch.trainer.schema import typed_run_config
 from rllm_torch.trainer.state import TrainerState
-from rllm_torch.trainer.summary import StepPlan, plan_steps, startup_summary
-from rllm_torch.trainer.tracking import Tracking
-from rllm_torch.trainer.transform import transform_episodes_to_trajectory_groups
-from rllm_torch.trainer.validation import validation_pass_metrics
-from rllm_torch.types import Episode, TerminationReason
-from rllm_torch.workflows.base import Workflow
-from rllm_torch.workflows.engine import EpisodeLogger, UnifiedWorkflowEngine
+from rllm_torch.trainer.workflow import Workflow
+from rllm_torch.trainer.workflow_engine import EpisodeLogger, UnifiedWorkflowEngine
 
 __all__ = ["UnifiedTrainer"]
 
@@ -65,7 +62,8 @@ class UnifiedTrainer:
 
     Args:
         backend_cls: a :class:`BackendProtocol` subclass, built ``backend_cls(config=config, **backend_args)``.
-        config: the run config (``rllm.*`` keys, see ``rllm_torch/configs``).
+        config: the run config, typed by :func:`~rllm_torch.trainer.schema.typed_run_config`
+            (a composed ``rllm-torch-train`` config, or any subset of its keys).
         workflow_class: the :class:`Workflow` run on each task.
         train_dataset, val_dataset: what ``backend.get_dataloader`` batches (lists of task dicts).
         workflow_args, backend_args: keyword arguments of the workflow and backend.
@@ -98,6 +96,7 @@ class UnifiedTrainer:
         run_files: dict[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
+        config = typed_run_config(config)
         self.ranks = ranks if ranks is not None else RunRanks()
         self.run_files = dict(run_files or {})
         self.already_complete = False  # set by fit: the checkpoint held every planned step
@@ -110,7 +109,7 @@ class UnifiedTrainer:
         self.cf_config, self.transform_config = pipeline.compact_filtering, pipeline.transform
         self.rs_config, self.algorithm_config = pipeline.rejection_sampling, pipeline.algorithm
         self.dynamic_sampler = DynamicSampler(DynamicSamplingConfig.from_config(config))
-        self._check_dynamic_sampling()
+        check_dynamic_sampling(self.dynamic_sampler.config, self.rs_config, self.ranks)
         self.backend = backend_cls(config=config, ranks=self.ranks, **(backend_args or {}))
         self.backend.validate_config()
         self.backend.validate_prompts([t for ds in (train_dataset, val_dataset) if isinstance(ds, list) for t in ds])
@@ -136,32 +135,12 @@ class UnifiedTrainer:
         self.tokenizer = getattr(self.backend, "tokenizer", None)
         self.val_history: list[tuple[int, dict[str, float]]] = []
 
-    def _check_dynamic_sampling(self) -> None:
-        """Dynamic sampling runs on one process, without episode-mode rejection sampling (both
-        would accumulate groups, each by its own rule)."""
-        if not self.dynamic_sampler.config.enable:
-            return
-        if self.rs_config.mode == "episode":
-            raise ConfigError(
-                "rllm.algorithm.filter_groups.enable=true and rllm.rejection_sample.enable=true both accumulate groups; "
-                "enable one (dynamic sampling fills each step with prompts that have signal)."
-            )
-        if self.ranks.distributed:
-            raise DistributedSetupError(
-                "rllm.algorithm.filter_groups.enable=true is not supported on more than one process: each rank would "
-                "draw its own number of extra batches. Run it on one process, or disable it."
-            )
-
     def _setup_logging(self) -> None:
         trainer, logging = self.rllm_config.trainer, self.rllm_config.episode_logging
-        self.run_dir = Path(
-            trainer.get("default_local_dir") or f"outputs/{trainer.project_name}/{trainer.experiment_name}"
-        )
+        self.run_dir = Path(trainer.default_local_dir or f"outputs/{trainer.project_name}/{trainer.experiment_name}")
         subdirectory = f"episodes/rank{self.ranks.rank}" if self.ranks.distributed else "episodes"
         self.episode_logger = (
-            EpisodeLogger(logging.get("episode_log_dir") or str(self.run_dir), subdirectory)
-            if logging.log_episodes
-            else None
+            EpisodeLogger(logging.episode_log_dir or str(self.run_dir), subdirectory) if logging.log_episodes else None
         )
         backends = trainer.logger if isinstance(trainer.logger, str) else OmegaConf.to_container(trainer.logger)
         # the other ranks keep a Tracking without sinks: their log calls do nothing, rank 0's write
@@ -173,7 +152,7 @@ class UnifiedTrainer:
             project_name=trainer.project_name,
             experiment_name=trainer.experiment_name,
             config=plain,
-            table_every=trainer.get("log_table_every", 32),
+            table_every=trainer.log_table_every,
         )
 
     # ---- main loop -------------------------------------------------------------------------
@@ -246,9 +225,7 @@ class UnifiedTrainer:
             await self.backend.on_epoch_start(state)
             if hasattr(dataloader, "set_epoch"):
                 dataloader.set_epoch(epoch)
-            batches = iter(
-                itertools.islice(dataloader, state.batch_in_epoch, None)
-            )  # a resumed epoch skips its done batches
+            batches = iter(itertools.islice(dataloader, state.batch_in_epoch, None))  # resumed: skip the done ones
             for batch in batches:  # dynamic sampling draws more of the epoch's batches from the same iterator
                 if state.global_step >= plan.total_steps:
                     break
@@ -317,7 +294,7 @@ class UnifiedTrainer:
     async def _fill_with_signal(
         self, state: TrainerState, next_batch: Callable[[], Any]
     ) -> tuple[list[Episode], list[Episode], dict[str, float]]:
-        """DAPO's dynamic sampling (:class:`~rllm_torch.trainer.dynamic_sampling.DynamicSampler`):
+        """DAPO's dynamic sampling (:class:`~rllm_torch.trainer.pipeline.dynamic_sampling.DynamicSampler`):
         every extra batch drawn counts as done in the epoch (a resumed run skips it)."""
 
         async def draw() -> list[Episode] | None:
@@ -380,44 +357,3 @@ class UnifiedTrainer:
         self.agent_workflow_engine.shutdown()
         self.backend.shutdown()
         self.logger.finish()
-
-
-@contextmanager
-def stage_timer(metrics: dict[str, float], stage: str):
-    """Time the block into ``metrics[f"time/{stage}"]`` (seconds), waiting for queued CUDA work
-    at both ends so a stage is not charged for the kernels of the one before."""
-    synchronize = torch.cuda.synchronize if torch.cuda.is_available() and torch.cuda.is_initialized() else None
-    if synchronize:
-        synchronize()
-    start = time.perf_counter()
-    try:
-        yield
-    finally:
-        if synchronize:
-            synchronize()
-        metrics[f"time/{stage}"] = time.perf_counter() - start
-
-
-def workflow_metrics(episodes: list[Episode], prefix: str, ranks: RunRanks | None = None) -> dict[str, float]:
-    """Mean of each numeric ``episode.metrics`` key and the share of each termination reason,
-    over the episodes of every rank (``ranks``: one ``all_gather_object`` of sums and counts)."""
-    sums: dict[str, float] = {}
-    counts: Counter = Counter()
-    reasons = Counter(e.termination_reason.value for e in episodes if e.termination_reason is not None)
-    for episode in episodes:
-        for key, value in episode.metrics.items():
-            if isinstance(value, (int, float)):
-                sums[key] = sums.get(key, 0.0) + float(value)
-                counts[key] += 1
-    if ranks is not None and ranks.distributed:
-        parts = gather_objects((sums, counts, reasons), ranks.process_group)
-        sums, counts, reasons = {}, Counter(), Counter()
-        for part_sums, part_counts, part_reasons in parts:
-            for key, value in part_sums.items():
-                sums[key] = sums.get(key, 0.0) + value
-            counts.update(part_counts)
-            reasons.update(part_reasons)
-    metrics = {f"{prefix}/{k}": sums[k] / counts[k] for k in sorted(sums)}
-    total = max(sum(reasons.values()), 1)
-    metrics |= {f"{prefix}/termination_reason/{r.value}": reasons[r.value] / total for r in TerminationReason}
-    return metrics

@@ -30,9 +30,9 @@ from rllm_torch.backends.torch_backend.lora import (
     load_adapter_state,
     save_merged,
 )
-from rllm_torch.backends.torch_backend.policy import build_policy, enable_gradient_checkpointing
-from rllm_torch.errors import ConfigError, ModelNotFoundError
-from rllm_torch.trainer.ranks import RunRanks
+from rllm_torch.backends.torch_backend.model import build_policy, enable_gradient_checkpointing
+from rllm_torch.core.errors import ConfigError, ModelNotFoundError
+from rllm_torch.trainer.runtime.ranks import RunRanks
 
 __all__ = ["Actor", "PARALLELISMS", "wrap_ddp"]
 

@@ -23,8 +23,8 @@ from transformers import AutoModelForTokenClassification, PreTrainedModel
 
 from rllm_torch.backends.torch_backend.forward import on_real_columns
 from rllm_torch.backends.torch_backend.losses import clipped_value_loss
-from rllm_torch.backends.torch_backend.policy import compute_autocast, enable_gradient_checkpointing
-from rllm_torch.errors import ConfigError
+from rllm_torch.backends.torch_backend.model import compute_autocast, enable_gradient_checkpointing
+from rllm_torch.core.errors import ConfigError
 
 __all__ = ["Critic", "build_critic", "token_values"]
 

@@ -17,8 +17,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from rllm_torch.backends.torch_backend.logprobs import chunked_token_log_probs
-from rllm_torch.backends.torch_backend.policy import compute_autocast
-from rllm_torch.errors import ConfigError
+from rllm_torch.backends.torch_backend.model import compute_autocast
+from rllm_torch.core.errors import ConfigError
 
 __all__ = [
     "TokenScores",

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from rllm_torch.errors import ConfigError
+from rllm_torch.core.errors import ConfigError
 
 __all__ = ["apply_lora", "is_lora", "adapters_disabled", "adapter_state", "load_adapter_state", "save_merged"]
 

@@ -13,7 +13,7 @@ from torch import Tensor
 from torch.distributed.fsdp import FSDPModule
 from torch.nn.parallel import DistributedDataParallel
 
-from rllm_torch.errors import ConfigError, OutOfMemoryError
+from rllm_torch.core.errors import ConfigError, OutOfMemoryError
 
 __all__ = ["plan_micro_batches", "split_rows", "gradient_sync", "stage_memory"]
 

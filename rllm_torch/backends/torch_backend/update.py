@@ -1,0 +1,201 @@
+"""The policy update (:class:`PolicyUpdate`, a part of
+:class:`~rllm_torch.backends.torch_backend.backend.TorchBackend`): ``backend.ppo_epochs`` passes
+of shuffled mini-batches, each one AdamW step whose gradient accumulates over micro-batches.
+
+Every loss is divided by the token (or sequence) count of the *global* mini-batch and, on
+several processes, multiplied by the world size, so DDP's gradient average is the gradient of
+the global loss and the weights stay identical on every rank. Ranks agree on the number of
+micro-batches of each mini-batch (a rank with fewer runs zero-loss forwards), and gradients
+cross the ranks once per optimizer step. With a critic, its value loss and AdamW step run beside
+the policy's, one per mini-batch; ``use_kl_loss`` adds the KL to the reference to the loss.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from transformers import get_scheduler
+
+from rllm_torch.backends.torch_backend.losses import (
+    aggregate_loss,
+    entropy_bonus,
+    kl_penalty,
+    loss_normaliser,
+    policy_loss,
+)
+from rllm_torch.backends.torch_backend.micro_batches import gradient_sync, stage_memory
+from rllm_torch.trainer.state import TrainerState
+
+__all__ = ["PolicyUpdate"]
+
+_SCHEDULES = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}
+# update stats that are each rank's share of a global loss (summed over the ranks); the others
+# are token sums (divided by the global token count)
+_SHARE_STATS = ("loss", "kl_loss", "critic/vf_loss")
+
+
+class PolicyUpdate:
+    """``update_policy`` of :class:`~rllm_torch.backends.torch_backend.backend.TorchBackend`.
+
+    Reads the backend's ``config``, ``settings`` (``config.backend``), ``actor``, ``critic``,
+    ``ranks``, ``device``, ``loss_fn``, ``loss_agg_mode``, ``loss_agg_horizon``, ``use_kl_loss``;
+    keeps the lr ``scheduler`` (built at the first update, from a checkpoint's
+    ``_pending_scheduler_state`` when resumed). Uses :class:`~rllm_torch.backends.torch_backend.passes.BatchPasses`'
+    micro-batching.
+    """
+
+    def _ensure_scheduler(self, trainer_state: TrainerState, updates_per_step: int) -> None:
+        if self.scheduler is None:
+            total = max(trainer_state.total_steps, 1) * updates_per_step
+            warmup = int(self.config.rllm.algorithm.warmup_steps_ratio * total)
+            self.scheduler = get_scheduler(
+                _SCHEDULES[self.config.rllm.algorithm.lr_schedule],
+                self.actor.optimizer,
+                num_warmup_steps=warmup,
+                num_training_steps=total,
+            )
+            if self._pending_scheduler_state is not None:
+                # resumed: the checkpoint's step count, with the current backend.lr, lr_schedule and
+                # warmup (resumable settings: trainer/runtime/fingerprint.py), so a changed one applies from here
+                base_lrs = [self.settings.lr] * len(self.actor.optimizer.param_groups)
+                self.scheduler.load_state_dict({**self._pending_scheduler_state, "base_lrs": base_lrs})
+                self._pending_scheduler_state = None
+                step = self.scheduler.last_epoch
+                for group, base, lr_lambda in zip(
+                    self.actor.optimizer.param_groups, base_lrs, self.scheduler.lr_lambdas, strict=True
+                ):
+                    group["lr"] = base * lr_lambda(step)  # building the scheduler reset it to the step-0 value
+
+    async def update_policy(self, trainer_state: TrainerState) -> None:
+        """``backend.ppo_epochs`` passes over the batch, each in ``ceil(R / backend.mini_batch_size)``
+        shuffled, near-equal mini-batches of the ``R`` rows of every rank (one row per step;
+        ``mini_batch_size`` None: the whole batch), one AdamW step each, its gradient accumulated
+        over micro-batches. Each rank trains on its own rows of every mini-batch; the loss is
+        normalised over the global mini-batch.
+
+        Raises:
+            OutOfMemoryError: the update ran out of memory (naming the settings that lower it).
+        """
+        batch, ranks = trainer_state.backend_batch, self.ranks
+        num_rows, total_rows = batch.input_ids.shape[0], self._global_rows(batch)
+        if total_rows == 0:  # nothing to train on anywhere (the trainer skips such steps itself)
+            return
+        epochs, num_minis = self._updates_per_batch(total_rows)
+        self._ensure_scheduler(trainer_state, epochs * num_minis)
+        local_stats, grad_norms = [], []
+        with stage_memory("updating the policy", self._memory_advice()):
+            for _ in range(epochs):
+                order = torch.randperm(num_rows, device=self.device)
+                for rows in order.tensor_split(num_minis):  # this rank's part of each global mini-batch
+                    normaliser = self._global_normaliser(batch.response_mask[rows])
+                    micro = self._micro_batches(batch, rows, collective=True)
+                    self.actor.optimizer.zero_grad(set_to_none=True)
+                    stats = {}
+                    for i, micro_rows in enumerate(micro):
+                        last = i == len(micro) - 1
+                        with gradient_sync(self.actor.train_model, last):
+                            loss, micro_stats = self._micro_batch_loss(batch, micro_rows, normaliser)
+                            loss.backward()
+                        if self.critic is not None:
+                            with gradient_sync(self.critic.train_model, last):
+                                micro_stats |= self.critic.backward(
+                                    batch,
+                                    micro_rows,
+                                    normaliser,
+                                    loss_agg_mode=self.loss_agg_mode,
+                                    horizon=self.loss_agg_horizon,
+                                    world_size=ranks.world_size,
+                                )
+                        stats = {k: stats.get(k, 0) + v for k, v in micro_stats.items()}
+                    grad_norms.append(self.actor.step())
+                    self.scheduler.step()
+                    if self.critic is not None:
+                        self.critic.step()
+                    local_stats.append(stats)
+        trainer_state.metrics |= self._global_update_stats(local_stats, grad_norms)
+        trainer_state.metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
+        if self.critic is not None and (critic_norm := self.critic.take_grad_norm()) is not None:
+            trainer_state.metrics["critic/grad_norm"] = critic_norm
+
+    def _global_normaliser(self, mask_RT: Tensor) -> Tensor:
+        """``loss_agg_mode``'s normaliser of a mini-batch over every rank's rows (one all-reduce)."""
+        normaliser = loss_normaliser(mask_RT, self.loss_agg_mode)
+        if self.ranks.distributed:
+            normaliser = normaliser.clone()
+            torch.distributed.all_reduce(normaliser, group=self.ranks.process_group)
+        return normaliser
+
+    def _micro_batch_loss(self, batch, rows: Tensor, normaliser: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        """This rank's loss on the micro-batch ``rows`` of a global mini-batch (divided by the
+        mini-batch's global ``normaliser``, times the world size for DDP's mean) and its local
+        stats: shares of the global loss (:data:`_SHARE_STATS`), token sums of the diagnostics
+        (the policy's entropy among them), and ``tokens``. Old log-probs left None by
+        :meth:`process_backend_batch` are this forward's, detached."""
+        s, world = self.settings, self.ranks.world_size
+        mask_RT = batch.response_mask[rows]
+        if rows.numel():
+            positions = mask_RT > 0
+            scores = self.actor.train_model(batch.input_ids[rows], batch.attention_mask[rows], positions, True)
+            log_probs, entropy, anchor = scores.log_probs, scores.entropy, 0.0
+        else:  # no row here: a zero loss through the same forward, so the gradient collectives still run
+            log_probs, entropy, anchor = batch.rollout_log_probs[rows], None, self.actor.dummy_loss()
+        old_log_probs = log_probs.detach() if batch.old_log_probs is None else batch.old_log_probs[rows]
+        aggregation = dict(loss_agg_mode=self.loss_agg_mode, horizon=self.loss_agg_horizon, normaliser=normaliser)
+        advantages = batch.advantages[rows]
+        if "rollout_is_weights" in batch.extras:  # issue 18: w·ℓ(A) = ℓ(w·A) for the losses linear in A (w >= 0)
+            advantages = advantages * batch.extras["rollout_is_weights"][rows]
+        loss, extra = policy_loss(
+            self.loss_fn,
+            log_probs,
+            old_log_probs,
+            advantages,
+            mask_RT,
+            clip_ratio_low=s.clip_ratio_low,
+            clip_ratio_high=s.clip_ratio_high,
+            clip_ratio_c=s.clip_ratio_c,
+            importance_sampling_level=self.config.rllm.algorithm.importance_sampling_level,
+            beta=s.dro_beta,
+            **aggregation,
+        )
+        tokens = mask_RT.sum()
+        stats = {"loss": loss.detach(), "tokens": tokens} | {k: v.detach() * tokens for k, v in extra.items()}
+        stats["entropy"] = (entropy.detach() * mask_RT).sum() if entropy is not None else tokens * 0.0
+        if s.entropy_coeff and entropy is not None:  # verl's actor: pg_loss - entropy_coeff * agg(entropy)
+            bonus, _ = entropy_bonus(entropy, mask_RT, entropy_coeff=s.entropy_coeff, **aggregation)
+            loss = loss + bonus
+        # the sampler against the trainer on the same weights (a token sum, like the diagnostics)
+        stats["rollout_logprob_abs_diff"] = ((old_log_probs - batch.rollout_log_probs[rows]).abs() * mask_RT).sum()
+        if self.actor.has_reference:  # the old policy's KL to the reference, in two estimators
+            for name, kind in (("ref/kl_k1", "kl"), ("ref/kl_k3", "low_var_kl")):
+                stats[name] = (kl_penalty(old_log_probs, batch.ref_log_probs[rows], kind) * mask_RT).sum()
+        if self.use_kl_loss:  # DeepSeekMath's GRPO: + beta * KL(policy || reference), aggregated like the loss
+            algorithm = self.config.rllm.algorithm
+            kl = kl_penalty(log_probs, batch.ref_log_probs[rows], algorithm.kl_loss_type)
+            kl_loss = aggregate_loss(
+                kl, mask_RT, self.loss_agg_mode, horizon=self.loss_agg_horizon, normaliser=normaliser
+            )
+            loss = loss + algorithm.kl_loss_coef * kl_loss
+            stats["kl_loss"] = kl_loss.detach()
+        return (loss + anchor) * world, stats
+
+    def _global_update_stats(self, local_stats: list[dict], grad_norms: list[torch.Tensor]) -> dict[str, float]:
+        """Means over the mini-batches of the global values: the shares of a loss (summed over the
+        ranks), ``grad_norm`` (the same on every rank after DDP's all-reduce) and the token means
+        of the diagnostics over every rank's tokens. Keys without a ``/`` get ``actor/``. One
+        all-reduce for the whole update."""
+        keys = sorted({k for stats in local_stats for k in stats} - {"tokens"})
+        table = torch.stack(
+            [
+                torch.stack([stats["tokens"]] + [stats.get(k, stats["tokens"] * 0) for k in keys]).float()
+                for stats in local_stats
+            ]
+        )
+        if self.ranks.distributed:
+            torch.distributed.all_reduce(table, group=self.ranks.process_group)
+        tokens_M = table[:, 0].clamp(min=1.0)
+        norms = [g.full_tensor() if hasattr(g, "full_tensor") else g for g in grad_norms]  # FSDP: a DTensor
+        out = {"actor/grad_norm": torch.stack(norms).float().mean()}
+        for i, k in enumerate(keys):
+            column = table[:, 1 + i]
+            out[k if "/" in k else f"actor/{k}"] = (column if k in _SHARE_STATS else column / tokens_M).mean()
+        return {k: float(v) for k, v in out.items()}

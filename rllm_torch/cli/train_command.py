@@ -1,0 +1,273 @@
+"""``rllm-torch-train`` / ``python -m rllm_torch.train``: a Hydra-launched RL training run.
+
+With no arguments: the default arithmetic task, a tiny GPT-2-style model with random weights,
+GRPO and the embedded torch backend. Any key can be overridden, e.g.
+``rllm-torch-train rllm.algorithm.adv_estimator=rloo rllm.rollout.n=4``. The run directory
+(``outputs/<project>/<experiment>``) gets ``config.yaml`` (resolved), ``metrics.jsonl``,
+resumable ``checkpoints/step_*``, the exported model ``checkpoints/final`` and ``curves.png``.
+Starting the same command again continues the run from its newest checkpoint.
+
+Under ``torchrun`` (``torchrun --nproc_per_node=N -m rllm_torch.train ...``, or the
+``rllm-torch-train`` script) the N processes are one run: see :mod:`rllm_torch.trainer.runtime.ranks`.
+Rank 0 alone prints and writes the run directory.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+import hydra
+import numpy as np
+import torch
+import torch.distributed as dist
+import transformers
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from rllm_torch.cli.command_line import (
+    ERROR_EXIT_STATUS,
+    check_command_line,
+    check_known_keys,
+    register_configs,
+    remove_empty_run_dir,
+    report_error,
+    resume_point,
+)
+from rllm_torch.cli.config_checks import check_run_config
+from rllm_torch.core.errors import ConfigError, RLLMTorchError, UnknownBackendError
+from rllm_torch.rollouts import build_task
+from rllm_torch.rollouts.single_turn import SingleTurnWorkflow
+from rllm_torch.rollouts.task import Task
+from rllm_torch.trainer.protocol import BackendProtocol
+from rllm_torch.trainer.runtime.ranks import RunRanks, init_run_ranks, shutdown, torchrun_world_size
+from rllm_torch.trainer.unified_trainer import UnifiedTrainer
+
+__all__ = ["main", "run", "backend_class", "BACKENDS"]
+
+BACKENDS = ("torch",)
+INTERRUPTED_EXIT_STATUS = 130  # 128 + SIGINT, the shell's convention for Ctrl-C
+
+
+def backend_class(name: str) -> type[BackendProtocol]:
+    """The backend class registered as ``name``.
+
+    Raises:
+        UnknownBackendError: ``name`` is not one of :data:`BACKENDS`.
+    """
+    if name == "torch":
+        from rllm_torch.backends.torch_backend.backend import TorchBackend
+
+        return TorchBackend
+    raise UnknownBackendError(f"backend.name={name!r} is not a known backend; choose from {list(BACKENDS)}.")
+
+
+def import_user_modules(names: list[str]) -> None:
+    """Import each module of ``imports`` (``imports=[my_pkg.estimators]``), so what it registers
+    (``@register_rllm_adv_estimator``) exists before the config is checked.
+
+    Raises:
+        ConfigError: a module that cannot be imported, with the reason.
+    """
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - any failure of the user's module stops the start-up
+            raise ConfigError(
+                f"imports: cannot import {name!r} ({type(exc).__name__}: {exc}); give a module on the Python path, e.g. "
+                "PYTHONPATH=. rllm-torch-train imports=[my_estimators] for ./my_estimators.py."
+            ) from exc
+
+
+def check_reward_components(task: Task, config: DictConfig) -> None:
+    """A multi-objective estimator (``gdpo``) needs a task that scores at least two reward
+    functions (``Task.reward_components``; a task with its own workflow sets them itself).
+
+    Raises:
+        ConfigError: naming the estimator, the task and its reward functions.
+    """
+    algorithm = config.rllm.algorithm
+    names = {algorithm.adv_estimator, *algorithm.estimator_map.values()}
+    if "gdpo" in names and task.workflow is None and len(task.reward_components) < 2:
+        have = ", ".join(task.reward_components) or "none"
+        raise ConfigError(
+            f"estimator gdpo normalises several rewards per trajectory, and task.name={task.name!r} scores "
+            f"{len(task.reward_components)} reward function(s) besides its reward ({have}); with one reward gdpo is "
+            "GRPO plus a batch whitening: use grpo, or a task with reward_components (the default arithmetic task has two)."
+        )
+
+
+def run(config: DictConfig, *, run_files: dict[str, str] | None = None) -> UnifiedTrainer:
+    """Train with a composed config; returns the (shut down) trainer, whose ``val_history``
+    holds every validation's metrics. Under torchrun, initialises ``torch.distributed`` first and
+    destroys the process group at the end.
+
+    The run directory gets ``config.yaml`` (the resolved config) and ``run_files`` (``{relative
+    path: text}``; the command line passes Hydra's ``.hydra/`` record) once training starts, and
+    ``curves.png`` at the end; a run whose checkpoint already holds every step writes none of them.
+
+    Raises:
+        ConfigError (and subclasses), UnknownEstimatorError, DistributedSetupError: before
+            training starts (every rank raises the same error); a key the schema does not know
+            (:func:`~rllm_torch.cli.command_line.check_known_keys`) is a ConfigError too.
+    """
+    check_known_keys(config)
+    import_user_modules(config.imports)
+    check_run_config(config, torchrun_world_size() or 1)
+    ranks = init_run_ranks(config.backend.device, config.backend.dist_timeout_s)
+    clean = False
+    try:
+        trainer = _train(config, ranks, run_files or {})
+        clean = True
+        return trainer
+    finally:
+        shutdown(ranks, clean=clean)
+
+
+def _train(config: DictConfig, ranks: RunRanks, run_files: dict[str, str]) -> UnifiedTrainer:
+    if not sys.stderr.isatty():  # a piped log: no progress bars (the console logger's follows tqdm's rule)
+        transformers.utils.logging.disable_progress_bar()
+    seed = config.seed
+    random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)
+    backend_cls = backend_class(config.backend.name)
+    task = build_task(config.task)
+    if task.precomputed_advantage and not config.rllm.algorithm.use_precomputed_advantage:
+        raise ConfigError(
+            f"task.name={task.name!r} writes per-token advantages; set rllm.algorithm.use_precomputed_advantage=true (otherwise the estimator would overwrite them)."
+        )
+    check_reward_components(task, config)
+    if config.rllm.trainer.default_local_dir is None:
+        with open_dict(config):
+            config.rllm.trainer.default_local_dir = (
+                HydraConfig.get().runtime.output_dir
+                if HydraConfig.initialized()
+                else f"outputs/{config.rllm.trainer.project_name}/{config.rllm.trainer.experiment_name}"
+            )
+    run_dir = Path(config.rllm.trainer.default_local_dir)
+    workflow_cls, workflow_args = (
+        (task.workflow, task.workflow_args)
+        if task.workflow is not None
+        else (SingleTurnWorkflow, {"reward_fn": task.reward_fn, "reward_components": task.reward_components})
+    )
+    trainer = UnifiedTrainer(
+        backend_cls,
+        config,
+        workflow_cls,
+        train_dataset=task.train,
+        val_dataset=task.val or None,
+        workflow_args=workflow_args,
+        backend_args={"alphabet": task.alphabet, "answer_in_response": task.answer_in_response},
+        ranks=ranks,
+        run_files={"config.yaml": OmegaConf.to_yaml(config, resolve=True), **run_files},
+    )
+    devices = ranks.gather(str(getattr(trainer.backend, "device", "unknown")))
+    if ranks.is_main:
+        if ranks.distributed:
+            print(
+                f"world size {ranks.world_size}: torch.distributed {dist.get_backend(ranks.process_group)}, "
+                f"devices {', '.join(f'rank {r}: {d}' for r, d in enumerate(devices))}",
+                flush=True,
+            )
+    start = time.perf_counter()
+    try:
+        trainer.fit()
+    finally:
+        trainer.shutdown()
+    if ranks.is_main:
+        trained = not trainer.already_complete
+        if trained and "jsonl" in trainer.logger.backends and (run_dir / "metrics.jsonl").is_file():
+            from rllm_torch.cli.plot import plot_run
+
+            plot_run(run_dir)
+        summarize(trainer, time.perf_counter() - start, run_dir)
+    return trainer
+
+
+def summarize(trainer: UnifiedTrainer, seconds: float, run_dir: Path) -> None:
+    """Print the first and last validation pass@1 of each data source and the wall time."""
+    history = trainer.val_history
+    if history:
+        first, last = history[0], history[-1]
+        for key in sorted(k for k in last[1] if k.endswith("/pass@1")):
+            print(
+                f"{key}: {first[1].get(key, float('nan')):.3f} (step {first[0]}) -> {last[1][key]:.3f} (step {last[0]})"
+            )
+    print(f"wall time {seconds:.1f} s; run directory {run_dir}")
+
+
+register_configs()
+
+
+def hydra_record(config: DictConfig) -> dict[str, str]:
+    """What Hydra writes into ``.hydra/`` with its default ``hydra.output_subdir`` (the composed
+    config, Hydra's own config and the overrides), for the trainer to write once the run starts
+    to train. ``configs/train.yaml`` sets ``output_subdir: null``, so that a launch that fails at
+    start-up or finds its run complete leaves the run directory as it was."""
+    hydra_config = HydraConfig.instance().cfg
+    return {
+        ".hydra/config.yaml": OmegaConf.to_yaml(config),
+        ".hydra/hydra.yaml": OmegaConf.to_yaml(hydra_config),
+        ".hydra/overrides.yaml": OmegaConf.to_yaml(hydra_config.hydra.overrides.task),
+    }
+
+
+@hydra.main(config_path="pkg://rllm_torch.configs", config_name="train", version_base=None)
+def _hydra_main(config: DictConfig) -> None:
+    try:
+        run(config, run_files=hydra_record(config))
+    except RLLMTorchError as exc:  # the package's own errors: one clear block, no traceback
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        if os.environ.get("RANK", "0") == "0" and HydraConfig.initialized():
+            remove_empty_run_dir(HydraConfig.get().runtime.output_dir)  # only .hydra/: a failed start-up
+        report_error(exc)
+        sys.exit(ERROR_EXIT_STATUS)
+    except KeyboardInterrupt:  # Ctrl-C: where the same command goes on, not a traceback
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        if os.environ.get("RANK", "0") == "0" and HydraConfig.initialized():
+            run_dir = config.rllm.trainer.default_local_dir or HydraConfig.get().runtime.output_dir
+            remove_empty_run_dir(run_dir)
+            print(
+                f"rllm-torch-train: interrupted; the same command {resume_point(run_dir)}", file=sys.stderr, flush=True
+            )
+        sys.exit(INTERRUPTED_EXIT_STATUS)
+
+
+def main() -> None:
+    """The console script: the command line is checked first (unknown keys, experiments), then
+    Hydra composes the config and :func:`run` trains."""
+    try:
+        check_command_line(sys.argv[1:])
+    except RLLMTorchError as exc:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        report_error(exc)
+        sys.exit(ERROR_EXIT_STATUS)
+    _hydra_main()
+    if torchrun_world_size() is not None:
+        end_rank_process()
+
+
+def end_rank_process() -> None:
+    """End a torchrun rank after a clean run without interpreter finalization (``os._exit(0)``).
+
+    The process group is destroyed and every file is closed by now, but the model's DDP reducer
+    or FSDP device mesh still references gloo's backend; finalizing the interpreter can then
+    destroy gloo's worker threads and tensors in an order that aborts the process
+    ("terminate called without an active exception", SIGABRT; see pytorch/pytorch#179291),
+    which torchrun reports as a failed run. Seen about once in a few dozen CPU runs under load.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,37 @@
+"""The advantage estimators as pure functions of packed tensors (no registry, no config object).
+
+Outcome (group) estimators take a :class:`~rllm_torch.core.packing.GroupedRewards` and return
+``(advantages [N], returns [N])``: ``grpo``, ``rloo``, ``reinforce``,
+``reinforce_plus_plus_baseline``, ``prpo``, ``opo``, ``pass_at_k``, ``grpo_passk``, ``gpg`` and
+``gdpo`` (several rewards per trajectory). Token-level estimators take a
+:class:`~rllm_torch.core.tokens.TokenRewards` and return ``[B, T]`` tensors:
+``reinforce_plus_plus`` and ``gae``. The registry that names them, and rLLM's list API, are the
+rLLM surface (:mod:`rllm_torch.rllm`).
+"""
+
+from rllm_torch.core.estimators.gae import gae
+from rllm_torch.core.estimators.gdpo import gdpo
+from rllm_torch.core.estimators.gpg import gpg
+from rllm_torch.core.estimators.grpo import grpo
+from rllm_torch.core.estimators.grpo_passk import grpo_passk
+from rllm_torch.core.estimators.opo import opo
+from rllm_torch.core.estimators.pass_at_k import pass_at_k, pass_at_k_rewards
+from rllm_torch.core.estimators.prpo import prpo
+from rllm_torch.core.estimators.reinforce import reinforce, reinforce_plus_plus, reinforce_plus_plus_baseline
+from rllm_torch.core.estimators.rloo import rloo
+
+__all__ = [
+    "grpo",
+    "rloo",
+    "reinforce",
+    "reinforce_plus_plus_baseline",
+    "prpo",
+    "opo",
+    "pass_at_k",
+    "pass_at_k_rewards",
+    "grpo_passk",
+    "gpg",
+    "gdpo",
+    "reinforce_plus_plus",
+    "gae",
+]

@@ -1,0 +1,191 @@
+"""The advantage-estimator registry: rLLM's ``register_rllm_adv_estimator``, the names and
+forms of what is registered (:func:`registered_estimator_names`, :func:`is_token_level`,
+:func:`estimator_options`). :mod:`~rllm_torch.rllm.dispatch` calls them.
+
+An estimator is registered in one of three forms:
+
+* ``form="arrays"`` (rLLM's): ``fn(rewards: list[np.ndarray], **options) ->
+  (advantages_by_group, returns_by_group)``, per-group arrays in and out. Existing rLLM custom
+  estimators register and run unchanged.
+* ``form="tensors"`` (the fast path): ``fn(batch: GroupedRewards, **options) ->
+  (advantages [N], returns [N])``, like the built-ins in :mod:`rllm_torch.core.estimators`.
+* ``form="tokens"`` (token level): ``fn(batch: TokenRewards, **options) -> (advantages [B, T],
+  returns [B, T])``, like ``reinforce_plus_plus`` and ``gae``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Literal
+
+from rllm_torch.core.errors import (
+    ConfigError,
+    EstimatorRegistrationError,
+    UnknownEstimatorError,
+)
+
+__all__ = [
+    "register_rllm_adv_estimator",
+    "registered_estimator_names",
+    "is_token_level",
+    "estimator_options",
+    "RUN_OPTIONS",
+    "Registration",
+    "registration",
+    "registered_name",
+    "register_builtin",
+]
+
+EstimatorForm = Literal["arrays", "tensors", "tokens"]
+_FORMS = ("arrays", "tensors", "tokens")
+_FORM_HELP = "'arrays' (rLLM per-group arrays), 'tensors' (GroupedRewards) or 'tokens' (TokenRewards)"
+
+# Options a run gives every estimator call; each estimator receives those its signature names.
+RUN_OPTIONS = ("norm_adv_by_std_in_grpo", "epsilon", "std_correction", "gamma", "lam")
+
+
+@dataclass(frozen=True)
+class Registration:
+    """One registered estimator: its function, form, the built-in's tensor implementation and the
+    options it accepts."""
+
+    fn: Callable
+    form: EstimatorForm
+    tensor_fn: Callable | None  # tensor implementation behind a built-in's arrays-form function
+    options: frozenset[str] | None  # keyword options the function accepts; None = **kwargs
+
+
+_REGISTRY: dict[str, Registration] = {}
+
+
+def registered_name(name: object) -> str:
+    """The registry key of ``name`` (an ``rLLMAdvantageEstimator`` gives its value).
+
+    Raises:
+        UnknownEstimatorError: not a non-empty str or enum member.
+    """
+    if isinstance(name, Enum):
+        name = name.value
+    if not isinstance(name, str) or not name:
+        raise UnknownEstimatorError(
+            f"an estimator name must be a non-empty str or rLLMAdvantageEstimator, got {name!r}."
+        )
+    return name
+
+
+def _accepted_options(fn: Callable) -> frozenset[str] | None:
+    params = inspect.signature(fn).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return frozenset(
+        p.name for p in params if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    )
+
+
+def _add(name: object, fn: Callable, form: EstimatorForm, tensor_fn: Callable | None) -> None:
+    if form not in _FORMS:
+        raise ConfigError(f"form must be {_FORM_HELP}, got {form!r}.")
+    if not callable(fn):
+        raise EstimatorRegistrationError(f"estimator {name!r} must be callable, got {type(fn).__name__}.")
+    key = registered_name(name)
+    if key in _REGISTRY and _REGISTRY[key].fn is not fn:
+        warnings.warn(
+            f"advantage estimator {key!r} is registered again: {getattr(fn, '__qualname__', fn)} replaces {getattr(_REGISTRY[key].fn, '__qualname__', _REGISTRY[key].fn)}.",
+            UserWarning,
+            stacklevel=3,
+        )
+    _REGISTRY[key] = Registration(fn, form, tensor_fn, _accepted_options(tensor_fn or fn))
+
+
+def register_rllm_adv_estimator(name: str | Enum, *, form: EstimatorForm = "arrays") -> Callable[[Callable], Callable]:
+    """Decorator registering an advantage estimator under ``name`` (rLLM's API).
+
+    Args:
+        name: a str or an ``rLLMAdvantageEstimator`` member (stored by its value).
+        form: ``"arrays"`` for rLLM's per-group numpy form, ``"tensors"`` for a function of a
+            :class:`~rllm_torch.GroupedRewards` returning ``[N]`` tensors (the fast path),
+            ``"tokens"`` for a function of a :class:`~rllm_torch.core.tokens.TokenRewards`
+            returning ``[B, T]`` tensors (token level: the trainer gives it token rewards).
+
+    Registering a name again replaces the earlier function, with a ``UserWarning``.
+
+    Example:
+        >>> from rllm_torch import GroupedRewards, compute_advantages
+        >>> @register_rllm_adv_estimator("centered_doc_example", form="tensors")
+        ... def centered(batch):
+        ...     adv = batch.rewards.float() - batch.rewards.float().mean()
+        ...     return adv, adv
+        >>> compute_advantages(GroupedRewards.from_groups([[1.0, 0.0]]), "centered_doc_example")[0]
+        tensor([ 0.5000, -0.5000])
+    """
+
+    if callable(name) and not isinstance(name, (str, Enum)):
+        raise EstimatorRegistrationError(
+            f"register_rllm_adv_estimator needs a name: write @register_rllm_adv_estimator('my_name'), "
+            f"not a bare @register_rllm_adv_estimator above {getattr(name, '__name__', name)!r}."
+        )
+    registered_name(name)
+    if form not in _FORMS:
+        raise ConfigError(f"form must be {_FORM_HELP}, got {form!r}.")
+
+    def decorator(fn: Callable) -> Callable:
+        _add(name, fn, form, None)
+        return fn
+
+    return decorator
+
+
+def register_builtin(
+    name: str | Enum, arrays_fn: Callable | None, tensor_fn: Callable, form: EstimatorForm = "tensors"
+) -> None:
+    """Register a built-in: its rLLM arrays-form function (if it has one), run through its tensor
+    implementation; ``form`` is the tensor implementation's (``"tensors"`` or ``"tokens"``)."""
+    if arrays_fn is None:
+        _add(name, tensor_fn, form, None)
+    else:
+        _add(name, arrays_fn, "arrays", tensor_fn)
+
+
+def registered_estimator_names() -> list[str]:
+    """The registered estimator names, sorted."""
+    return sorted(_REGISTRY)
+
+
+def registration(name: object) -> Registration:
+    """What is registered under ``name``.
+
+    Raises:
+        UnknownEstimatorError: ``name`` is not registered; the message lists the registered names.
+    """
+    key = registered_name(name)
+    if key not in _REGISTRY:
+        raise UnknownEstimatorError(
+            f"unknown advantage estimator {key!r}; registered: {', '.join(registered_estimator_names())}. "
+            "Register a custom one with @register_rllm_adv_estimator(name) before it is used (from rllm-torch-train: "
+            "imports=[your_module])."
+        )
+    return _REGISTRY[key]
+
+
+def is_token_level(name: str | Enum) -> bool:
+    """Whether the estimator registered as ``name`` is token-level (``form="tokens"``: it takes a
+    :class:`~rllm_torch.core.tokens.TokenRewards` and returns ``[B, T]`` advantages).
+
+    Raises:
+        UnknownEstimatorError: ``name`` is not registered.
+    """
+    return registration(name).form == "tokens"
+
+
+def estimator_options(name: str | Enum) -> frozenset[str] | None:
+    """The keyword options the estimator registered as ``name`` takes (``None``: any, it takes
+    ``**kwargs``).
+
+    Raises:
+        UnknownEstimatorError: ``name`` is not registered.
+    """
+    return registration(name).options

@@ -1,0 +1,139 @@
+"""One role's advantages: the per-role step of rLLM's advantage collection, written once for its
+two callers, the collector (:func:`~rllm_torch.rllm.collect.collect_reward_and_advantage_from_trajectory_groups`,
+on trajectory objects) and the trainer's token batch
+(:func:`~rllm_torch.trainer.pipeline.token_advantages.compute_token_advantages`, on tensors).
+
+Each caller packs a role's *trained* trajectories (those with a trained token,
+:meth:`~rllm_torch.rllm.types.Trajectory.is_trained`) into one
+:class:`~rllm_torch.core.packing.GroupedRewards`; :func:`role_advantages` runs the role's
+estimator once on it and returns the role's metrics. An untrained trajectory takes no part in
+the statistics, gets advantage 0 (the caller writes it) and is counted in
+``advantage/{role}/num_untrained``.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+import torch
+from torch import Tensor
+
+from rllm_torch.core.distributed import gather_objects
+from rllm_torch.core.errors import ConfigError, InvalidRewardsError, UnknownEstimatorError
+from rllm_torch.core.packing import GroupedRewards
+from rllm_torch.rllm.config import AlgorithmConfig, rLLMAdvantageEstimator
+from rllm_torch.rllm.dispatch import compute_advantages
+from rllm_torch.rllm.metrics import difficulty_metrics, summary_metrics
+from rllm_torch.rllm.registry import is_token_level
+from rllm_torch.rllm.types import Trajectory, TrajectoryGroup
+
+__all__ = ["role_estimator", "outcome_estimator", "role_advantages", "reward_components_tensor"]
+
+
+def _label(name: rLLMAdvantageEstimator | str) -> str:
+    return name.value if isinstance(name, Enum) else name
+
+
+def role_estimator(role: str, algorithm_config: AlgorithmConfig) -> rLLMAdvantageEstimator | str:
+    """The estimator of a group role (``estimator_map[role]``, else ``estimator``), registered.
+
+    Raises:
+        UnknownEstimatorError: it is not registered; the message names the role and where the
+            name came from.
+    """
+    name = algorithm_config.estimator_for(role)
+    try:
+        is_token_level(name)
+    except UnknownEstimatorError as exc:
+        source = f"estimator_map[{role!r}]" if role in algorithm_config.estimator_map else "estimator"
+        raise UnknownEstimatorError(f"role {role!r}: {source} = {_label(name)!r} is not registered. {exc}") from exc
+    return name
+
+
+def outcome_estimator(role: str, algorithm_config: AlgorithmConfig) -> rLLMAdvantageEstimator | str:
+    """:func:`role_estimator`, which must give one advantage per trajectory (what the collector runs).
+
+    Raises:
+        UnknownEstimatorError: not registered. ConfigError: a token-level estimator.
+    """
+    name = role_estimator(role, algorithm_config)
+    if is_token_level(name):
+        raise ConfigError(
+            f"role {role!r}: estimator {_label(name)!r} is token-level (one advantage per response "
+            "token, from token rewards and values): the trajectory-level collector cannot run it. Use a backend's "
+            "compute_advantages on its token batch (rllm_torch.trainer.compute_token_advantages; the torch backend "
+            "does), or an outcome estimator (grpo, rloo, opo, ...)."
+        )
+    return name
+
+
+def role_advantages(
+    batch: GroupedRewards,
+    role: str,
+    estimator: rLLMAdvantageEstimator | str,
+    algorithm_config: AlgorithmConfig,
+    *,
+    num_untrained: int = 0,
+    process_group: object = None,
+    difficulty: bool = False,
+) -> tuple[Tensor, dict[str, float]]:
+    """Run ``estimator`` once on a role's packed trained trajectories, with the run's options
+    (``algorithm_config.estimator_call_kwargs``), and summarise the role.
+
+    Args:
+        batch: the role's trained trajectories (under a process group, this rank's share of
+            rank-local groups); its rewards are the scores the estimator sees.
+        role: the group role, for the metric names.
+        estimator: the role's outcome estimator (:func:`outcome_estimator`).
+        algorithm_config: the run-wide and per-estimator options.
+        num_untrained: this rank's untrained trajectories of the role.
+        process_group: ``None`` (one process) or the resolved ``ProcessGroup`` holding the rest
+            of the batch; every rank must call, in the same order of roles.
+        difficulty: also the ``difficulty/{role}/*`` metrics (the collector's).
+
+    Returns:
+        ``(adv_N, metrics)``: the advantages in ``batch``'s flat order (empty when no rank
+        holds a trajectory of the role: the estimator is then not called); ``reward/{role}/*``
+        and ``advantage/{role}/*`` (with ``fraction_zero``) over every rank's trajectories,
+        ``difficulty/{role}/*`` with ``difficulty``, and ``advantage/{role}/num_untrained``
+        when some rank has untrained ones.
+
+    Raises:
+        What the estimator raises on its input (e.g. ``InvalidRewardsError``).
+    """
+    metrics: dict[str, float] = {}
+    if process_group is not None or batch.num_trajectories:
+        metrics = summary_metrics(batch.rewards, f"reward/{role}", process_group=process_group)
+    if metrics:  # some rank holds a trajectory of the role (the same answer on every rank)
+        adv_N, _ = compute_advantages(batch, estimator, **algorithm_config.estimator_call_kwargs(estimator))
+        metrics |= summary_metrics(adv_N, f"advantage/{role}", fraction_zero=True, process_group=process_group)
+        if difficulty:
+            metrics |= difficulty_metrics(batch, f"difficulty/{role}")
+    else:
+        adv_N = batch.rewards.new_zeros(0, dtype=torch.float64)
+    if count := sum(gather_objects(num_untrained, process_group)):
+        metrics[f"advantage/{role}/num_untrained"] = float(count)
+    return adv_N, metrics
+
+
+def reward_components_tensor(trajectories: list[tuple[TrajectoryGroup, Trajectory]]) -> Tensor | None:
+    """``[N, R]`` float64 of the trajectories' ``reward_components`` (``(group, trajectory)``
+    pairs, in order), or None when none has any.
+
+    Raises:
+        InvalidRewardsError: some have them and others not, or their lengths differ; the first
+            such trajectory is named with its task and group.
+    """
+    first = trajectories[0][1].reward_components if trajectories else None
+    for group, traj in trajectories:
+        if (traj.reward_components is None) != (first is None) or len(traj.reward_components or []) != len(first or []):
+            raise InvalidRewardsError(
+                f"task {group.task_id!r}, group {group.group_id!r}, trajectory {traj.name!r}: reward_components "
+                f"{traj.reward_components!r}, where the first trajectory has {first!r}; every trajectory of a batch "
+                "carries the same reward functions' rewards (Trajectory.reward_components), or none does."
+            )
+    if first is None:
+        return None
+    return torch.tensor([t.reward_components for _, t in trajectories], dtype=torch.float64).reshape(
+        len(trajectories), -1
+    )

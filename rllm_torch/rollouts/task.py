@@ -1,0 +1,58 @@
+"""The task interface: datasets of prompt/answer dicts plus a reward function. Each task module
+builds a :class:`Task` from its config section; :mod:`rllm_torch.rollouts.catalog` picks one by name."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rllm_torch.rollouts.single_turn import RewardFn
+
+__all__ = ["Task", "exact_match_reward", "alphabet_of"]
+
+
+@dataclass
+class Task:
+    """What a training run learns.
+
+    Attributes:
+        name: a label (also the default ``data_source``).
+        train, val: lists of task dicts, each with ``"prompt"`` (str), ``"answer"`` (str) and
+            ``"data_source"``; validation pass@k is reported per data source.
+        reward_fn: ``reward_fn(task, response_text) -> float``; 1.0 counts as correct.
+        reward_components: named reward functions scored beside ``reward_fn`` for multi-objective
+            estimators (``gdpo``: each normalised in its group, then summed); empty: none.
+        alphabet: the characters of every prompt and answer (the default tokenizer's vocabulary).
+        workflow: the workflow class that runs the task; None: ``SingleTurnWorkflow`` with ``reward_fn``.
+        workflow_args: keyword arguments of ``workflow`` (used only when ``workflow`` is given).
+        precomputed_advantage: the workflow writes per-token advantages, so the run needs
+            ``rllm.algorithm.use_precomputed_advantage=true`` (otherwise they would be overwritten).
+        answer_in_response: the reward scores the whole answer in the response (exact or
+            positional match), so ``rllm.rollout.max_new_tokens`` must hold the longest answer
+            (checked at start-up).
+    """
+
+    name: str
+    train: list[dict]
+    val: list[dict]
+    reward_fn: RewardFn
+    alphabet: str
+    reward_components: dict[str, RewardFn] = field(default_factory=dict)
+    workflow: type | None = None
+    workflow_args: dict = field(default_factory=dict)
+    precomputed_advantage: bool = False
+    answer_in_response: bool = False
+
+
+def exact_match_reward(task: dict, response: str) -> float:
+    """1.0 when the response, stripped of surrounding whitespace, equals ``task["answer"]``, else 0.0.
+
+    Example:
+        >>> exact_match_reward({"answer": "7"}, " 7"), exact_match_reward({"answer": "7"}, "77")
+        (1.0, 0.0)
+    """
+    return 1.0 if response.strip() == str(task["answer"]).strip() else 0.0
+
+
+def alphabet_of(*datasets: list[dict]) -> str:
+    """The sorted distinct characters of every prompt and answer."""
+    return "".join(sorted({ch for rows in datasets for row in rows for ch in f"{row['prompt']}{row['answer']}"}))

@@ -1,0 +1,58 @@
+"""What every step logs besides its stages' own metrics: each stage's seconds
+(:func:`stage_timer`, ``time/*``) and the workflows' episode metrics and termination reasons
+(:func:`workflow_metrics`), over every rank."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from contextlib import contextmanager
+
+import torch
+
+from rllm_torch.core.distributed import gather_objects
+from rllm_torch.rllm.types import Episode, TerminationReason
+from rllm_torch.trainer.runtime.ranks import RunRanks
+
+__all__ = ["stage_timer", "workflow_metrics"]
+
+
+@contextmanager
+def stage_timer(metrics: dict[str, float], stage: str):
+    """Time the block into ``metrics[f"time/{stage}"]`` (seconds), waiting for queued CUDA work
+    at both ends so a stage is not charged for the kernels of the one before."""
+    synchronize = torch.cuda.synchronize if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    if synchronize:
+        synchronize()
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        if synchronize:
+            synchronize()
+        metrics[f"time/{stage}"] = time.perf_counter() - start
+
+
+def workflow_metrics(episodes: list[Episode], prefix: str, ranks: RunRanks | None = None) -> dict[str, float]:
+    """Mean of each numeric ``episode.metrics`` key and the share of each termination reason,
+    over the episodes of every rank (``ranks``: one ``all_gather_object`` of sums and counts)."""
+    sums: dict[str, float] = {}
+    counts: Counter = Counter()
+    reasons = Counter(e.termination_reason.value for e in episodes if e.termination_reason is not None)
+    for episode in episodes:
+        for key, value in episode.metrics.items():
+            if isinstance(value, (int, float)):
+                sums[key] = sums.get(key, 0.0) + float(value)
+                counts[key] += 1
+    if ranks is not None and ranks.distributed:
+        parts = gather_objects((sums, counts, reasons), ranks.process_group)
+        sums, counts, reasons = {}, Counter(), Counter()
+        for part_sums, part_counts, part_reasons in parts:
+            for key, value in part_sums.items():
+                sums[key] = sums.get(key, 0.0) + value
+            counts.update(part_counts)
+            reasons.update(part_reasons)
+    metrics = {f"{prefix}/{k}": sums[k] / counts[k] for k in sorted(sums)}
+    total = max(sum(reasons.values()), 1)
+    metrics |= {f"{prefix}/termination_reason/{r.value}": reasons[r.value] / total for r in TerminationReason}
+    return metrics

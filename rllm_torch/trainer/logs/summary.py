@@ -1,0 +1,205 @@
+"""What a run is about to do, said once before it starts: the step plan and the start-up summary."""
+
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from rllm_torch.core.errors import RLLMTorchError
+from rllm_torch.rllm.dispatch import get_tensor_adv_estimator
+from rllm_torch.trainer.runtime.fingerprint import describe_changes
+
+__all__ = ["StepPlan", "plan_steps", "startup_summary", "GROUP_BASELINE_ESTIMATORS"]
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """The training steps of a run.
+
+    Attributes:
+        total_steps: steps the run trains in all (a resumed run counts the ones already done).
+        epochs: passes over the data the loop may make (more than ``total_epochs`` when
+            ``total_batches`` asks for more steps than those epochs hold).
+        steps_per_epoch: batches in one pass over the training data.
+        note: what was decided when the two settings disagree, else None.
+    """
+
+    total_steps: int
+    epochs: int
+    steps_per_epoch: int
+    note: str | None = None
+
+
+def plan_steps(steps_per_epoch: int, total_epochs: int, total_batches: int | None) -> StepPlan:
+    """The step plan of ``rllm.trainer.total_epochs`` and ``total_batches``.
+
+    ``total_batches`` (when set, > 0) is the number of steps to train: fewer than the epochs
+    hold stops early; more trains further epochs, and the plan says so (the run never stops
+    short of a step count it was given without a word).
+
+    Example:
+        >>> plan_steps(4, 1, 5).note
+        'rllm.trainer.total_batches=5 is more than rllm.trainer.total_epochs=1 holds (4 steps of 4 a pass): training 5 steps, over 2 epochs'
+        >>> plan_steps(64, 4, None)
+        StepPlan(total_steps=256, epochs=4, steps_per_epoch=64, note=None)
+    """
+    if not total_batches or total_batches <= 0:
+        return StepPlan(steps_per_epoch * total_epochs, total_epochs, steps_per_epoch)
+    if steps_per_epoch == 0:
+        return StepPlan(0, total_epochs, 0, "the training set is empty: nothing to train")
+    epochs = math.ceil(total_batches / steps_per_epoch)
+    if total_batches <= steps_per_epoch * total_epochs:
+        return StepPlan(total_batches, epochs, steps_per_epoch)
+    note = (
+        f"rllm.trainer.total_batches={total_batches} is more than rllm.trainer.total_epochs={total_epochs} holds "
+        f"({steps_per_epoch * total_epochs} steps of {steps_per_epoch} a pass): training {total_batches} steps, over {epochs} epochs"
+    )
+    return StepPlan(total_batches, epochs, steps_per_epoch, note)
+
+
+def _changed_options(name: str, options: dict) -> dict:
+    """``options`` but those equal to the estimator's own default (its signature's)."""
+    try:
+        params = inspect.signature(get_tensor_adv_estimator(name)).parameters
+    except (RLLMTorchError, TypeError, ValueError):  # not registered (yet), or no signature
+        params = {}
+    return {k: v for k, v in options.items() if k not in params or params[k].default != v}
+
+
+def _extras_line(config: Any) -> str:
+    """The settings beyond the default algorithm: estimator options, discounts, KL terms, the
+    reference policy, the critic, the vLLM sampler and rollout correction ("" when none is set)."""
+    algorithm, backend = config.rllm.algorithm, config.backend
+    parts = []
+    estimators = {algorithm.adv_estimator, *algorithm.estimator_map.values()}
+    for name, options in algorithm.estimator_options.items():
+        if name in estimators and (changed := _changed_options(name, dict(options))):
+            parts.append(f"{name} {', '.join(f'{k}={v}' for k, v in changed.items())}")
+    if algorithm.gamma != 1.0 or algorithm.lam != 1.0:
+        parts.append(f"gamma={algorithm.gamma}, lam={algorithm.lam}")
+    if algorithm.use_kl_loss:
+        parts.append(f"KL loss {algorithm.kl_loss_type} x {algorithm.kl_loss_coef}")
+    if algorithm.use_kl_in_reward:
+        parts.append(f"KL in reward {algorithm.kl_penalty} x {algorithm.kl_coef}")
+    if algorithm.use_kl_loss or algorithm.use_kl_in_reward:
+        parts.append(f"reference {config.model.ref_path or 'the initial policy'}")
+    if backend.critic.enable:
+        parts.append(f"critic (lr {backend.critic.lr})")
+    if backend.rollout.engine == "vllm":
+        parts.append("rollouts through vLLM")
+    correction = algorithm.rollout_correction
+    if correction.tis_mode:
+        parts.append(f"rollout correction {correction.tis_mode} (cap {correction.tis_cap})")
+    if correction.bypass_mode:
+        parts.append("bypass_mode (the rollout log-probs are the old policy's)")
+    return "; ".join(parts)
+
+
+def _model_line(config: Any, backend: Any) -> str:
+    model, settings = getattr(backend, "model", None), config.model
+    parts = [str(settings.path or settings.arch)]
+    if settings.path is None:
+        parts.append(f"{settings.num_layers} layers, d = {settings.hidden_size}, random weights")
+    if model is not None:
+        parts.append(f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters")
+    if (tokenizer := getattr(backend, "tokenizer", None)) is not None:
+        kind = "saved tokenizer" if getattr(backend, "tokenizer_from_path", False) else "character tokenizer"
+        chat = ", chat template" if config.task.apply_chat_template else ""
+        parts.append(f"{kind} ({len(tokenizer)} tokens{chat})")
+    return ", ".join(parts)
+
+
+def _task_line(config: Any, train: list | None, val: list | None) -> str:
+    sources = sorted({str(row.get("data_source", "?")) for row in (train or []) if isinstance(row, dict)})
+    line = f"{config.task.name}: {len(train or [])} training prompts"
+    line += f" ({', '.join(sources)})" if sources else ""
+    if val:
+        return f"{line}, {len(val)} validation prompts"
+    hint = " (task.val_path is not set)" if config.task.name == "file" else ""
+    return f"{line}; no validation{hint}"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _prompts_per_step(config: Any, train: list | None) -> str:
+    """``data.train_batch_size``, as the data loader will really batch the training set."""
+    batch_size = config.data.train_batch_size
+    if train is None:
+        return f"{batch_size} prompts per step"
+    if 0 < len(train) < batch_size:
+        return f"{len(train)} prompts per step (the whole training set; data.train_batch_size={batch_size})"
+    last = len(train) % batch_size
+    return f"{batch_size} prompts per step" + (f" ({last} in the last step of each epoch)" if last else "")
+
+
+#: Estimators whose baseline is a statistic of the prompt's group of rollouts: with one rollout a
+#: prompt every group is a singleton, and each advantage is the reward itself ("group of one").
+GROUP_BASELINE_ESTIMATORS = ("grpo", "rloo", "opo", "pass_at_k", "reinforce_plus_plus_baseline")
+
+
+def _singleton_groups_warning(rllm: Any) -> str:
+    algorithm = rllm.algorithm
+    used = [algorithm.adv_estimator, *algorithm.estimator_map.values()]
+    grouped = [name for name in dict.fromkeys(used) if name in GROUP_BASELINE_ESTIMATORS]
+    if rllm.rollout.n != 1 or not grouped:
+        return ""
+    return (
+        f"rllm.rollout.n=1: every group is one rollout, so {', '.join(grouped)} has no baseline: each advantage is the "
+        "reward itself (the estimator's group-of-one rule); use rllm.rollout.n >= 2, or an estimator without groups "
+        "(reinforce, prpo)"
+    )
+
+
+def startup_summary(trainer: Any, state: Any, resumed: Any, plan: StepPlan) -> list[str]:
+    """The lines the trainer prints (rank 0) before it trains: run directory, resume state,
+    model, task, algorithm, steps, devices."""
+    config, rllm = trainer.config, trainer.rllm_config
+    ranks, backend = trainer.ranks, trainer.backend
+    if resumed is None:
+        run_state = "new run"
+    elif state.global_step >= plan.total_steps:
+        run_state = (
+            f"already complete: step {state.global_step} of {plan.total_steps} in {resumed.path}; nothing to train "
+            "(raise rllm.trainer.total_epochs or total_batches to train longer)"
+        )
+    else:
+        run_state = (
+            f"resuming from {resumed.path} (step {state.global_step} of {plan.total_steps}, epoch {state.epoch})"
+        )
+    algorithm = rllm.algorithm
+    estimator = algorithm.adv_estimator + ("" if algorithm.norm_adv_by_std_in_grpo else " (no std)")
+    if algorithm.estimator_map:
+        estimator += f", by role {dict(algorithm.estimator_map)}"
+    steps = f"{plan.total_steps} ({_count(plan.epochs, 'epoch')} of {_count(plan.steps_per_epoch, 'step')})"
+    if rllm.trainer.val_only:
+        steps = "none: rllm.trainer.val_only=true validates the model once and trains nothing"
+    device = str(getattr(backend, "device", "?"))
+    devices = f"{device}, {torch.get_num_threads()} thread(s)"
+    if ranks.distributed:
+        devices += f"; world size {ranks.world_size} ({torch.distributed.get_backend(ranks.process_group)})"
+    changes = trainer.checkpointer.changes if resumed is not None and state.global_step < plan.total_steps else {}
+    rows = [
+        ("run directory", str(trainer.run_dir)),
+        ("state", run_state),
+        *([("", f"changed on resume: {describe_changes(changes)}")] if changes else []),
+        ("model", _model_line(config, backend)),
+        *(backend.summary_rows() if hasattr(backend, "summary_rows") else []),
+        ("task", _task_line(config, trainer.train_dataset, trainer.val_dataset)),
+        (
+            "algorithm",
+            f"{estimator} advantages, {algorithm.loss_fn} loss ({algorithm.loss_agg_mode}), "
+            f"{rllm.rollout.n} rollouts per prompt, {_prompts_per_step(config, trainer.train_dataset)}",
+        ),
+        *([("extras", extras)] if (extras := _extras_line(config)) else []),
+        *([("warning", warning)] if (warning := _singleton_groups_warning(rllm)) else []),
+        ("steps", steps + (f"; {plan.note}" if plan.note else "")),
+        ("devices", devices),
+    ]
+    width = max(len(name) for name, _ in rows)
+    return ["rllm_torch run"] + [f"  {name:<{width}}  {value}" for name, value in rows]

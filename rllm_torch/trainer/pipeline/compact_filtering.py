@@ -1,0 +1,106 @@
+"""Compact filtering: leave out episodes that ended for chosen reasons (rLLM's
+``CompactFilteringConfig``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from omegaconf import DictConfig, OmegaConf
+
+from rllm_torch.core.errors import ConfigError
+from rllm_torch.rllm.types import TerminationReason, parse_termination_reason
+
+__all__ = ["CompactFilteringFlags", "CompactFilteringConfig"]
+
+_FLAGS = {
+    "mask_max_prompt_length_exceeded": TerminationReason.MAX_PROMPT_LENGTH_EXCEEDED,
+    "mask_max_response_length_exceeded": TerminationReason.MAX_RESPONSE_LENGTH_EXCEEDED,
+    "mask_env_done": TerminationReason.ENV_DONE,
+    "mask_max_turns_exceeded": TerminationReason.MAX_TURNS_EXCEEDED,
+    "mask_timeout": TerminationReason.TIMEOUT,
+    "mask_unknown": TerminationReason.UNKNOWN,
+    "mask_error": TerminationReason.ERROR,
+}
+
+
+@dataclass
+class CompactFilteringFlags:
+    """rLLM's ``rllm.compact_filtering`` switches, in one place: the Hydra schema uses this class
+    as it is; :class:`CompactFilteringConfig` adds ``mask_reasons`` and the checks."""
+
+    enable: bool = False
+    mask_max_prompt_length_exceeded: bool = False
+    mask_max_response_length_exceeded: bool = False
+    mask_env_done: bool = False
+    mask_max_turns_exceeded: bool = False
+    mask_timeout: bool = False
+    mask_unknown: bool = False
+    mask_error: bool = False
+
+
+@dataclass
+class CompactFilteringConfig(CompactFilteringFlags):
+    """Which termination reasons make an episode be left out of training.
+
+    Attributes:
+        enable: master switch; when False nothing is masked.
+        mask_max_prompt_length_exceeded, mask_max_response_length_exceeded, mask_env_done,
+            mask_max_turns_exceeded, mask_timeout, mask_unknown, mask_error: rLLM's per-reason flags.
+        mask_reasons: more reasons to mask, as :class:`TerminationReason` members or their
+            string values (``["timeout", "error"]``); read into members at construction.
+
+    An episode without a termination reason counts as ``UNKNOWN`` (as rLLM).
+
+    Raises:
+        ValueError: a reason in ``mask_reasons`` is not a TerminationReason value, or a flag is not a bool.
+
+    Example:
+        >>> CompactFilteringConfig(enable=True, mask_reasons=["timeout"]).should_mask("timeout")
+        True
+    """
+
+    mask_reasons: Iterable[TerminationReason | str] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        for name in ("enable", *_FLAGS):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"CompactFilteringConfig.{name} must be a bool, got {getattr(self, name)!r}.")
+        if isinstance(self.mask_reasons, (str, TerminationReason)):
+            self.mask_reasons = (self.mask_reasons,)
+        self.mask_reasons = tuple(
+            parse_termination_reason(r, "CompactFilteringConfig.mask_reasons") for r in self.mask_reasons
+        )
+
+    @property
+    def masked_reasons(self) -> frozenset[TerminationReason]:
+        """Every reason that is masked (empty when ``enable`` is False)."""
+        if not self.enable:
+            return frozenset()
+        return frozenset(reason for flag, reason in _FLAGS.items() if getattr(self, flag)) | frozenset(
+            self.mask_reasons
+        )
+
+    def should_mask(self, termination_reason: TerminationReason | str | None) -> bool:
+        """True when an episode that ended for ``termination_reason`` is left out.
+
+        Args:
+            termination_reason: a :class:`TerminationReason`, its string value, or None (= UNKNOWN).
+
+        Raises:
+            ValueError: a string that is not a TerminationReason value.
+        """
+        if not self.enable:
+            return False
+        reason = (
+            TerminationReason.UNKNOWN
+            if termination_reason is None
+            else parse_termination_reason(termination_reason, "should_mask")
+        )
+        return reason in self.masked_reasons
+
+    @classmethod
+    def from_config(cls, config: DictConfig | dict) -> CompactFilteringConfig:
+        """Build from rLLM's ``rllm.compact_filtering`` section (unknown keys raise ``TypeError``)."""
+        values = OmegaConf.to_container(config, resolve=True) if isinstance(config, DictConfig) else dict(config)
+        return cls(**values)

@@ -1,0 +1,187 @@
+"""``TokenBatch``: a batch of trajectories as padded token tensors, one row per step, the form
+the default :meth:`BackendProtocol.compute_advantages` and the torch backend consume.
+
+Each **step** of each trajectory is a row (``R`` rows for ``N`` trajectories): its prompt (for a
+multi-turn workflow, the conversation so far) followed by its response, right padded to ``T``
+tokens; ``response_mask`` marks the step's own trained response tokens. ``row_index`` maps a row
+to its trajectory, so a trajectory's advantage is broadcast to every one of its steps, each at
+its own response tokens (rLLM's ``broadcast`` mode). Trajectories of one
+:class:`~rllm_torch.rllm.types.TrajectoryGroup` share a dense ``group_index``; each group has a role.
+
+With ``use_precomputed_advantage``, a group with any ``step.advantage`` set is *precomputed*: its
+rows carry :meth:`Step.token_advantages <rllm_torch.rllm.types.Step.token_advantages>` in
+``precomputed_advantages`` and no estimator touches them (rLLM's rule, per group).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from rllm_torch.core.checks import check_reward
+from rllm_torch.core.errors import InvalidRewardsError, InvalidTrajectoryError
+from rllm_torch.rllm.roles import reward_components_tensor
+from rllm_torch.rllm.types import TrajectoryGroup
+
+__all__ = ["TokenBatch", "build_token_batch"]
+
+
+@dataclass
+class TokenBatch:
+    """Packed tensors of one training batch (``R`` step rows, ``N`` trajectories, ``G`` groups).
+
+    Attributes:
+        input_ids: ``[R, T]`` int64 prompt + response ids, right padded with ``pad_token_id``.
+        attention_mask: ``[R, T]`` int64, 1 on real tokens.
+        response_mask: ``[R, T]`` float32, 1 on the response tokens that are trained
+            (``Step.response_mask``), 0 on prompt and padding.
+        rewards: ``[N]`` float64 trajectory rewards (Python floats keep their precision up to the
+            estimator's statistics; the token-level ``advantages`` are float32).
+        group_index: ``[N]`` int64 dense group ids ``0..G-1``.
+        group_roles: ``G`` role names (host list), one per group: picks the estimator.
+        rollout_log_probs: ``[R, T]`` float32 sampling log-probs of response tokens (0 elsewhere).
+        old_log_probs: ``[R, T]`` float32 log-probs of the policy before the update (filled by
+            ``process_backend_batch``), or None: not computed (the embedded backend leaves them
+            None when a single update per batch takes them from its own forward).
+        advantages: ``[R, T]`` float32 token-level advantages (filled by ``compute_advantages``).
+        row_index: ``[R]`` int64 trajectory of each row; None means row ``i`` is trajectory ``i``.
+        precomputed_advantages: ``[R, T]`` float32 workflow-written token advantages of the rows
+            of precomputed groups (0 elsewhere), or None when no group is precomputed.
+        group_precomputed: ``G`` bools (host list): whether group ``g`` is precomputed; None: none is.
+        ref_log_probs: ``[R, T]`` float32 log-probs of the frozen reference policy (with a
+            reference model: ``use_kl_loss`` or ``use_kl_in_reward``), or None.
+        reward_penalty: ``[R, T]`` float32 per-token penalty subtracted from the rewards
+            (``kl_coef`` times the KL to the reference, ``use_kl_in_reward``), or None.
+        values: ``[R, T]`` float32 critic values of the response tokens (``gae``), or None.
+        reward_components: ``[N, R]`` float64 rewards of several reward functions
+            (``Trajectory.reward_components``, for ``gdpo``), or None when no trajectory has them.
+        returns: ``[R, T]`` float32 regression targets of the critic (written by token-level
+            estimators' ``compute_advantages``), or None.
+        extras: anything else a backend wants to carry with the batch.
+    """
+
+    input_ids: Tensor
+    attention_mask: Tensor
+    response_mask: Tensor
+    rewards: Tensor
+    group_index: Tensor
+    group_roles: list[str]
+    rollout_log_probs: Tensor
+    old_log_probs: Tensor | None = None
+    advantages: Tensor | None = None
+    row_index: Tensor | None = None
+    precomputed_advantages: Tensor | None = None
+    group_precomputed: list[bool] | None = None
+    ref_log_probs: Tensor | None = None
+    reward_penalty: Tensor | None = None
+    values: Tensor | None = None
+    returns: Tensor | None = None
+    reward_components: Tensor | None = None
+    extras: dict = field(default_factory=dict)
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.group_roles)
+
+    def to(self, device: torch.device | str) -> TokenBatch:
+        """The same batch with every tensor on ``device``."""
+        moved = {k: (v.to(device) if isinstance(v, Tensor) else v) for k, v in vars(self).items()}
+        return TokenBatch(**moved)
+
+
+def _where(group: TrajectoryGroup, name: str, index: int) -> str:
+    return f"task {group.task_id!r}, group {group.group_id!r}, trajectory {name!r}, step {index}"
+
+
+def build_token_batch(
+    groups: list[TrajectoryGroup], *, pad_token_id: int, use_precomputed_advantage: bool = False
+) -> TokenBatch:
+    """Pack trajectory groups into a :class:`TokenBatch` (on CPU), one row per step.
+
+    Args:
+        groups: groups whose trajectories have at least one step; every step has
+            ``prompt_ids`` and ``response_ids`` (and, optionally, ``logprobs`` with one value per
+            response token).
+        pad_token_id: the id written in padding positions.
+        use_precomputed_advantage: keep the workflow's ``step.advantage`` for groups that have one.
+
+    Raises:
+        InvalidTrajectoryError (a ValueError): a trajectory has no step, a step has no response
+            token or log-probs of the wrong length; the message names the task, group, trajectory
+            and step.
+        InvalidRewardsError / InvalidRewardTypeError: an RL trajectory's reward is None or not
+            finite / not a real number or bool (see :func:`~rllm_torch.core.checks.check_reward`);
+            ``reward_components`` on some trajectories and not others, or of different lengths.
+            The estimators keep a NaN in its group; a training batch refuses it, since one
+            NaN advantage makes the loss, and so every weight, NaN.
+    """
+    rows, rows_logp, rows_mask, rows_adv, row_index, rewards, group_index, group_pre = [], [], [], [], [], [], [], []
+    trajectories: list = []  # (group, trajectory), for reward_components_tensor
+    for g, group in enumerate(groups):
+        pre = use_precomputed_advantage and any(s.advantage is not None for t in group.trajectories for s in t.steps)
+        group_pre.append(pre)
+        for traj in group.trajectories:
+            if not traj.steps:
+                raise InvalidTrajectoryError(
+                    f"task {group.task_id!r}, group {group.group_id!r}: trajectory {traj.name!r} has no step; every trained trajectory needs at least one."
+                )
+            for index, step in enumerate(traj.steps):
+                num_prompt, num_resp = len(step.prompt_ids), len(step.response_ids)
+                if not num_resp:
+                    raise InvalidTrajectoryError(
+                        f"{_where(group, traj.name, index)}: no response token; every trained step needs at least one."
+                    )
+                if step.logprobs and len(step.logprobs) != num_resp:
+                    raise InvalidTrajectoryError(
+                        f"{_where(group, traj.name, index)}: {len(step.logprobs)} log-probs for {num_resp} response tokens."
+                    )
+                rows.append(list(step.prompt_ids) + list(step.response_ids))
+                rows_logp.append((num_prompt, list(step.logprobs) or [0.0] * num_resp))
+                try:
+                    rows_mask.append(step.response_mask_tensor())
+                except InvalidTrajectoryError as exc:
+                    raise InvalidTrajectoryError(f"{_where(group, traj.name, index)}: {exc}") from exc
+                rows_adv.append(step.token_advantages() if pre else None)
+                row_index.append(len(rewards))
+            if traj.reward is None and pre:
+                rewards.append(0.0)  # precomputed groups: unused
+            else:
+                where = f"task {group.task_id!r}, group {group.group_id!r}, trajectory {traj.name!r}"
+                reward = check_reward(traj.reward, where)
+                if not math.isfinite(reward):  # it would reach every weight through the update
+                    raise InvalidRewardsError(
+                        f"{where}: reward {reward} is not finite; training needs finite rewards: check the "
+                        "reward function (task.reward_fn, or the workflow's) for a division by zero or a missing score."
+                    )
+                rewards.append(reward)
+            trajectories.append((group, traj))
+            group_index.append(g)
+    num_rows, width = len(rows), max((len(r) for r in rows), default=0)
+    input_ids_RT = torch.full((num_rows, width), pad_token_id, dtype=torch.int64)
+    attention_mask_RT = torch.zeros((num_rows, width), dtype=torch.int64)
+    response_mask_RT = torch.zeros((num_rows, width), dtype=torch.float32)
+    rollout_logp_RT = torch.zeros((num_rows, width), dtype=torch.float32)
+    pre_adv_RT = torch.zeros((num_rows, width), dtype=torch.float32) if any(group_pre) else None
+    for i, (ids, (start, logp), mask_T, adv_T) in enumerate(zip(rows, rows_logp, rows_mask, rows_adv, strict=True)):
+        input_ids_RT[i, : len(ids)] = torch.tensor(ids, dtype=torch.int64)
+        attention_mask_RT[i, : len(ids)] = 1
+        response_mask_RT[i, start : len(ids)] = mask_T
+        rollout_logp_RT[i, start : len(ids)] = torch.tensor(logp, dtype=torch.float32)
+        if adv_T is not None:
+            pre_adv_RT[i, start : len(ids)] = adv_T
+    return TokenBatch(
+        input_ids=input_ids_RT,
+        attention_mask=attention_mask_RT,
+        response_mask=response_mask_RT,
+        rewards=torch.tensor(rewards, dtype=torch.float64),
+        group_index=torch.tensor(group_index, dtype=torch.int64),
+        group_roles=[g.group_role for g in groups],
+        rollout_log_probs=rollout_logp_RT,
+        row_index=torch.tensor(row_index, dtype=torch.int64),
+        precomputed_advantages=pre_adv_RT,
+        group_precomputed=group_pre if any(group_pre) else None,
+        reward_components=reward_components_tensor(trajectories),
+    )

@@ -1,0 +1,149 @@
+"""``BackendProtocol``: what a training backend provides to the unified trainer.
+
+The trainer calls, per batch: ``generate_episodes`` → (transform, filtering) →
+``transform_to_backend_batch`` → ``process_backend_batch`` → ``compute_advantages`` →
+``update_policy``; and the ``on_*`` hooks around training, epochs, batches and validation.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from typing import Any
+
+from omegaconf import DictConfig
+
+from rllm_torch.rllm.config import AlgorithmConfig
+from rllm_torch.trainer.pipeline.token_advantages import compute_token_advantages
+from rllm_torch.trainer.runtime.ranks import RunRanks
+from rllm_torch.trainer.schema import typed_run_config
+from rllm_torch.trainer.state import TrainerState
+
+__all__ = ["BackendProtocol"]
+
+
+class BackendProtocol(ABC):
+    """Abstract base of training backends (rLLM's ``BackendProtocol``).
+
+    A subclass is built as ``backend_cls(config=config, ranks=ranks, **backend_args)``;
+    ``self.config`` is the config typed by :func:`~rllm_torch.trainer.schema.typed_run_config`. The
+    methods that touch the model are abstract; the hooks default to doing nothing, and
+    :meth:`compute_advantages` defaults to the tensor estimators on a :class:`TokenBatch`.
+
+    In a run of several processes (``ranks.world_size > 1``) the trainer calls every method on
+    every rank, each with its own share of the batch; a backend must then keep its collectives
+    in step across the ranks, also on a rank whose share of a step is empty.
+    """
+
+    name: str = "base"
+
+    def __init__(self, config: DictConfig, ranks: RunRanks | None = None, **kwargs: Any) -> None:
+        self.config = typed_run_config(config)
+        self.ranks = ranks if ranks is not None else RunRanks()
+
+    # ---- set-up ----------------------------------------------------------------------------
+    @abstractmethod
+    def init_rollout_engine(self, **kwargs: Any) -> Any:
+        """Build and return the rollout engine the workflows sample from."""
+
+    def validate_config(self) -> None:
+        """Raise :class:`~rllm_torch.core.errors.ConfigError` for backend settings that cannot work."""
+
+    def validate_prompts(self, tasks: list[dict]) -> None:
+        """Raise :class:`~rllm_torch.core.errors.ConfigError` for task prompts the backend cannot
+        serve (e.g. too long for the model's context); called at start-up with every training
+        and validation task. The default: no check."""
+
+    @abstractmethod
+    def get_dataloader(self, dataset: Any, trainer_state: TrainerState) -> Iterable:
+        """Batches of tasks from ``dataset`` (one pass = one epoch); must support ``len``.
+
+        If the loader has ``set_epoch(epoch)``, the trainer calls it before each epoch. Resuming a
+        run skips the batches already done in the epoch, so an epoch's order must depend only on
+        the epoch (and the seed), never on how many passes this process has made."""
+
+    # ---- checkpoints -----------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Everything the backend needs to continue training that is the same on every rank
+        (model, optimizer, lr scheduler), as objects ``torch.save`` can write; rank 0's is saved.
+        The default: nothing."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned (called on every rank before training resumes)."""
+
+    def sharded_state_dict(self) -> dict[str, Any] | None:
+        """State that each rank holds a shard of (e.g. an FSDP model and optimizer), as a
+        ``torch.distributed.checkpoint`` state dict: every rank writes its shards with ``dcp.save``
+        and a resume loads into this structure with ``dcp.load``. The default: None (nothing sharded)."""
+        return None
+
+    def load_sharded_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`sharded_state_dict`'s structure, filled from a checkpoint."""
+
+    def rank_state_dict(self) -> dict[str, Any]:
+        """What differs from rank to rank (e.g. each rank's sampling generator); every rank's is
+        saved. The default: nothing."""
+        return {}
+
+    def load_rank_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore this rank's :meth:`rank_state_dict`."""
+
+    # ---- per batch -------------------------------------------------------------------------
+    @abstractmethod
+    async def generate_episodes(self, batch: Any, agent_workflow_engine: Any, is_validation: bool = False) -> list:
+        """Run the workflows on a batch of tasks (``rollout.n`` or ``rollout.n_val`` times each)."""
+
+    @abstractmethod
+    def transform_to_backend_batch(self, trainer_state: TrainerState) -> Any:
+        """Turn ``trainer_state.trajectory_groups`` into the backend's batch."""
+
+    async def process_backend_batch(self, trainer_state: TrainerState) -> None:
+        """Compute what the update needs before advantages (e.g. old log-probs)."""
+
+    async def compute_advantages(self, trainer_state: TrainerState, algorithm_config: AlgorithmConfig) -> None:
+        """Token-level advantages on ``trainer_state.backend_batch`` (a :class:`TokenBatch`):
+        see :func:`compute_token_advantages` (over every rank of ``self.ranks``). Metrics go into
+        ``trainer_state.metrics``."""
+        trainer_state.metrics.update(
+            compute_token_advantages(
+                trainer_state.backend_batch, algorithm_config, process_group=self.ranks.estimator_group
+            )
+        )
+
+    @abstractmethod
+    async def update_policy(self, trainer_state: TrainerState) -> None:
+        """Update the policy from ``trainer_state.backend_batch``; put metrics in the state."""
+
+    def summary_rows(self) -> list[tuple[str, str]]:
+        """Extra ``(name, value)`` rows of the start-up summary (e.g. the memory settings); none by default."""
+        return []
+
+    # ---- hooks -----------------------------------------------------------------------------
+    async def on_train_start(self, trainer_state: TrainerState) -> None:
+        """Before the first validation and batch."""
+
+    async def on_train_end(self, trainer_state: TrainerState) -> None:
+        """After the final validation (e.g. save the final checkpoint)."""
+
+    async def on_epoch_start(self, trainer_state: TrainerState) -> None:
+        """Before the first batch of an epoch."""
+
+    async def on_epoch_end(self, trainer_state: TrainerState) -> None:
+        """After the last batch of an epoch."""
+
+    async def on_batch_start(self, trainer_state: TrainerState) -> None:
+        """Before a batch's first stage."""
+
+    async def on_batch_end(self, trainer_state: TrainerState) -> None:
+        """After a batch's update, before it is logged (the trainer itself writes the checkpoints)."""
+
+    async def on_validation_start(self, trainer_state: TrainerState) -> bool:
+        """Before validation; return False to skip it."""
+        return True
+
+    async def on_validation_end(self, trainer_state: TrainerState) -> None:
+        """After validation."""
+
+    def shutdown(self) -> None:
+        """Release resources."""

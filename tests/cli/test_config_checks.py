@@ -1,0 +1,107 @@
+"""Start-up checks of the composed training config: values out of range and task keys the task
+ignores stop the run before anything is built, naming the key."""
+
+from __future__ import annotations
+
+import pytest
+from hydra import compose, initialize_config_module
+
+from rllm_torch.cli.command_line import register_configs
+from rllm_torch.cli.config_checks import check_run_config
+from rllm_torch.core.errors import ConfigError
+
+
+def compose_train(*overrides: str):
+    register_configs()
+    with initialize_config_module(config_module="rllm_torch.configs", version_base=None):
+        return compose(config_name="train", overrides=list(overrides))
+
+
+def test_the_default_config_and_every_shipped_task_pass_the_checks():
+    for task in ("arithmetic", "chain", "distill", "reasoning_gym"):
+        check_run_config(compose_train(f"task={task}"))
+    check_run_config(compose_train("task=file", "task.train_path=x.jsonl", "task.reward_fn=pkg.mod:score"))
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("rllm.rollout.top_p=0", r"rllm.rollout.top_p=0.0 is out of range; it must be in \(0, 1\]"),
+        ("rllm.rollout.top_p=5", r"rllm.rollout.top_p=5.0 is out of range; it must be in \(0, 1\]"),
+        ("rllm.rollout.val_top_p=-0.5", r"rllm.rollout.val_top_p=-0.5 is out of range"),
+        ("rllm.rollout.temperature=-1", r"rllm.rollout.temperature=-1.0 is out of range; it must be >= 0"),
+        ("rllm.rollout.max_new_tokens=0", r"rllm.rollout.max_new_tokens=0 is out of range; it must be >= 1"),
+        ("rllm.rollout.n_val=0", r"rllm.rollout.n_val=0 is out of range; it must be >= 1"),
+        (
+            "data.train_batch_size=0",
+            r"data.train_batch_size=0 is out of range; it must be >= 1 \(e.g. data.train_batch_size=64\)",
+        ),
+        ("backend.lr=-1", r"backend.lr=-1.0 is out of range; it must be > 0 \(e.g. backend.lr=0.001\)"),
+        ("backend.lr=0", r"backend.lr=0.0 is out of range; it must be > 0"),
+        ("backend.grad_clip=0", r"backend.grad_clip=0.0 is out of range; it must be > 0"),
+        ("backend.mini_batch_size=0", r"backend.mini_batch_size=0 is out of range"),
+        ("backend.ppo_epochs=0", r"backend.ppo_epochs=0 is out of range"),
+        ("backend.clip_ratio_c=1", r"backend.clip_ratio_c=1.0 is out of range; it must be > 1"),
+    ],
+)
+def test_a_numeric_setting_out_of_range_is_refused_naming_its_key_and_range(override, message):
+    with pytest.raises(ConfigError, match=message):
+        check_run_config(compose_train(override))
+
+
+def test_greedy_decoding_and_top_p_of_one_are_allowed():
+    check_run_config(
+        compose_train("rllm.rollout.temperature=0", "rllm.rollout.top_p=1", "backend.mini_batch_size=null")
+    )
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "task.train_path=/nonexistent.jsonl",
+        "task.reward_fn=nonexistent:score",
+        "task.val_path=v.jsonl",
+        "task.prompt_key=question",
+    ],
+)
+def test_a_file_task_key_given_to_the_arithmetic_task_is_refused_naming_key_and_task(override):
+    key = override.split("=")[0]
+    with pytest.raises(
+        ConfigError, match=rf"{key}=.* is not used by task.name='arithmetic' \(only task=file reads it\); add task=file"
+    ):
+        check_run_config(compose_train(override))
+
+
+def test_the_loss_options_are_checked_against_the_loss():
+    check_run_config(compose_train("backend.clip_ratio_c=3", "rllm.algorithm.importance_sampling_level=sequence"))
+    with pytest.raises(ConfigError, match=r"backend.clip_ratio_c=3.0 is dual-clip PPO's cap.*loss_fn='cispo'"):
+        check_run_config(compose_train("backend.clip_ratio_c=3", "rllm.algorithm.loss_fn=cispo"))
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"importance_sampling_level": "sentence"}, r"importance_sampling_level must be one of 'token', 'sequence'"),
+        ({"importance_sampling_level": "sequence", "loss_fn": "dro"}, r"loss_fn='dro' has none"),
+        ({"importance_sampling_level": "sequence", "loss_fn": "cross_entropy"}, r"loss_fn='cross_entropy' has none"),
+    ],
+)
+def test_a_bad_importance_sampling_level_stops_the_run_at_start_up(settings, message):
+    from rllm_torch.trainer.pipeline.settings import build_pipeline_configs
+
+    overrides = [f"rllm.algorithm.{k}={v}" for k, v in settings.items()]
+    with pytest.raises(ConfigError, match=message):
+        build_pipeline_configs(compose_train(*overrides))
+
+
+def test_dynamic_sampling_is_refused_on_more_than_one_process_and_its_cap_must_be_positive():
+    from rllm_torch.core.errors import DistributedSetupError
+
+    config = compose_train("rllm.algorithm.filter_groups.enable=true")
+    check_run_config(config, world_size=1)
+    with pytest.raises(
+        DistributedSetupError, match="filter_groups.enable=true .*not supported on more than one process"
+    ):
+        check_run_config(config, world_size=2)
+    with pytest.raises(ConfigError, match=r"max_num_gen_batches=0 is out of range; it must be >= 1"):
+        check_run_config(compose_train("rllm.algorithm.filter_groups.max_num_gen_batches=0"))

@@ -1,0 +1,129 @@
+"""The package's layers and what each may import (every ``import`` statement, read with ``ast``,
+function bodies included): the core (torch and numpy only) ← the rLLM surface ← the training
+framework ← the backends and the rollouts (side by side: neither imports the other) ← the
+programs. ``import rllm_torch`` loads no config, model or plotting library."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "rllm_torch"
+
+#: Each layer's packages, bottom first; a module may import its own layer and those below.
+LAYERS = [
+    ("core", ("rllm_torch.core",)),
+    ("rLLM surface", ("rllm_torch.rllm", "rllm_torch")),  # `rllm_torch` itself: the core and the surface
+    ("training framework", ("rllm_torch.trainer",)),
+    ("backends and rollouts", ("rllm_torch.backends", "rllm_torch.rollouts")),
+    ("programs", ("rllm_torch.cli", "rllm_torch.train", "rllm_torch.configs")),
+]
+#: Packages of one layer that must not import each other.
+SIDE_BY_SIDE = ("rllm_torch.backends", "rllm_torch.rollouts")
+#: Third-party libraries each layer may import (the standard library is always allowed).
+THIRD_PARTY = {
+    "core": {"torch", "numpy"},
+    "rLLM surface": {"torch", "numpy", "omegaconf"},  # omegaconf: AlgorithmConfig.from_config only (see below)
+}
+#: The one upward import, with its reason: rLLM's ``UnifiedTrainer`` is importable from
+#: ``rllm_torch`` as in rLLM, loaded on first use (module ``__getattr__``), never by ``import rllm_torch``.
+ALLOWED_UPWARD = {("rllm_torch", "rllm_torch.trainer.unified_trainer")}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _package(module: str) -> str:
+    """The longest package of :data:`LAYERS` that holds ``module``."""
+    owners = [p for _, packages in LAYERS for p in packages if module == p or module.startswith(p + ".")]
+    return max(owners, key=len)
+
+
+def _layer(module: str) -> int:
+    package = _package(module)
+    return next(i for i, (_, packages) in enumerate(LAYERS) if package in packages)
+
+
+def _imports(path: Path) -> list[str]:
+    """Every module ``path`` imports (absolute names; ``from a import b`` gives ``a``)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path}: relative import (the layer test reads absolute ones)"
+            found.append(node.module)
+    return found
+
+
+MODULES = sorted(PACKAGE.rglob("*.py"))
+
+
+def test_every_module_belongs_to_a_layer():
+    assert MODULES and all(_package(_module_name(p)) for p in MODULES)
+
+
+def _violations(path: Path) -> list[str]:
+    module = _module_name(path)
+    layer, package = _layer(module), _package(module)
+    layer_name = LAYERS[layer][0]
+    found = []
+    for imported in _imports(path):
+        top = imported.split(".")[0]
+        if top == "rllm_torch":
+            if (module, imported) in ALLOWED_UPWARD:
+                continue
+            if _layer(imported) > layer:
+                found.append(f"{module} ({layer_name}) imports {imported} ({LAYERS[_layer(imported)][0]})")
+            other = _package(imported)
+            if package in SIDE_BY_SIDE and other in SIDE_BY_SIDE and other != package:
+                found.append(f"{module} imports {imported}: backends and rollouts do not import each other")
+        elif layer_name in THIRD_PARTY and top not in sys.stdlib_module_names and top not in THIRD_PARTY[layer_name]:
+            found.append(f"{module} ({layer_name}) imports {imported}")
+    return found
+
+
+def test_no_module_imports_a_layer_above_its_own():
+    violations = [v for path in MODULES for v in _violations(path)]
+    assert not violations, "\n".join(violations)
+
+
+def test_the_rllm_surface_imports_omegaconf_only_inside_algorithm_config_from_config():
+    for path in (PACKAGE / "rllm").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        at_module_level = [
+            node
+            for node in tree.body
+            if isinstance(node, (ast.Import, ast.ImportFrom))
+            and any(n.startswith("omegaconf") for n in _imports_of(node))
+        ]
+        assert not at_module_level, f"{path} imports omegaconf at module level"
+
+
+def _imports_of(node: ast.Import | ast.ImportFrom) -> list[str]:
+    return [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
+
+
+def test_import_rllm_torch_loads_no_config_model_or_plotting_library():
+    names = "{'omegaconf', 'hydra', 'transformers', 'matplotlib'}"
+    code = f"import rllm_torch, sys; print(sorted(m for m in sys.modules if m.split('.')[0] in {names}))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "[]", done.stdout
+    # the rLLM trainer's name is still there, on first use
+    code = "import rllm_torch, sys; rllm_torch.UnifiedTrainer; print('omegaconf' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "True"
+
+
+def test_a_module_over_360_lines_says_in_its_docstring_why():
+    too_long = []
+    for path in MODULES:
+        text = path.read_text()
+        lines = len(text.splitlines())
+        if lines > 360 and "**Length.**" not in (ast.get_docstring(ast.parse(text)) or ""):
+            too_long.append(f"{_module_name(path)}: {lines} lines and no **Length.** paragraph in its docstring")
+    assert not too_long, "\n".join(too_long)

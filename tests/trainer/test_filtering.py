@@ -1,0 +1,159 @@
+"""Rejection sampling: mode none is a pass-through, episode mode filters and accumulates across
+batches, the uniform-reward filter, and the batch/* solve metrics."""
+
+import pytest
+
+from rllm_torch import Episode, Step, Trajectory
+from rllm_torch.core.errors import InvalidRewardTypeError
+from rllm_torch.trainer import (
+    RejectionSamplingConfig,
+    RejectionSamplingState,
+    apply_rejection_sampling_and_filtering,
+    transform_episodes_to_trajectory_groups,
+)
+
+
+def _batch(task_rewards):
+    """Episodes and groups for {task_id: [reward of each rollout]}; a rollout is correct when reward > 0."""
+    episodes = [
+        Episode(
+            task_id=task,
+            rollout_idx=i,
+            is_correct=r > 0,
+            trajectories=[Trajectory(name="s", reward=r, steps=[Step(response_ids=[1])])],
+        )
+        for task, rewards in task_rewards.items()
+        for i, r in enumerate(rewards)
+    ]
+    groups, _ = transform_episodes_to_trajectory_groups(episodes)
+    return episodes, groups
+
+
+def test_mode_none_drops_nothing_even_singletons_and_uniform_groups_and_reports_solve_fractions():
+    # task a partially solved, b all solved, c none solved, d a singleton
+    episodes, groups = _batch({"a": [1.0, 0.0], "b": [1.0, 1.0], "c": [0.0, 0.0], "d": [1.0]})
+    config = RejectionSamplingConfig(mode="none", min_trajs_per_group=2, filter_uniform_groups=True)
+    kept, kept_episodes, metrics = apply_rejection_sampling_and_filtering(
+        episodes, groups, config, RejectionSamplingState()
+    )
+    assert kept == groups and kept_episodes == episodes
+    # 4 tasks: partial 1/4 (a), all 2/4 (b, d), none 1/4 (c)
+    assert metrics == {
+        "batch/num_tasks": 4.0,
+        "batch/solve_none": 0.25,
+        "batch/solve_all": 0.5,
+        "batch/solve_partial": 0.25,
+        "batch/groups_before_filter": 4.0,
+        "batch/groups_after_filter": 4.0,
+        "batch/groups_dropped_insufficient_trajs": 0.0,
+        "batch/fraction_groups_dropped_uniform": 0.0,
+    }
+
+
+def test_episode_mode_accumulates_across_batches_until_enough_tasks_are_partially_solved():
+    config = RejectionSamplingConfig(mode="episode", min_trajs_per_group=2, min_partial_solve_tasks=2)
+    state = RejectionSamplingState()
+    # batch 1: one partial task (a) -> held back
+    episodes1, groups1 = _batch({"a": [1.0, 0.0], "b": [0.0, 0.0]})
+    kept, kept_eps, metrics = apply_rejection_sampling_and_filtering(episodes1, groups1, config, state)
+    assert kept == [] and kept_eps == [] and metrics["batch/solve_partial"] == 0.5
+    assert state.accumulated_groups == groups1
+    # batch 2: one more partial task (c) and a singleton (d), which is dropped -> released
+    episodes2, groups2 = _batch({"c": [0.5, 0.0], "d": [1.0]})
+    kept, kept_eps, metrics = apply_rejection_sampling_and_filtering(episodes2, groups2, config, state)
+    assert kept == groups1 + groups2[:1]
+    # tasks a, b, c (d's episode lost its only trajectory): partial 2/3, none 1/3
+    assert metrics["batch/num_tasks"] == 3.0 and metrics["batch/solve_partial"] == pytest.approx(2 / 3)
+    assert metrics["batch/groups_before_filter"] == 4.0 and metrics["batch/groups_after_filter"] == 3.0
+    assert metrics["batch/groups_dropped_insufficient_trajs"] == 1.0
+    assert [e.task_id for e in kept_eps] == ["a", "a", "b", "b", "c", "c", "d"] and kept_eps[-1].trajectories == []
+    assert episodes2[-1].trajectories != []  # the caller's episode is not changed
+    assert state.accumulated_groups == [] and state.counts.solve_partial == 0  # state emptied on release
+
+
+def test_the_uniform_filter_drops_groups_of_equal_raw_rewards_within_the_tolerance_and_reports_a_fraction():
+    config = RejectionSamplingConfig(
+        mode="episode",
+        min_trajs_per_group=1,
+        min_partial_solve_tasks=0,
+        filter_uniform_groups=True,
+        uniform_reward_tolerance=1e-3,
+    )
+    # a: spread 1 (kept); b: spread 5e-4 <= 1e-3 (dropped); c: all 0 (dropped); d: singleton (kept, not a uniform *group*)
+    episodes, groups = _batch({"a": [1.0, 0.0], "b": [0.3, 0.3005], "c": [0.0, 0.0, 0.0], "d": [2.0]})
+    kept, _, metrics = apply_rejection_sampling_and_filtering(episodes, groups, config, RejectionSamplingState())
+    assert [g.task_id for g in kept] == ["a", "d"]
+    assert metrics["batch/fraction_groups_dropped_uniform"] == 0.5  # 2 of 4 groups
+
+
+def test_at_tolerance_zero_the_uniform_filter_drops_exactly_equal_rewards_only():
+    config = RejectionSamplingConfig(
+        mode="episode",
+        min_trajs_per_group=1,
+        min_partial_solve_tasks=0,
+        filter_uniform_groups=True,
+        uniform_reward_tolerance=0.0,
+    )
+    episodes, groups = _batch({"same": [0.3, 0.3, 0.3], "close": [0.3, 0.30000001], "bools": [True, True]})
+    kept, _, metrics = apply_rejection_sampling_and_filtering(episodes, groups, config, RejectionSamplingState())
+    assert [g.task_id for g in kept] == ["close"]  # a spread of 1e-8 > 0 is not uniform
+    assert metrics["batch/fraction_groups_dropped_uniform"] == pytest.approx(2 / 3)
+
+
+def test_episode_mode_needs_a_state_and_bad_configs_are_refused():
+    episodes, groups = _batch({"a": [1.0, 0.0]})
+    with pytest.raises(ValueError, match="RejectionSamplingState"):
+        apply_rejection_sampling_and_filtering(episodes, groups, RejectionSamplingConfig(mode="episode"), None)
+    with pytest.raises(ValueError, match="'none' or 'episode'"):
+        RejectionSamplingConfig(mode="group")
+    with pytest.raises(ValueError, match="non-negative"):
+        RejectionSamplingConfig(min_trajs_per_group=-1)
+
+
+def test_the_uniform_filter_names_the_task_and_trajectory_of_a_reward_that_is_not_a_number():
+    episodes, groups = _batch({"a": [1.0, 0.0]})
+    groups[0].trajectories[1].reward = "zero"
+    config = RejectionSamplingConfig(mode="episode", filter_uniform_groups=True)
+    with pytest.raises(InvalidRewardTypeError, match="task 'a', trajectory 's' \\(position 1"):
+        apply_rejection_sampling_and_filtering(episodes, groups, config, RejectionSamplingState())
+
+
+def test_the_correctness_filter_drops_groups_all_right_or_all_wrong_whatever_their_shaped_rewards():
+    """DAPO's dynamic sampling: a group whose rollouts are all correct has no signal even when a
+    length penalty makes its rewards differ; one with mixed correctness keeps it even when the
+    rewards tie."""
+    config = RejectionSamplingConfig(
+        mode="episode",
+        min_trajs_per_group=1,
+        min_partial_solve_tasks=0,
+        filter_uniform_groups=True,
+        uniform_filter_metric="is_correct",
+    )
+    episodes, groups = _batch(
+        {"all right": [0.9, 0.7, 0.8], "all wrong": [-0.1, -0.3], "mixed": [0.5, 0.0], "one": [1.0]}
+    )
+    for group, correct in zip(groups[:2], ([True] * 3, [False] * 2), strict=True):
+        assert [m["is_correct"] for m in group.metadata] == correct
+    groups[2].metadata[1]["is_correct"] = True  # "mixed": rewards 0.5 and 0.0, both correct -> uniform
+    episodes2, groups2 = _batch({"tie": [1.0, 1.0]})
+    groups2[0].metadata[0]["is_correct"] = False  # equal rewards, mixed correctness -> kept
+    kept, _, metrics = apply_rejection_sampling_and_filtering(
+        episodes + episodes2, groups + groups2, config, RejectionSamplingState()
+    )
+    assert [g.task_id for g in kept] == ["one", "tie"]
+    assert metrics["batch/fraction_groups_dropped_uniform"] == pytest.approx(3 / 5)
+    by_reward = RejectionSamplingConfig(**{**vars(config), "uniform_filter_metric": "reward"})
+    kept, _, _ = apply_rejection_sampling_and_filtering(
+        episodes + episodes2, groups + groups2, by_reward, RejectionSamplingState()
+    )
+    assert [g.task_id for g in kept] == ["all right", "all wrong", "mixed", "one"]  # today's rule: the tie goes
+
+
+def test_the_correctness_filter_names_a_group_without_is_correct():
+    config = RejectionSamplingConfig(mode="episode", filter_uniform_groups=True, uniform_filter_metric="is_correct")
+    episodes, groups = _batch({"a": [1.0, 0.0]})
+    groups[0].metadata = [{}, {}]  # a custom grouping hook that fills no metadata
+    with pytest.raises(ValueError, match="task 'a', group 'a:s': trajectory at position 0 has no is_correct"):
+        apply_rejection_sampling_and_filtering(episodes, groups, config, RejectionSamplingState())
+    with pytest.raises(ValueError, match="'reward' or 'is_correct'"):
+        RejectionSamplingConfig(uniform_filter_metric="acc")

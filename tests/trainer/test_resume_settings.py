@@ -1,0 +1,142 @@
+"""What a resumed run may change: every setting of the schema is either in the checkpoint's
+fingerprint (a change is a ``CheckpointMismatchError`` naming it) or declared resumable (a change
+applies from the resumed step, is said in the start-up summary and recorded); a finished run
+started again writes nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_module
+from test_command_line import TINY
+from trainer_fakes import make_config
+
+from rllm_torch.cli.command_line import known_keys, register_configs
+from rllm_torch.cli.train_command import run
+from rllm_torch.core.errors import CheckpointMismatchError
+from rllm_torch.trainer.runtime import fingerprint
+
+
+def schema_settings() -> set[str]:
+    """Every setting of the schema: its leaf keys and its open (dict-typed) keys."""
+    keys, open_prefixes = known_keys()
+    return {k for k in keys if not any(other.startswith(f"{k}.") for other in keys)} | open_prefixes
+
+
+def test_every_setting_is_fingerprinted_or_declared_resumable_and_no_table_names_a_stale_key():
+    settings = schema_settings()
+    fingerprinted, resumable = set(fingerprint.FINGERPRINT_KEYS), set(fingerprint.RESUMABLE_KEYS)
+    unclassified = sorted(settings - fingerprinted - resumable)
+    assert not unclassified, (
+        f"settings neither fingerprinted nor resumable: {unclassified}; add each to FINGERPRINT_KEYS or "
+        "RESUMABLE_KEYS in rllm_torch/trainer/runtime/fingerprint.py (one line each)"
+    )
+    assert not fingerprinted & resumable, sorted(fingerprinted & resumable)
+    assert not (fingerprinted | resumable) - settings, sorted((fingerprinted | resumable) - settings)
+    assert len(fingerprint.FINGERPRINT_KEYS) == len(fingerprinted) and len(fingerprint.RESUMABLE_KEYS) == len(
+        resumable
+    )  # no repeats
+
+
+# ---- checkpoints from before a key was fingerprinted ---------------------------------------
+
+
+def test_a_checkpoint_written_before_a_key_existed_resumes_with_the_keys_default(tmp_path):
+    current = fingerprint.config_fingerprint(make_config(tmp_path))
+    older = {k: v for k, v in current.items() if k != "rllm.rollout.temperature"}
+    fingerprint.check_fingerprint(older, current, "step_000002")  # the default: what a run before the key had
+    with pytest.raises(CheckpointMismatchError, match="rllm.rollout.temperature: 1.0 in the checkpoint, 0.5 now"):
+        fingerprint.check_fingerprint(
+            older, fingerprint.config_fingerprint(make_config(tmp_path, "rllm.rollout.temperature=0.5")), "s"
+        )
+
+
+def test_a_first_format_checkpoint_is_compared_on_the_keys_it_recorded(tmp_path):
+    current = fingerprint.config_fingerprint(make_config(tmp_path, "rllm.rollout.temperature=0.5"))
+    first_format = {k: v for k, v in current.items() if k in ("seed", "rllm.rollout.n", "task.name")}
+    fingerprint.check_fingerprint(first_format, current, "step_000002")  # temperature was not recorded then
+    with pytest.raises(CheckpointMismatchError, match="rllm.rollout.n: 4 in the checkpoint, 8 now"):
+        fingerprint.check_fingerprint({**first_format, "rllm.rollout.n": 4}, current, "step_000002")
+
+
+def test_the_default_run_directory_of_a_reasoning_gym_task_names_its_dataset():
+    register_configs()
+    with initialize_config_module(config_module="rllm_torch.configs", version_base=None):
+        config = compose(config_name="train", overrides=["task=reasoning_gym", "task.dataset=basic_arithmetic"])
+    assert config.rllm.trainer.experiment_name == "reasoning_gym-basic_arithmetic"
+
+
+# ---- the real backend: a resumed run applies what it may change ------------------------------
+
+SETTINGS = [*TINY, "rllm.trainer.save_freq=2"]
+
+
+def lr_by_step(run_dir: Path) -> dict[int, float]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["actor/lr"] for r in rows if "actor/lr" in r}
+
+
+def test_a_changed_learning_rate_and_schedule_apply_from_the_resumed_step_and_are_said_and_recorded(tmp_path, capsys):
+    new = ["backend.lr=0.01", "rllm.algorithm.lr_schedule=linear", "rllm.trainer.total_batches=4"]
+    run(make_config(tmp_path / "whole", *SETTINGS, *new))
+    run(make_config(tmp_path / "resumed", *SETTINGS, "rllm.trainer.total_batches=2"))  # lr 0.001, constant
+    capsys.readouterr()
+    run(make_config(tmp_path / "resumed", *SETTINGS, *new))
+    out = capsys.readouterr().out
+    whole, resumed = lr_by_step(tmp_path / "whole"), lr_by_step(tmp_path / "resumed")
+    assert [resumed[s] for s in (1, 2)] == [0.001, 0.001]
+    assert [resumed[s] for s in (3, 4)] == [whole[s] for s in (3, 4)] == [0.01 * 1 / 4, 0.0]  # linear to 0 at step 4
+    said = next(line for line in out.splitlines() if "changed on resume:" in line)
+    assert "backend.lr 0.001 -> 0.01" in said and "rllm.algorithm.lr_schedule constant -> linear" in said
+    assert "rllm.trainer.total_batches 2 -> 4" in said
+    record = [json.loads(line) for line in (tmp_path / "resumed" / "resumes.jsonl").read_text().splitlines()]
+    assert len(record) == 1 and record[0]["step"] == 2
+    assert record[0]["changed"]["backend.lr"] == [0.001, 0.01]
+    manifest = json.loads((tmp_path / "resumed" / "checkpoints" / "step_000004" / "manifest.json").read_text())
+    assert manifest["metadata"]["resumable"]["backend.lr"] == 0.01  # the next resume compares with 0.01
+
+
+def snapshot(directory: Path) -> dict[str, tuple[int, str]]:
+    return {
+        str(p.relative_to(directory)): (p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_a_finished_run_started_again_with_a_changed_setting_writes_nothing(tmp_path):
+    run_dir = tmp_path / "run"
+    command = [
+        sys.executable,
+        "-m",
+        "rllm_torch.train",
+        *SETTINGS,
+        "rllm.trainer.total_batches=2",
+        f"hydra.run.dir={run_dir}",
+    ]
+    first = subprocess.run(command, capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    before = snapshot(run_dir)
+    assert {"config.yaml", ".hydra/overrides.yaml", "curves.png", "metrics.jsonl"} <= set(before)
+    again = subprocess.run([*command, "backend.lr=0.5"], capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "already complete" in again.stdout
+    assert snapshot(run_dir) == before
+
+
+def test_weights_that_do_not_fit_the_model_built_now_are_a_mismatch_not_a_torch_traceback(tmp_path):
+    data = tmp_path / "sums_train.jsonl"
+    settings = [*SETTINGS[2:], "task.name=file", f"task.train_path={data}", "rllm.trainer.total_batches=1"]
+    data.write_text("".join(json.dumps({"prompt": f"{i}+1=", "answer": str(i + 1)}) + "\n" for i in range(8)))
+    run(make_config(tmp_path / "run", *settings))
+    # the same path with new characters: the character tokenizer, so the embedding, grows
+    data.write_text("".join(json.dumps({"prompt": f"{c}+1=", "answer": c}) + "\n" for c in "abcdefghijklmnop"))
+    with pytest.raises(
+        CheckpointMismatchError, match=r"step_000001: its weights do not fit the model built now \(size mismatch for"
+    ):
+        run(make_config(tmp_path / "run", *settings[:-1], "rllm.trainer.total_batches=2"))

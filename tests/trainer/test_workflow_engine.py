@@ -1,0 +1,97 @@
+"""UnifiedWorkflowEngine and SingleTurnWorkflow with a fake rollout engine."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from rllm_torch import TerminationReason, WorkflowError
+from rllm_torch.rollouts import SingleTurnWorkflow
+from rllm_torch.trainer import EpisodeLogger, ModelOutput, RolloutEngine, UnifiedWorkflowEngine, unbiased_pass_at_k
+
+
+class EchoEngine(RolloutEngine):
+    """Answers every prompt with its last character; records the peak number of waiting calls."""
+
+    def __init__(self):
+        self.active = self.peak = 0
+
+    async def generate(self, prompt):
+        self.active += 1
+        self.peak = max(self.peak, self.active)
+        await asyncio.sleep(0)
+        self.active -= 1
+        return ModelOutput(
+            text=prompt[-1], prompt_ids=[1], response_ids=[2, 0], logprobs=[-0.5, -0.1], finish_reason="stop"
+        )
+
+
+def exact(task, response):
+    return float(response == task["answer"])
+
+
+def run(engine, tasks):
+    return asyncio.run(engine.execute_tasks(tasks, [f"t{i}" for i in range(len(tasks))]))
+
+
+def test_single_turn_episodes_carry_reward_correctness_ids_and_data_source():
+    engine = UnifiedWorkflowEngine(SingleTurnWorkflow, {"reward_fn": exact}, EchoEngine(), n_parallel_tasks=2)
+    episodes = run(engine, [{"prompt": "a7", "answer": "7", "data_source": "s"}, {"prompt": "a7", "answer": "8"}])
+    assert [e.is_correct for e in episodes] == [True, False]
+    assert [e.trajectories[0].reward for e in episodes] == [1.0, 0.0]
+    assert episodes[0].id == "t0:0" and episodes[0].info["data_source"] == "s"
+    assert episodes[0].termination_reason is TerminationReason.ENV_DONE
+
+
+def test_no_more_than_n_parallel_tasks_episodes_run_at_once():
+    rollout = EchoEngine()
+    engine = UnifiedWorkflowEngine(SingleTurnWorkflow, {"reward_fn": exact}, rollout, n_parallel_tasks=3)
+    run(engine, [{"prompt": "x1", "answer": "1"}] * 10)
+    assert rollout.peak == 3
+
+
+def test_a_reward_function_that_raises_is_retried_then_raised():
+    calls = []
+
+    def broken(task, response):
+        calls.append(1)
+        raise KeyError("no answer")
+
+    engine = UnifiedWorkflowEngine(SingleTurnWorkflow, {"reward_fn": broken}, EchoEngine(), retry_limit=3)
+    with pytest.raises(WorkflowError, match="failed 3 time") as info:
+        run(engine, [{"prompt": "x1"}])
+    assert isinstance(info.value.__cause__, KeyError) and len(calls) == 3
+
+
+def test_a_reward_function_that_raises_is_recorded_as_an_error_episode_when_not_raising():
+    engine = UnifiedWorkflowEngine(
+        SingleTurnWorkflow, {"reward_fn": lambda t, r: 1 / 0}, EchoEngine(), retry_limit=2, raise_on_error=False
+    )
+    (episode,) = run(engine, [{"prompt": "x1"}])
+    assert episode.termination_reason is TerminationReason.ERROR and not episode.trajectories
+    assert "ZeroDivisionError" in episode.info["error"] and episode.task_id == "t0"
+
+
+def test_a_reward_that_is_not_a_number_fails_the_episode():
+    engine = UnifiedWorkflowEngine(SingleTurnWorkflow, {"reward_fn": lambda t, r: "yes"}, EchoEngine(), retry_limit=1)
+    with pytest.raises(WorkflowError, match="return a float"):
+        run(engine, [{"prompt": "x1"}])
+
+
+def test_episodes_are_logged_as_json_lines(tmp_path):
+    engine = UnifiedWorkflowEngine(
+        SingleTurnWorkflow, {"reward_fn": exact}, EchoEngine(), episode_logger=EpisodeLogger(str(tmp_path))
+    )
+    engine.set_training_step(3, mode="train")
+    run(engine, [{"prompt": "x1", "answer": "1"}] * 2)
+    rows = [json.loads(line) for line in (tmp_path / "episodes" / "train_step_3.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["t0:0", "t1:0"] and rows[0]["trajectories"][0]["reward"] == 1.0
+
+
+def test_pass_at_k_is_the_unbiased_estimator():
+    assert unbiased_pass_at_k(5, 0, 2) == 0.0 and unbiased_pass_at_k(5, 5, 1) == 1.0
+    assert unbiased_pass_at_k(5, 2, 2) == pytest.approx(1 - 3 / 10)  # 1 - C(3,2)/C(5,2)
+    with pytest.raises(ValueError):
+        unbiased_pass_at_k(1, 0, 2)
