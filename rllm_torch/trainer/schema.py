@@ -240,7 +240,7 @@ class BackendConfig:
     clip_ratio_c: float | None = None  # dual-clip PPO: cap -c*A on the loss of A < 0 (> 1; verl's 3.0); None: off
     dro_beta: float = 0.05  # weight of the quadratic log-ratio penalty of loss_fn=dro
     rollout_batch_size: int | None = (
-        None  # prompts per generate call; None: as many as 256 MiB of one step's logits hold
+        None  # prompts per generate call; None: as many as 256 MiB of one step's logits hold, at most 1024
     )
     num_threads: int | None = (
         1  # torch.set_num_threads; None: torch's default (1: the tiny model gains nothing from threads)

@@ -196,7 +196,7 @@ def test_the_memory_row_names_each_setting():
     ((name, value),) = backend.summary_rows()
     assert name == "memory"
     assert value == (
-        "float32, micro-batches of 16384 tokens, log-probs in chunks of 7 tokens, sampling 4793490 prompts per "
+        "float32, micro-batches of 16384 tokens, log-probs in chunks of 7 tokens, sampling 1024 prompts per "
         "generate call, activation checkpointing off, no LoRA"
     )
     backend.settings.rollout_batch_size = 64

@@ -18,23 +18,27 @@ from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
 from rllm_torch.backends.torch_backend.forward import causal_lm
 
-__all__ = ["sample_completions", "sample_next_tokens", "default_rollout_batch_size", "ROLLOUT_LOGITS_BYTES"]
+__all__ = ["sample_completions", "sample_next_tokens", "default_rollout_batch_size", "ROLLOUT_LOGITS_BYTES", "MAX_ROLLOUT_BATCH_SIZE"]
 
 ROLLOUT_LOGITS_BYTES = 256 * 2**20
 """One decoding step's float32 logits of a ``generate`` call by default: 256 MiB."""
 
+MAX_ROLLOUT_BATCH_SIZE = 1024
+"""Prompts per ``generate`` call at most by default, whatever the vocabulary (a small one's
+logits would allow millions)."""
+
 
 def default_rollout_batch_size(vocab_size: int) -> int:
     """Prompts per ``generate`` call (``backend.rollout_batch_size=null``) whose step logits take
-    :data:`ROLLOUT_LOGITS_BYTES` in float32: the sampling memory then does not grow with the
-    batch (more calls instead). The KV cache grows with the rows and the tokens too: set
+    :data:`ROLLOUT_LOGITS_BYTES` in float32, at most :data:`MAX_ROLLOUT_BATCH_SIZE`: the sampling
+    memory then does not grow with the batch (more calls instead). The KV cache grows with the rows and the tokens too: set
     ``backend.rollout_batch_size`` for long responses of a large model.
 
     Example:
         >>> default_rollout_batch_size(151_936), default_rollout_batch_size(14)
-        (441, 4793490)
+        (441, 1024)
     """
-    return max(1, ROLLOUT_LOGITS_BYTES // (4 * vocab_size))
+    return max(1, min(MAX_ROLLOUT_BATCH_SIZE, ROLLOUT_LOGITS_BYTES // (4 * vocab_size)))
 
 
 class _EndedRowsMaskWarning(logging.Filter):
