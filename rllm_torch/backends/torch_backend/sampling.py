@@ -18,7 +18,13 @@ from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
 from rllm_torch.backends.torch_backend.forward import causal_lm
 
-__all__ = ["sample_completions", "sample_next_tokens", "default_rollout_batch_size", "ROLLOUT_LOGITS_BYTES", "MAX_ROLLOUT_BATCH_SIZE"]
+__all__ = [
+    "sample_completions",
+    "sample_next_tokens",
+    "default_rollout_batch_size",
+    "ROLLOUT_LOGITS_BYTES",
+    "MAX_ROLLOUT_BATCH_SIZE",
+]
 
 ROLLOUT_LOGITS_BYTES = 256 * 2**20
 """One decoding step's float32 logits of a ``generate`` call by default: 256 MiB."""
