@@ -21,7 +21,7 @@ What is the same on both sides:
   completion as our rollout engine does (the final end token dropped, other special tokens kept);
 * **update**: GRPO advantages (r - group mean) / (group sample std + 1e-4), TRL's formula: ours runs
   with ``rllm.algorithm.std_correction=1 epsilon=1e-4``; no KL (TRL ``beta=0``); one AdamW step
-  (weight decay 0, constant lr ``backend.lr``, gradients clipped to norm ``backend.grad_clip``) over
+  (PyTorch's fused kernel on both sides, TRL's default ``adamw_torch_fused``; weight decay 0, constant lr ``backend.lr``, gradients clipped to norm ``backend.grad_clip``) over
   the whole step's completions (TRL: ``per_device_train_batch_size`` = prompts x rollouts,
   ``gradient_accumulation_steps=1``, so ``generation_batch_size`` is one step's completions and
   ``steps_per_generation=1``; ``num_iterations=1``); the PPO-clip loss averaged over every response
@@ -246,7 +246,7 @@ def trl_worker(spec_path: Path) -> None:
         learning_rate=backend.lr,
         lr_scheduler_type="constant",
         warmup_steps=0,
-        optim="adamw_torch",
+        optim="adamw_torch_fused",  # TRL's default; ours is fused too (model.adamw)
         weight_decay=0.0,
         max_grad_norm=backend.grad_clip,
         use_cpu=True,

@@ -78,6 +78,12 @@ def update_once(
     backend.init_rollout_engine()
     state = TrainerState(trajectory_groups=_groups(data), total_steps=1)
     state.backend_batch = backend.transform_to_backend_batch(state)
+    last_grads = {}  # each step's gradient, before the step frees it
+
+    def keep_grads(optimizer, args, kwargs):
+        last_grads.update({p: p.grad.clone() for p in backend.actor.parameters if p.grad is not None})
+
+    backend.actor.optimizer.register_step_pre_hook(keep_grads)
 
     async def step():
         await backend.process_backend_batch(state)
@@ -85,6 +91,8 @@ def update_once(
         await backend.update_policy(state)
 
     asyncio.run(step())
+    for param, grad in last_grads.items():  # the last mini-batch's gradient, back in .grad
+        param.grad = grad
     return backend, state
 
 
@@ -94,7 +102,6 @@ def one_update(data: list[dict], dotlist: list[str], distributed: bool) -> tuple
     ranks = RunRanks(dist.get_rank(), dist.get_world_size(), 0, dist.group.WORLD) if distributed else RunRanks()
     backend, state = update_once(data, dotlist, ranks)
     weights = _weights(backend)
-    # the last mini-batch's gradient is still in .grad (zero_grad runs before each mini-batch)
     grads = {k: _full(p.grad) for k, p in backend.model.named_parameters() if p.grad is not None}
     return weights, state.metrics | {"grads": grads}
 

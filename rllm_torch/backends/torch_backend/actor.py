@@ -30,7 +30,7 @@ from rllm_torch.backends.torch_backend.lora import (
     load_adapter_state,
     save_merged,
 )
-from rllm_torch.backends.torch_backend.model import build_policy, enable_gradient_checkpointing
+from rllm_torch.backends.torch_backend.model import adamw, build_policy, enable_gradient_checkpointing
 from rllm_torch.core.errors import ConfigError, ModelNotFoundError
 from rllm_torch.trainer.runtime.ranks import RunRanks
 
@@ -117,9 +117,7 @@ class Actor:
         else:
             self.train_model = wrap_ddp(self.scorer, ranks, device)
         self.parameters = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(
-            self.parameters, lr=self.settings.lr, weight_decay=self.settings.weight_decay
-        )
+        self.optimizer = adamw(self.parameters, lr=self.settings.lr, weight_decay=self.settings.weight_decay)
 
     @property
     def lora(self) -> bool:
@@ -178,10 +176,13 @@ class Actor:
         return self.train_model(dummy, torch.ones_like(dummy)).log_probs.sum() * 0.0
 
     def step(self) -> Tensor:
-        """Clip the accumulated gradient to ``backend.grad_clip`` and take one AdamW step; returns
-        the gradient norm before clipping (a DTensor under FSDP)."""
+        """Clip the accumulated gradient to ``backend.grad_clip``, take one AdamW step and free the
+        gradient (it would otherwise stay resident through the next sampling phase and checkpoint,
+        the size of the trained weights); returns the gradient norm before clipping (a DTensor
+        under FSDP)."""
         norm = torch.nn.utils.clip_grad_norm_(self.parameters, self.settings.grad_clip)
         self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
         return norm
 
     def sampling_weights(self) -> AbstractContextManager:

@@ -23,7 +23,7 @@ from transformers import AutoModelForTokenClassification, PreTrainedModel
 
 from rllm_torch.backends.torch_backend.forward import on_real_columns
 from rllm_torch.backends.torch_backend.losses import clipped_value_loss
-from rllm_torch.backends.torch_backend.model import compute_autocast, enable_gradient_checkpointing
+from rllm_torch.backends.torch_backend.model import adamw, compute_autocast, enable_gradient_checkpointing
 from rllm_torch.core.errors import ConfigError
 
 __all__ = ["Critic", "build_critic", "token_values"]
@@ -97,7 +97,7 @@ class Critic:
         if gradient_checkpointing:
             enable_gradient_checkpointing(self.model)
         self.train_model = wrap(self.model)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
+        self.optimizer = adamw(list(self.model.parameters()), lr=settings.lr, weight_decay=settings.weight_decay)
         self.pad_token_id, self.autocast_dtype = pad_token_id, autocast_dtype
         self.grad_norms: list[Tensor] = []
 

@@ -18,6 +18,7 @@ __all__ = [
     "resolve_compute_dtype",
     "enable_gradient_checkpointing",
     "compute_autocast",
+    "adamw",
     "context_length",
     "check_context",
     "ARCHITECTURES",
@@ -185,6 +186,19 @@ def compute_autocast(device: torch.device | str, dtype: torch.dtype | None) -> A
     if dtype is None:
         return nullcontext()
     return torch.autocast(torch.device(device).type, dtype=dtype)
+
+
+def adamw(params: list[torch.nn.Parameter], *, lr: float, weight_decay: float) -> torch.optim.AdamW:
+    """``torch.optim.AdamW`` over ``params``, with PyTorch's fused kernel when every parameter is
+    on a CPU or CUDA device (float32 state either way).
+
+    The fused kernel updates a tensor in one pass; the default for-loop form of a CPU optimizer
+    allocates ``sqrt(v)`` and its bias-corrected copy of each tensor, 1.1 GB for Qwen2.5-0.5B's
+    151,936 x 896 embedding, at the moment every weight, gradient and moment is resident (the
+    peak of a step). It is also the default of ``transformers``' Trainer (``adamw_torch_fused``).
+    """
+    fused = bool(params) and all(p.device.type in ("cpu", "cuda") for p in params)
+    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=True if fused else None)
 
 
 def enable_gradient_checkpointing(model: PreTrainedModel, *, key: str = "backend.gradient_checkpointing") -> None:
