@@ -5,6 +5,8 @@ aggregation (one process here; 2 gloo ranks in test_distributed_training.py)."""
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,6 +14,7 @@ import trainer_rank_tasks as tasks
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rllm_torch.backends.torch_backend import micro_batches
 from rllm_torch.backends.torch_backend.micro_batches import plan_micro_batches, split_rows, stage_memory
 from rllm_torch.core.errors import ConfigError, OutOfMemoryError
 
@@ -91,3 +94,21 @@ def test_micro_batches_give_the_one_batch_gradient(dotlist):
     assert micro_m.keys() == want_m.keys()
     for key, want in want_m.items():
         assert math.isclose(micro_m[key], want, rel_tol=1e-5, abs_tol=1e-6), (key, micro_m[key], want)
+
+
+@pytest.mark.skipif(micro_batches._malloc_trim() is None, reason="glibc's malloc_trim only")
+def test_release_host_memory_returns_the_freed_heap_to_the_operating_system():
+    """400 freed 1 MiB tensors between live ones: the heap keeps their pages until released."""
+
+    def resident_mib() -> float:
+        return int(re.search(r"VmRSS:\s+(\d+)", Path("/proc/self/status").read_text()).group(1)) / 1024
+
+    del_me = torch.ones(2**18)
+    del del_me  # a freed mmapped block raises glibc's mmap threshold: 1 MiB blocks then come from the heap
+    tensors = [torch.ones(2**18) for _ in range(800)]
+    kept = tensors[1::2]  # every other block stays: the freed ones are holes, not the heap's top
+    del tensors
+    before = resident_mib()
+    micro_batches.release_host_memory()
+    assert before - resident_mib() > 300
+    assert len(kept) == 400

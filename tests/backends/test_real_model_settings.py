@@ -54,7 +54,7 @@ def test_the_optimizer_is_fused_adamw_and_a_step_frees_the_gradient():
     before = [p.detach().clone() for p in backend.actor.parameters]
     backend.actor.step()
     assert all(p.grad is None for p in backend.actor.parameters)
-    assert any(not torch.equal(p, b) for p, b in zip(backend.actor.parameters, before))
+    assert any(not torch.equal(p, b) for p, b in zip(backend.actor.parameters, before, strict=True))
 
 
 @pytest.mark.parametrize("arch", [[], LLAMA], ids=["gpt2", "llama"])

@@ -30,6 +30,7 @@ from rllm_torch.backends.torch_backend.lora import (
     load_adapter_state,
     save_merged,
 )
+from rllm_torch.backends.torch_backend.micro_batches import release_host_memory
 from rllm_torch.backends.torch_backend.model import adamw, build_policy, enable_gradient_checkpointing
 from rllm_torch.core.errors import ConfigError, ModelNotFoundError
 from rllm_torch.trainer.runtime.ranks import RunRanks
@@ -181,6 +182,7 @@ class Actor:
         the size of the trained weights); returns the gradient norm before clipping (a DTensor
         under FSDP)."""
         norm = torch.nn.utils.clip_grad_norm_(self.parameters, self.settings.grad_clip)
+        release_host_memory()  # what the backward freed, before AdamW's moments join the gradients
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return norm
