@@ -96,8 +96,8 @@ def test_micro_batches_give_the_one_batch_gradient(dotlist):
         assert math.isclose(micro_m[key], want, rel_tol=1e-5, abs_tol=1e-6), (key, micro_m[key], want)
 
 
-@pytest.mark.skipif(micro_batches._malloc_trim() is None, reason="glibc's malloc_trim only")
-def test_release_host_memory_returns_the_freed_heap_to_the_operating_system():
+@pytest.mark.skipif(micro_batches._glibc() is None, reason="glibc's mallinfo2 and malloc_trim only")
+def test_release_host_memory_returns_the_freed_heap_to_the_operating_system_above_its_threshold():
     """400 freed 1 MiB tensors between live ones: the heap keeps their pages until released."""
 
     def resident_mib() -> float:
@@ -109,6 +109,8 @@ def test_release_host_memory_returns_the_freed_heap_to_the_operating_system():
     kept = tensors[1::2]  # every other block stays: the freed ones are holes, not the heap's top
     del tensors
     before = resident_mib()
-    micro_batches.release_host_memory()
+    assert not micro_batches.release_host_memory(min_free_bytes=2**50)  # below the threshold: kept
+    assert resident_mib() > before - 50
+    assert micro_batches.release_host_memory(min_free_bytes=300 * 2**20)
     assert before - resident_mib() > 300
     assert len(kept) == 400

@@ -101,17 +101,43 @@ def stage_memory(stage: str, advice: str) -> Iterator[None]:
         raise OutOfMemoryError(f"out of memory while {stage} ({first_line}); {advice}") from exc
 
 
+RELEASE_HOST_MEMORY_BYTES = 256 * 2**20
+"""Freed heap memory below which :func:`release_host_memory` keeps it (256 MiB)."""
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
+
+
 @functools.cache
-def _malloc_trim() -> Callable[[int], int] | None:
+def _glibc() -> tuple[Callable[[], _MallInfo2], Callable[[int], int]] | None:
     try:
-        return ctypes.CDLL(None).malloc_trim  # glibc
+        libc = ctypes.CDLL(None)
+        mallinfo2, malloc_trim = libc.mallinfo2, libc.malloc_trim  # glibc 2.33 and later
     except (OSError, AttributeError):
         return None
+    mallinfo2.restype = _MallInfo2
+    return mallinfo2, malloc_trim
 
 
-def release_host_memory() -> None:
-    """Give the memory the C heap holds freed back to the operating system (glibc's
-    ``malloc_trim``; a no-op on other C libraries).
+def release_host_memory(min_free_bytes: int = RELEASE_HOST_MEMORY_BYTES) -> bool:
+    """Give the memory the C heap holds freed back to the operating system when it is at least
+    ``min_free_bytes`` (glibc's ``mallinfo2`` and ``malloc_trim``; a no-op on other C libraries).
+    Returns whether it did.
 
     CPU tensors under glibc's mmap threshold (32 MiB at most: activations, KV-cache pieces, a
     micro-batch's temporaries) come from the heap, which keeps their pages when they are freed, so a
@@ -119,7 +145,13 @@ def release_host_memory() -> None:
     optimizer step the trainer returns them, the host's counterpart of verl's
     ``torch.cuda.empty_cache()`` between stages: at Qwen2.5-0.5B's shape (bf16, checkpointing,
     micro-batches of 16 rows) the heap held 1.45 GiB freed at the optimizer step, where weights,
-    gradients and AdamW's moments peak together.
+    gradients and AdamW's moments peak together. Below the threshold the pages are kept: the next
+    allocations would fault them in again, which cost the tiny default model about 25 ms a step.
     """
-    if (trim := _malloc_trim()) is not None:
-        trim(0)
+    if (glibc := _glibc()) is None:
+        return False
+    mallinfo2, malloc_trim = glibc
+    if mallinfo2().fordblks < min_free_bytes:
+        return False
+    malloc_trim(0)
+    return True
