@@ -117,7 +117,7 @@ def trl_args(case: Case, setting: str) -> dict:
 
 
 def measure(command: list[str], log: Path, threads: int, cap_gb: float) -> dict:
-    """Run ``command`` to its end; its wall time, exit status and peak RSS (GB)."""
+    """Run ``command`` to its end; its wall time, exit status and peak RSS (GiB)."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
     cap = int(cap_gb * 2**30)
 
@@ -173,7 +173,7 @@ def run_one(name: str, case: Case, setting: str, side: str, model_dir: Path, out
     result["step_s"] = step_seconds(metrics)
     result["error"] = failure(run_dir / "run.log") if result["rc"] or result["step_s"] is None else None
     print(
-        f"  peak {result['peak_gb']:.2f} GB, step {result['step_s'] or float('nan'):.1f} s, "
+        f"  peak {result['peak_gb']:.2f} GiB, step {result['step_s'] or float('nan'):.1f} s, "
         f"wall {result['wall_s']:.0f} s{'; ' + result['error'] if result['error'] else ''}",
         flush=True,
     )
@@ -186,7 +186,7 @@ def cell(result: dict | None, key: str, fmt: str) -> str:
     if result is None:
         return "-"
     if result["error"]:
-        return f"{result['error'].split(':')[0]} (at {result['peak_gb']:.1f} GB)" if key == "peak_gb" else "-"
+        return f"{result['error'].split(':')[0]} (at {result['peak_gb']:.1f} GiB)" if key == "peak_gb" else "-"
     return fmt.format(result[key])
 
 
@@ -206,13 +206,13 @@ def report(table: dict, args) -> str:
         f"Run {datetime.datetime.now():%Y-%m-%d %H:%M} with `python benchmarks/bench_memory.py {' '.join(sys.argv[1:])}`"
         + (" (the other rows: the earlier run it updates)" if args.update else "")
         + f" on {cpu_name()}, {os.cpu_count()} cores, "
-        f"{args.threads} torch thread(s) per run, one run at a time, address space capped at {args.cap_gb:g} GB; "
+        f"{args.threads} torch thread(s) per run, one run at a time, address space capped at {args.cap_gb:g} GiB; "
         f"torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}.",
         "",
-        "Peak resident memory of the whole process (GB) and seconds of the training step; TRL / ours above 1: "
+        "Peak resident memory of the whole process (GiB) and seconds of the training step; TRL / ours above 1: "
         "TRL needs more. See the script's docstring for every setting.",
         "",
-        "| case | setting | ours peak GB | TRL peak GB | TRL / ours | ours s / step | TRL s / step | TRL / ours |",
+        "| case | setting | ours peak GiB | TRL peak GiB | TRL / ours | ours s / step | TRL s / step | TRL / ours |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for name, settings in sorted(table.items(), key=lambda item: list(CASES).index(item[0])):
@@ -236,7 +236,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument(
         "--threads", type=int, default=os.cpu_count(), help="torch threads per run (default: all cores)"
     )
-    parser.add_argument("--cap-gb", type=float, default=18.0, help="address-space cap of each run (default 18)")
+    parser.add_argument("--cap-gb", type=float, default=18.0, help="address-space cap of each run in GiB (default 18)")
     parser.add_argument("--out", type=Path, default=REPO / "outputs" / "bench_memory")
     parser.add_argument(
         "--update", action="store_true", help="rerun only the selected runs, keep the others of <out>/results.json"

@@ -12,6 +12,7 @@ Source: Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language Models", ar
 from __future__ import annotations
 
 import copy
+import warnings
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -69,7 +70,11 @@ def apply_lora(model: nn.Module, settings: Any, *, seed: int = 0) -> nn.Module:
     )
     try:
         device = next(model.parameters()).device
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), warnings.catch_warnings():
+            # peft reads transformers' deprecated ``is_gradient_checkpointing``: a warning no user can act on
+            warnings.filterwarnings(
+                "ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning
+            )
             torch.manual_seed(seed)
             return peft.get_peft_model(model, config)
     except ValueError as exc:
