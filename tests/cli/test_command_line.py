@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_module
+from tiny_runs import TINY
 from trainer_fakes import RecordingBackend, TwoRoleWorkflow, make_config
 
 from rllm_torch import UnifiedTrainer
@@ -161,19 +162,6 @@ def test_total_batches_beyond_the_epochs_trains_on_and_says_so():
     assert (plan.total_steps, plan.epochs) == (3, 2) and "training 3 steps, over 2 epochs" in plan.note
     assert plan_steps(2, 4, 3).note is None and plan_steps(2, 4, 3).total_steps == 3  # fewer: stops early
     assert plan_steps(2, 4, None).total_steps == 8
-
-
-TINY = [
-    "task.train_size=16",
-    "task.val_size=4",
-    "data.train_batch_size=8",
-    "rllm.rollout.n=2",
-    "rllm.rollout.n_val=1",
-    "model.hidden_size=32",
-    "rllm.trainer.total_epochs=1",
-    "rllm.trainer.logger=[console,jsonl]",
-    "rllm.trainer.log_table_every=1",
-]
 
 
 def _steps(run_dir: Path) -> list[int]:

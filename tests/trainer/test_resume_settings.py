@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_module
-from test_command_line import TINY
+from tiny_runs import TINY
 from trainer_fakes import make_config
 
 from rllm_torch.cli.command_line import known_keys, register_configs

@@ -149,7 +149,8 @@ class TorchBackend(SettingsChecks, BatchPasses, PolicyUpdate, BackendProtocol):
     @property
     def rollout_batch_size(self) -> int:
         """Prompts per sampling call: ``backend.rollout_batch_size``, or as many as 256 MiB of one
-        step's logits hold, at most 1024 (:func:`~rllm_torch.backends.torch_backend.sampling.default_rollout_batch_size`)."""
+        step's logits hold, at most 1024
+        (:func:`~rllm_torch.backends.torch_backend.sampling.default_rollout_batch_size`)."""
         vocab = causal_lm(self.model).get_output_embeddings().weight.shape[0]
         return self.settings.rollout_batch_size or default_rollout_batch_size(vocab)
 

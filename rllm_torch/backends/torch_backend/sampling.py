@@ -36,9 +36,10 @@ logits would allow millions)."""
 
 def default_rollout_batch_size(vocab_size: int) -> int:
     """Prompts per ``generate`` call (``backend.rollout_batch_size=null``) whose step logits take
-    :data:`ROLLOUT_LOGITS_BYTES` in float32, at most :data:`MAX_ROLLOUT_BATCH_SIZE`: the sampling
-    memory then does not grow with the batch (more calls instead). The KV cache grows with the rows and the tokens too: set
-    ``backend.rollout_batch_size`` for long responses of a large model.
+    :data:`ROLLOUT_LOGITS_BYTES` in float32, at most :data:`MAX_ROLLOUT_BATCH_SIZE`: the
+    sampling memory then does not grow with the batch (more calls instead). The KV cache grows
+    with the rows and the tokens too: set ``backend.rollout_batch_size`` for long responses of a
+    large model.
 
     Example:
         >>> default_rollout_batch_size(151_936), default_rollout_batch_size(14)

@@ -89,7 +89,7 @@ class PolicyUpdate:
                 for rows in order.tensor_split(num_minis):  # this rank's part of each global mini-batch
                     normaliser = self._global_normaliser(batch.response_mask[rows])
                     micro = self._micro_batches(batch, rows, collective=True)
-                    self.actor.optimizer.zero_grad(set_to_none=True)
+                    # no gradient to zero: the previous step (Actor.step) freed it
                     stats = {}
                     for i, micro_rows in enumerate(micro):
                         last = i == len(micro) - 1

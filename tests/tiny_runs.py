@@ -1,0 +1,13 @@
+"""Command-line overrides of a tiny training run, shared by the command-line and resume tests."""
+
+TINY = [
+    "task.train_size=16",
+    "task.val_size=4",
+    "data.train_batch_size=8",
+    "rllm.rollout.n=2",
+    "rllm.rollout.n_val=1",
+    "model.hidden_size=32",
+    "rllm.trainer.total_epochs=1",
+    "rllm.trainer.logger=[console,jsonl]",
+    "rllm.trainer.log_table_every=1",
+]
