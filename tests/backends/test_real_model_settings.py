@@ -75,10 +75,25 @@ def test_bf16_trains_in_bf16_with_float32_weights_and_optimizer_state(arch):
     assert cosine > 0.999
 
 
-def test_bf16_on_a_device_without_bf16_is_a_start_up_error(monkeypatch):
-    monkeypatch.setattr(policy_module, "bf16_supported", lambda device: False)  # this CPU has AVX-512 BF16
-    with pytest.raises(ConfigError, match="backend.dtype=bfloat16 but the cpu device has no native bfloat16"):
-        TorchBackend(tasks.backend_config("backend.dtype=bfloat16"))
+@pytest.mark.parametrize("native", [True, False], ids=["native-bf16-cpu", "cpu-without-bf16"])
+def test_bf16_runs_on_any_cpu_and_the_summary_says_when_it_is_emulated(monkeypatch, native):
+    """bf16 on a CPU is what PyTorch makes of it there, whatever the CPU's flags; the check of
+    the flags is made to answer each way, so both branches run on every machine."""
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    backend = TorchBackend(tasks.backend_config("backend.dtype=bfloat16"))
+    assert backend.compute_dtype == torch.bfloat16
+    memory = dict(backend.summary_rows())["memory"]
+    assert memory.startswith("bfloat16 compute (float32 weights and AdamW state")
+    assert ("emulated: this CPU has no AVX-512 BF16 or AMX" in memory) is not native
+    float32 = TorchBackend(tasks.backend_config())
+    assert float32.compute_dtype is None and dict(float32.summary_rows())["memory"].startswith("float32,")
+
+
+def test_bf16_on_a_gpu_without_bf16_and_float16_are_start_up_errors(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: False)
+    with pytest.raises(ConfigError, match="backend.dtype=bfloat16 but this CUDA GPU has no bfloat16 support"):
+        policy_module.resolve_compute_dtype("bfloat16", torch.device("cuda"))
     with pytest.raises(ConfigError, match="float16 needs loss scaling; use bfloat16"):
         TorchBackend(tasks.backend_config("backend.dtype=float16"))
 

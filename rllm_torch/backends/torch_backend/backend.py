@@ -55,7 +55,7 @@ from rllm_torch.backends.torch_backend.critic import Critic
 from rllm_torch.backends.torch_backend.data import TaskDataLoader
 from rllm_torch.backends.torch_backend.forward import causal_lm
 from rllm_torch.backends.torch_backend.logprobs import default_chunk_tokens
-from rllm_torch.backends.torch_backend.model import resolve_compute_dtype, resolve_device
+from rllm_torch.backends.torch_backend.model import bf16_supported, resolve_compute_dtype, resolve_device
 from rllm_torch.backends.torch_backend.passes import BatchPasses
 from rllm_torch.backends.torch_backend.rollout import SamplingParams, TorchRolloutEngine
 from rllm_torch.backends.torch_backend.sampling import default_rollout_batch_size
@@ -164,6 +164,16 @@ class TorchBackend(SettingsChecks, BatchPasses, PolicyUpdate, BackendProtocol):
     def optimizer(self) -> torch.optim.Optimizer:
         return self.actor.optimizer
 
+    def _dtype_summary(self) -> str:
+        if self.compute_dtype is None:
+            return "float32"
+        emulated = (
+            ""
+            if bf16_supported(self.device)
+            else ", emulated: this CPU has no AVX-512 BF16 or AMX, slower than float32"
+        )
+        return f"bfloat16 compute (float32 weights and AdamW state{emulated})"
+
     def summary_rows(self) -> list[tuple[str, str]]:
         """The start-up summary's ``memory`` row: compute dtype, micro-batch budget, head chunk,
         activation checkpointing and LoRA."""
@@ -171,7 +181,7 @@ class TorchBackend(SettingsChecks, BatchPasses, PolicyUpdate, BackendProtocol):
         vocab = causal_lm(self.model).get_output_embeddings().weight.shape[0]
         chunk = s.log_prob_chunk_tokens or default_chunk_tokens(vocab)
         parts = [
-            "bfloat16 compute (float32 weights and AdamW state)" if self.compute_dtype else "float32",
+            self._dtype_summary(),
             f"micro-batches of {s.micro_batch_tokens} tokens" if s.micro_batch_tokens else "no micro-batches",
             f"log-probs in chunks of {chunk} tokens",
             f"sampling {self.rollout_batch_size} prompts per generate call",

@@ -16,6 +16,7 @@ __all__ = [
     "build_policy",
     "resolve_device",
     "resolve_compute_dtype",
+    "bf16_supported",
     "enable_gradient_checkpointing",
     "compute_autocast",
     "adamw",
@@ -148,7 +149,7 @@ def resolve_device(name: str, *, local_rank: int | None = None) -> torch.device:
 
 def bf16_supported(device: torch.device) -> bool:
     """Whether ``device`` computes in bfloat16 natively: a CUDA GPU that says so, or a CPU with
-    AVX-512 BF16 or AMX (elsewhere PyTorch emulates it, many times slower than float32)."""
+    AVX-512 BF16 or AMX (elsewhere PyTorch emulates it on the CPU, correct but slower than float32)."""
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
     return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
@@ -163,19 +164,24 @@ def resolve_compute_dtype(name: str, device: torch.device) -> torch.dtype | None
     8-bit mantissa (what verl's FSDP workers and TRL's ``bf16=True`` do); log-probs, losses and
     the head's logits accumulate in float32.
 
+    On a CPU without AVX-512 BF16 or AMX, bfloat16 runs as PyTorch runs it there (its CPU kernels
+    emulate bf16 through float32: the same numbers to bf16's rounding, slower than float32), as
+    TRL's ``bf16=True`` does; the start-up summary says so (:func:`bf16_supported`). An explicit
+    setting is honoured rather than refused, and the result does not depend on the CPU's flags.
+
     Raises:
         ConfigError: an unknown name (float16 included: it needs loss scaling, which the trainer
-            does not do), or bfloat16 on a device without bf16 support.
+            does not do), or bfloat16 on a CUDA GPU without bf16 (compute capability below 8.0).
     """
     if name not in DTYPES:
         hint = " (float16 needs loss scaling; use bfloat16)" if name == "float16" else ""
         raise ConfigError(f"backend.dtype={name!r} is not one of {DTYPES}{hint}.")
     if name == "float32":
         return None
-    if not bf16_supported(device):
+    if device.type == "cuda" and not bf16_supported(device):
         raise ConfigError(
-            f"backend.dtype=bfloat16 but the {device.type} device has no native bfloat16 support (a GPU of compute "
-            "capability 8.0 or newer, or a CPU with AVX-512 BF16 / AMX): set backend.dtype=float32."
+            "backend.dtype=bfloat16 but this CUDA GPU has no bfloat16 support (compute capability 8.0 or newer "
+            "is needed): set backend.dtype=float32."
         )
     return torch.bfloat16
 
