@@ -99,6 +99,31 @@ def test_the_backward_is_autograd_of_the_full_formula_in_float64(temperature):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("chunk", [3, 64], ids=["four-chunks", "one-chunk"])
+def test_the_bf16_backward_over_several_chunks_is_autograd_of_the_bf16_head(chunk):
+    """Under bf16 autocast every chunk's weight and bias gradient is added to the others' (a chunk
+    that overwrote them would keep a quarter of the gradient here), to bf16's rounding of the
+    matmuls; the reference is autograd through the same bf16 head with float32 log-softmax."""
+    g = torch.Generator().manual_seed(3)
+    hidden = torch.randn(10, 16, generator=g, requires_grad=True)
+    weight = torch.randn(40, 16, generator=g, requires_grad=True)
+    bias = torch.randn(40, generator=g, requires_grad=True)
+    targets = torch.randint(0, 40, (10,), generator=g)
+    coef = torch.linspace(-1.0, 2.0, 10)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logp, entropy = chunked_token_log_probs(
+            hidden, weight, targets, bias=bias, temperature=0.8, chunk_tokens=chunk, with_entropy=True
+        )
+        got = torch.autograd.grad((coef * logp).sum() + entropy.sum(), (hidden, weight, bias))
+        z = torch.nn.functional.linear(hidden, weight) + bias  # the head in bf16, as the model's lm_head
+    logp_MV = (z.float() / 0.8).log_softmax(-1)
+    full = (coef * logp_MV.gather(1, targets[:, None]).squeeze(1)).sum() - (logp_MV.exp() * logp_MV).sum()
+    want = torch.autograd.grad(full, (hidden, weight, bias))
+    for name, a, b in zip(("hidden", "weight", "bias"), got, want, strict=True):
+        assert a.dtype == torch.float32, name
+        torch.testing.assert_close(a, b, rtol=0, atol=0.03 * b.abs().max().item(), msg=name)
+
+
 def test_bad_arguments_name_what_is_wrong():
     h, w, y = torch.zeros(2, 4), torch.zeros(5, 4), torch.zeros(2, dtype=torch.long)
     with pytest.raises(ValueError, match="share H"):
@@ -127,15 +152,17 @@ class _LargestTensor(TorchDispatchMode):
 
 
 def test_no_more_than_one_chunk_of_logits_exists_in_the_forward_and_the_backward():
-    vocab, tokens, chunk = 4000, 64, 8
-    hidden = torch.randn(tokens, 16, requires_grad=True)
-    weight = torch.randn(vocab, 16, requires_grad=True)
+    vocab, tokens, chunk, width = 4000, 64, 8, 4
+    hidden = torch.randn(tokens, width, requires_grad=True)
+    weight = torch.randn(vocab, width, requires_grad=True)
     targets = torch.randint(0, vocab, (tokens,))
     with _LargestTensor() as mode:
         logp, entropy = chunked_token_log_probs(hidden, weight, targets, chunk_tokens=chunk, with_entropy=True)
         (logp.sum() + entropy.sum()).backward()
-    # the weight and its gradient are [V, H]; a chunk of logits [8, V]: both far below [64, V]
-    assert mode.largest <= max(chunk * vocab, weight.numel()) < tokens * vocab
+    # the weight and its gradient are [V, 4], half a chunk of logits [8, V]: the largest tensor
+    # is exactly one chunk's logits (two chunks, [16, V], or all of them, [64, V], would show)
+    assert weight.numel() < chunk * vocab
+    assert mode.largest == chunk * vocab
 
 
 def test_the_default_chunk_holds_128_mib_of_float32_logits():

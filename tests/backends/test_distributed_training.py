@@ -51,6 +51,8 @@ SPLITS = {"uneven": (3, 1), "rank 1 empty": (4, 0)}
             "backend.micro_batch_tokens=14",
             "rllm.algorithm.loss_agg_mode=seq-mean-token-mean",
         ],
+        # rollout correction: the weights' mean and ESS are sums over the ranks, their max a max
+        ["rllm.algorithm.rollout_correction.tis_mode=token", "rllm.algorithm.rollout_correction.tis_cap=1.01"],
     ],
     ids=[
         "token-mean",
@@ -64,6 +66,7 @@ SPLITS = {"uneven": (3, 1), "rank 1 empty": (4, 0)}
         "sum-norm+micro-batches",
         "fsdp+micro-batches",
         "gae+critic+micro-batches",
+        "tis",
     ],
 )
 def test_one_update_on_two_ranks_gives_the_weights_of_one_process(pool, split, dotlist):

@@ -242,16 +242,34 @@ def test_the_critic_values_are_computed_on_the_real_columns_only(tmp_path):
     torch.testing.assert_close(values, full, rtol=0, atol=1e-6)
 
 
-def test_the_sequence_ratio_and_the_dual_clip_reach_the_backends_loss():
-    """Two epochs on one batch (so the second sees ρ != 1): GSPO's sequence ratio trains other
-    weights than the token ratio, and a dual clip just above 1 caps some negative-advantage
-    tokens (``actor/clip_fraction_lower``)."""
-    token, token_metrics, _, _ = _backend_step(["backend.ppo_epochs=2"])
-    sequence, _, _, _ = _backend_step(["backend.ppo_epochs=2", "rllm.algorithm.importance_sampling_level=sequence"])
+def test_the_sequence_ratio_and_the_dual_clip_reach_the_backends_loss(monkeypatch):
+    """Two epochs on one batch (so the second sees ρ != 1). Every loss the backend optimises is the
+    pure ``policy_loss`` of its inputs with GSPO's sequence ratio (not the token ratio, which gives
+    another value in the second epoch), and the dual clip's cap is what ``actor/clip_fraction_lower``
+    reports."""
+    from rllm_torch.backends.torch_backend import update
+    from rllm_torch.backends.torch_backend.losses import policy_loss
+
+    calls = []
+
+    def recording_policy_loss(name, *tensors, **options):  # the real loss, its inputs kept
+        loss, stats = policy_loss(name, *tensors, **options)
+        calls.append((name, [t.detach().clone() for t in tensors], options, loss.detach(), stats))
+        return loss, stats
+
+    monkeypatch.setattr(update, "policy_loss", recording_policy_loss)
+    _, token_metrics, _, _ = _backend_step(["backend.ppo_epochs=2"])
     assert "actor/clip_fraction_lower" not in token_metrics
-    gap = max(
-        (a - b).abs().max().item() for a, b in zip(token.model.parameters(), sequence.model.parameters(), strict=True)
-    )
-    assert gap > 1e-4  # two token-level runs differ by about 1e-6 (the mini-batch order's float sums)
+    calls.clear()
+    _backend_step(["backend.ppo_epochs=2", "rllm.algorithm.importance_sampling_level=sequence"])
+    assert len(calls) == 2 and all(options["importance_sampling_level"] == "sequence" for _, _, options, _, _ in calls)
+    name, tensors, options, loss, _ = calls[1]  # the second epoch: the policy moved since sampling
+    assert loss == policy_loss(name, *tensors, **options)[0]
+    token_level = policy_loss(name, *tensors, **(options | {"importance_sampling_level": "token"}))[0]
+    assert abs(loss - token_level) > 1e-7
+    calls.clear()
     _, capped, _, _ = _backend_step(["backend.ppo_epochs=2", "backend.clip_ratio_c=1.0001"])
-    assert 0 < capped["actor/clip_fraction_lower"] < 1
+    assert len(calls) == 2 and all(options["clip_ratio_c"] == 1.0001 for _, _, options, _, _ in calls)
+    fractions = [float(stats["clip_fraction_lower"]) for _, _, _, _, stats in calls]
+    assert fractions[0] == 0.0 and 0 < fractions[1] < 1  # ρ = 1 in the first epoch: nothing to cap
+    assert capped["actor/clip_fraction_lower"] == pytest.approx(sum(fractions) / 2, rel=1e-6)

@@ -236,6 +236,11 @@ def test_a_checkpoint_from_before_the_new_keys_resumes_with_their_defaults(tmp_p
     from rllm_torch.trainer.runtime.fingerprint import check_fingerprint, config_fingerprint
 
     current = config_fingerprint(make_config(tmp_path))
-    added = ("task.min_digits", "task.max_digits", "task.apply_chat_template", "model.pad_token")
+    added = {"task.min_digits": "2", "task.max_digits": "5", "task.apply_chat_template": "true", "model.pad_token": "x"}
     old = {k: v for k, v in current.items() if k not in added}
+    assert len(old) == len(current) - len(added)
     check_fingerprint(old, current, "step_000002")  # no error: the defaults are what the old run had
+    for key, value in added.items():  # and the old run is held to those defaults, key by key
+        other = config_fingerprint(make_config(tmp_path, f"{key}={value}"))
+        with pytest.raises(CheckpointMismatchError, match=rf"{key}: .* in the checkpoint, .* now"):
+            check_fingerprint(old, other, "step_000002")

@@ -43,6 +43,57 @@ def test_every_setting_is_fingerprinted_or_declared_resumable_and_no_table_names
     )  # no repeats
 
 
+# What decides the samples, the rewards, the advantages or the loss is fingerprinted: a rule stated
+# here apart from the tables, so a key moved to RESUMABLE_KEYS by mistake turns this red.
+COMPUTED_PREFIXES = (
+    "model.",
+    "task.",
+    "data.",
+    "rllm.rollout.",
+    "rllm.algorithm.",
+    "rllm.stepwise_advantage.",
+    "rllm.compact_filtering.",
+    "rllm.rejection_sample.",
+)
+RESUMABLE_UNDER_THEM = {  # each read where it is used, and a run that changes it halfway is still one run
+    "rllm.algorithm.lr_schedule",
+    "rllm.algorithm.warmup_steps_ratio",
+    "rllm.algorithm.use_rllm",  # read by nothing
+}
+
+
+def test_every_setting_that_decides_what_is_computed_is_fingerprinted():
+    computed = {k for k in schema_settings() if k.startswith(COMPUTED_PREFIXES)} - RESUMABLE_UNDER_THEM
+    assert computed and not computed - set(fingerprint.FINGERPRINT_KEYS), sorted(
+        computed - set(fingerprint.FINGERPRINT_KEYS)
+    )
+    assert RESUMABLE_UNDER_THEM <= set(fingerprint.RESUMABLE_KEYS)
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("rllm.algorithm.importance_sampling_level", "sequence"),
+        ("backend.clip_ratio_c", "3.0"),
+        ("backend.entropy_coeff", "0.01"),
+        ("rllm.algorithm.rollout_correction.tis_mode", "token"),
+        ("rllm.algorithm.rollout_correction.tis_cap", "5.0"),
+        ("rllm.algorithm.rollout_correction.bypass_mode", "true"),
+        ("rllm.algorithm.filter_groups.enable", "true"),
+        ("rllm.algorithm.filter_groups.metric", "acc"),
+        ("rllm.algorithm.filter_groups.max_num_gen_batches", "3"),
+        ("rllm.algorithm.loss_agg_mode", "seq-mean-token-mean"),
+        ("backend.dtype", "bfloat16"),
+        ("backend.rollout.engine", "vllm"),
+    ],
+)
+def test_a_change_of_a_newer_fingerprinted_setting_is_a_mismatch_naming_it(tmp_path, key, value):
+    saved = fingerprint.config_fingerprint(make_config(tmp_path))
+    changed = fingerprint.config_fingerprint(make_config(tmp_path, f"{key}={value}"))
+    with pytest.raises(CheckpointMismatchError, match=rf"{key}: .* in the checkpoint, .* now"):
+        fingerprint.check_fingerprint(saved, changed, "step_000002")
+
+
 # ---- checkpoints from before a key was fingerprinted ---------------------------------------
 
 
