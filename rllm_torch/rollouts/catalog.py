@@ -14,6 +14,7 @@ from rllm_torch.rollouts.file_task import file_task
 from rllm_torch.rollouts.reasoning_gym import reasoning_gym_task
 from rllm_torch.rollouts.reverse import reverse_task
 from rllm_torch.rollouts.task import Task
+from rllm_torch.rollouts.word_addition import word_addition_task
 
 __all__ = ["TASK_BUILDERS", "TASK_NAMES", "build_task"]
 
@@ -23,6 +24,7 @@ TASK_BUILDERS: dict[str, Callable[[Any], Task]] = {
     "distill": distill_task,
     "file": file_task,
     "reverse": reverse_task,
+    "word_addition": word_addition_task,  # for a pretrained chat model
     "reasoning_gym": reasoning_gym_task,  # imports its optional package only when built
 }
 TASK_NAMES = tuple(TASK_BUILDERS)
@@ -31,7 +33,8 @@ TASK_NAMES = tuple(TASK_BUILDERS)
 def build_task(task_config: Any) -> Task:
     """The task named by ``task_config.name``: ``arithmetic`` (the default, generated),
     ``chain`` (multi-turn arithmetic), ``distill`` (precomputed advantages from a teacher),
-    ``reverse`` (reverse a string of digits, partial credit), ``file`` (JSONL/Parquet files of
+    ``reverse`` (reverse a string of digits, partial credit), ``word_addition`` (additions
+    asked in words, for a pretrained chat model), ``file`` (JSONL/Parquet files of
     prompts and answers) or ``reasoning_gym`` (optional extra).
 
     Raises:
