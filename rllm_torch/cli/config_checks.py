@@ -71,7 +71,8 @@ _BOUNDS: dict[str, tuple[float, bool, float | None]] = {
 
 # Keys only one task reads; any other task would silently ignore them.
 FILE_TASK_KEYS = ("train_path", "val_path", "prompt_key", "answer_key", "reward_fn")
-TASK_ONLY_KEYS = {"file": FILE_TASK_KEYS, "reverse": ("min_digits", "max_digits")}
+DIGIT_KEYS = ("min_digits", "max_digits")
+TASK_ONLY_KEYS = {"file": FILE_TASK_KEYS, "reverse": DIGIT_KEYS, "word_addition": DIGIT_KEYS}
 
 
 def _describe(low: float, inclusive: bool, high: float | None) -> str:
@@ -98,29 +99,33 @@ def check_bounds(config: Any) -> None:
 
 
 def _example(key: str) -> Any:
-    """The schema default of ``key`` (a valid value to suggest)."""
+    """The schema default of ``key`` (a valid value to suggest; ``null`` where the default is
+    None, which every such setting takes: automatic, or off)."""
     default = OmegaConf.select(OmegaConf.structured(TrainConfig), key, default=None)
-    return default if default is not None else 1
+    return default if default is not None else "null"
 
 
 def check_task_keys(task_config: Any) -> None:
     """Keys of one task (:data:`TASK_ONLY_KEYS`: ``task=file``'s paths, column names and reward
-    function; ``task=reverse``'s digit counts) set to other than their defaults for another task.
+    function; ``task=reverse``'s and ``task=word_addition``'s digit counts) set to other than their defaults for another task.
 
     Raises:
         ConfigError: naming the key, the task and the fix.
     """
     defaults = TaskConfig()
+    readers: dict[str, list[str]] = {}
     for owner, keys in TASK_ONLY_KEYS.items():
-        if task_config.name == owner:
-            continue
         for key in keys:
-            value = task_config[key]
-            if value != getattr(defaults, key):
-                hint = "to use your own data" if owner == "file" else f"for the {owner} task"
-                raise ConfigError(
-                    f"task.{key}={value!r} is not used by task.name={task_config.name!r} (only task={owner} reads it); add task={owner} {hint}, or drop task.{key}."
-                )
+            readers.setdefault(key, []).append(owner)
+    for key, owners in readers.items():
+        value = task_config[key]
+        if task_config.name in owners or value == getattr(defaults, key):
+            continue
+        hint = "to use your own data" if owners == ["file"] else f"for the {' or '.join(owners)} task"
+        raise ConfigError(
+            f"task.{key}={value!r} is not used by task.name={task_config.name!r} (only task={' or task='.join(owners)} "
+            f"reads it); add task={owners[0]} {hint}, or drop task.{key}."
+        )
 
 
 def check_loss_options(config: Any) -> None:

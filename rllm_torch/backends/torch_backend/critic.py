@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -24,6 +23,7 @@ from transformers import AutoModelForTokenClassification, PreTrainedModel
 from rllm_torch.backends.torch_backend.forward import on_real_columns
 from rllm_torch.backends.torch_backend.losses import clipped_value_loss
 from rllm_torch.backends.torch_backend.model import adamw, compute_autocast, enable_gradient_checkpointing
+from rllm_torch.backends.torch_backend.pretrained import pretrained_dir
 from rllm_torch.core.errors import ConfigError
 
 __all__ = ["Critic", "build_critic", "token_values"]
@@ -41,7 +41,7 @@ def build_critic(model_config: Any, policy: PreTrainedModel, *, seed: int = 0) -
         torch.manual_seed(seed)
         if model_config.path is not None:
             critic = AutoModelForTokenClassification.from_pretrained(
-                Path(model_config.path),
+                pretrained_dir(model_config.path, cache_dir=model_config.gguf_cache_dir),
                 num_labels=1,
                 classifier_dropout=0.0,
                 local_files_only=True,

@@ -4,12 +4,12 @@ config with random weights."""
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
-from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, PreTrainedModel, PreTrainedTokenizerBase
 
+from rllm_torch.backends.torch_backend.pretrained import pretrained_dir
 from rllm_torch.core.errors import ConfigError, ModelNotFoundError
 
 __all__ = [
@@ -37,22 +37,25 @@ def build_policy(
 
     Args:
         model_config: the ``model`` config group: ``path`` (a local directory saved with
-            ``save_pretrained``; None: build from the fields below), ``arch`` (gpt2 | llama),
+            ``save_pretrained``, or a ``.gguf`` file converted once into one under
+            ``gguf_cache_dir``: :mod:`~rllm_torch.backends.torch_backend.pretrained`; None: build
+            from the fields below), ``arch`` (gpt2 | llama),
             ``num_layers``, ``hidden_size``, ``num_heads``, ``max_positions``.
         tokenizer: gives the vocabulary size and the special token ids.
         seed: seeds the random initialisation.
         key: the setting that gave ``model_config.path``, named in errors (``model.ref_path`` for the reference).
 
     Raises:
-        ModelNotFoundError: ``path`` is not a directory with a model.
-        ConfigError: an unknown ``arch``, ``hidden_size`` not divisible by ``num_heads``, or a
+        ModelNotFoundError: ``path`` is not a directory with a model, nor a ``.gguf`` file.
+        ConfigError: a ``.gguf`` file without the ``gguf`` extra or of an architecture
+            ``transformers`` cannot load, an unknown ``arch``, ``hidden_size`` not divisible by ``num_heads``, or a
             tokenizer with more tokens than the loaded model's embedding.
     """
     if model_config.path is not None:
-        path = Path(model_config.path)
+        path = pretrained_dir(model_config.path, cache_dir=model_config.gguf_cache_dir, key=key)
         if not (path / "config.json").is_file():
             raise ModelNotFoundError(
-                f"model.path={str(path)!r}: no model there (expected a directory with config.json, as save_pretrained writes). Leave model.path unset to build a small random model."
+                f"{key}={str(path)!r}: no model there (expected a directory with config.json, as save_pretrained writes, or a .gguf file). Leave model.path unset to build a small random model."
             )
         model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32).train()
         rows = model.get_input_embeddings().num_embeddings

@@ -88,7 +88,7 @@ def _extras_line(config: Any) -> str:
     if algorithm.use_kl_loss or algorithm.use_kl_in_reward:
         parts.append(f"reference {config.model.ref_path or 'the initial policy'}")
     if backend.critic.enable:
-        parts.append(f"critic (lr {backend.critic.lr})")
+        parts.append("critic" + (f" (lr {backend.critic.lr})" if backend.critic.lr is not None else ""))
     if backend.rollout.engine == "vllm":
         parts.append("rollouts through vLLM")
     correction = algorithm.rollout_correction

@@ -23,6 +23,7 @@ from typing import Any
 from omegaconf import Container, OmegaConf
 
 from rllm_torch.core.errors import CheckpointMismatchError
+from rllm_torch.trainer.model_defaults import learning_rates
 from rllm_torch.trainer.schema import TrainConfig
 
 __all__ = [
@@ -190,6 +191,7 @@ RESUMABLE_KEYS = (
     "backend.rollout.gpu_memory_utilization",
     "backend.rollout.kv_cache_memory_bytes",
     "backend.rollout.enforce_eager",
+    "model.gguf_cache_dir",  # a cache: the same file converts to the same weights wherever it lives
     "rllm.algorithm.use_rllm",  # read by nothing (kept for rLLM's configs)
 )
 
@@ -232,8 +234,9 @@ def config_fingerprint(config: Any, *, world_size: int = 1) -> dict[str, Any]:
 
 def resumable_settings(config: Any) -> dict[str, Any]:
     """The value of every key of :data:`RESUMABLE_KEYS` (what a checkpoint records, so that a
-    resumed run can say what it changed)."""
-    return _values(config, RESUMABLE_KEYS)
+    resumed run can say what it changed); a learning rate left ``null`` is the one the run trains
+    with (:func:`~rllm_torch.trainer.model_defaults.learning_rates`)."""
+    return _values(config, RESUMABLE_KEYS) | learning_rates(config)
 
 
 def _changed(saved: dict[str, Any], current: dict[str, Any], keys: Any) -> dict[str, tuple[Any, Any]]:
