@@ -46,6 +46,7 @@ from rllm_torch.backends.torch_backend.vllm_setup import (
     full_weights,
     global_rng_kept,
     import_vllm,
+    kv_cache_context,
     logging_below_error,
     quiet_logs,
 )
@@ -117,7 +118,9 @@ class VllmRolloutEngine(BatchedRolloutEngine):
     requests' seeds are drawn from is on the CPU; ``seed`` also seeds vLLM's own).
 
     Args:
-        max_model_len: the engine's context (None: the policy's ``max_position_embeddings``).
+        max_model_len: the engine's context (None: the policy's ``max_position_embeddings``, or
+            fewer when the KV cache has a byte budget: as many positions as it holds,
+            :func:`~rllm_torch.backends.torch_backend.vllm_setup.kv_cache_context`).
         gpu_memory_utilization: share of the GPU's memory vLLM may take (CUDA).
         kv_cache_memory_bytes: the KV cache's size (None: on CPU :data:`CPU_KV_CACHE_BYTES`, on
             CUDA from ``gpu_memory_utilization``).
@@ -160,9 +163,13 @@ class VllmRolloutEngine(BatchedRolloutEngine):
 
         on_cpu = current_platform.is_cpu()
         arch = check_model(vllm, model, on_cpu)
-        self.max_model_len = max_model_len or context_length(model)
         if kv_cache_memory_bytes is None and on_cpu:
             kv_cache_memory_bytes = CPU_KV_CACHE_BYTES
+        dtype = dtype or str(next(model.parameters()).dtype).removeprefix("torch.")
+        self.max_model_len = max_model_len or context_length(model)
+        if max_model_len is None and kv_cache_memory_bytes is not None:  # the context its KV-cache budget holds
+            fits = kv_cache_context(model.config, int(kv_cache_memory_bytes), getattr(torch, dtype).itemsize)
+            self.max_model_len = min(self.max_model_len or fits, fits)
         memory = (
             {"kv_cache_memory_bytes": int(kv_cache_memory_bytes)}
             if kv_cache_memory_bytes is not None
@@ -182,7 +189,7 @@ class VllmRolloutEngine(BatchedRolloutEngine):
                 model=self._config_dir.name,
                 load_format="dummy",
                 skip_tokenizer_init=True,
-                dtype=dtype or str(next(model.parameters()).dtype).removeprefix("torch."),
+                dtype=dtype,
                 seed=seed,
                 max_model_len=self.max_model_len,
                 enforce_eager=enforce_eager,

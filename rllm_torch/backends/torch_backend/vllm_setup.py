@@ -26,6 +26,7 @@ __all__ = [
     "import_vllm",
     "quiet_logs",
     "check_max_model_len",
+    "kv_cache_context",
     "architecture",
     "check_model",
     "full_weights",
@@ -87,6 +88,29 @@ def quiet_logs() -> None:
     logging.getLogger("vllm").setLevel(logging.WARNING)
     for name in ("vllm.renderers.base", "vllm.model_executor.model_loader.reload.layerwise"):
         logging.getLogger(name).addFilter(_EXPECTED_WARNINGS)  # the same object: added once
+
+
+def kv_cache_context(config: Any, kv_cache_memory_bytes: int, dtype_bytes: int) -> int:
+    """The most positions whose keys and values fit in ``kv_cache_memory_bytes``: the vLLM
+    engine's default context when its KV cache has a byte budget (on CPU, 256 MiB).
+
+    One position holds ``2 (K and V) x layers x kv_heads x head_dim x dtype_bytes``: 46,080 bytes
+    for SmolLM2-135M in float32 (30 layers, 3 KV heads of 64), so 256 MiB hold 5,825 positions,
+    where its 8,192-position context would need 0.35 GiB and stop vLLM at start-up. Rounded down
+    to vLLM's 16-token blocks; at least one block.
+
+    Example:
+        >>> from transformers import LlamaConfig
+        >>> smollm2 = LlamaConfig(num_hidden_layers=30, hidden_size=576, num_attention_heads=9, num_key_value_heads=3)
+        >>> kv_cache_context(smollm2, 256 * 2**20, 4)
+        5824
+    """
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    heads = text.num_attention_heads
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
+    kv_heads = getattr(text, "num_key_value_heads", None) or heads
+    per_position = 2 * text.num_hidden_layers * kv_heads * head_dim * dtype_bytes
+    return max(16, kv_cache_memory_bytes // per_position // 16 * 16)
 
 
 def check_max_model_len(longest_prompt: int, max_new_tokens: int, max_model_len: int | None) -> None:
