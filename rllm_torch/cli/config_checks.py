@@ -82,7 +82,8 @@ def _describe(low: float, inclusive: bool, high: float | None) -> str:
 
 
 def check_bounds(config: Any) -> None:
-    """Every key of the bounds table that the config has (and is not None) lies in its range.
+    """Every key of the bounds table that the config has (and is not None) lies in its range
+    (NaN lies in none).
 
     Raises:
         ConfigError: naming the first key out of range, its value and the range.
@@ -91,8 +92,8 @@ def check_bounds(config: Any) -> None:
         value = OmegaConf.select(config, key, default=None)
         if value is None:
             continue
-        below = value < low if inclusive else value <= low
-        if below or (high is not None and value > high):
+        within = (value >= low if inclusive else value > low) and (high is None or value <= high)
+        if not within:  # written so that NaN, which compares False, is out of every range
             raise ConfigError(
                 f"{key}={value!r} is out of range; it must be {_describe(low, inclusive, high)} (e.g. {key}={_example(key)})."
             )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +24,17 @@ def load_rows(
     ``prompt``, ``answer`` (as str) and ``data_source`` (a row's own ``data_source`` wins); other
     columns are kept.
 
+    The values' rule (nothing becomes text it was not): a prompt is a non-empty string; an answer
+    is a string, an integer or a finite float (converted with ``str``: ``7`` -> ``"7"``, ``2.5``
+    -> ``"2.5"``). A null (JSON ``null``, a Parquet null), NaN, an infinity, a boolean, a list or
+    an object is refused, naming the row as a person counts it: the line of a JSONL file, the
+    row of a Parquet file, both from 1.
+
     Raises:
         DatasetNotFoundError: the file does not exist.
-        DatasetFormatError: it has an unknown suffix or no rows, a JSONL line is not a JSON
-            object, or a row lacks a key.
+        DatasetFormatError: it has an unknown suffix or no rows, is not UTF-8 text (JSONL) or not
+            a Parquet file, a JSONL line is not a JSON object, or a row lacks a key or has a
+            value of the wrong kind.
     """
     file = Path(path)
     if not file.is_file():
@@ -36,9 +44,7 @@ def load_rows(
     if file.suffix in (".jsonl", ".json"):
         raw = _read_jsonl(file)
     elif file.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        raw = pq.read_table(file).to_pylist()
+        raw = [(f"row {number}", row) for number, row in enumerate(_read_parquet(file), start=1)]
     else:
         raise DatasetFormatError(f"dataset file {str(file)!r}: unknown suffix {file.suffix!r}; use .jsonl or .parquet.")
     if not raw:
@@ -46,27 +52,69 @@ def load_rows(
             f"dataset file {str(file)!r} has no rows; give at least one row with keys {prompt_key!r} and {answer_key!r}."
         )
     rows = []
-    for i, row in enumerate(raw):
+    for where, row in raw:
         if prompt_key not in row or answer_key not in row:
             raise DatasetFormatError(
-                f"{str(file)!r} row {i}: needs keys {prompt_key!r} and {answer_key!r}, has {sorted(row)}."
+                f"dataset file {str(file)!r}, {where}: needs keys {prompt_key!r} and {answer_key!r}, has {sorted(row)}."
             )
         rows.append(
             {
                 **row,
-                "prompt": str(row[prompt_key]),
-                "answer": str(row[answer_key]),
+                "prompt": _prompt(row[prompt_key], f"dataset file {str(file)!r}, {where}: {prompt_key!r}"),
+                "answer": _answer(row[answer_key], f"dataset file {str(file)!r}, {where}: {answer_key!r}"),
                 "data_source": row.get("data_source", data_source),
             }
         )
     return rows
 
 
-def _read_jsonl(file: Path) -> list[dict]:
-    """The JSON object of every non-blank line of ``file``; a bad line is named by its number (from 1)."""
+def _prompt(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise DatasetFormatError(f"{where} must be a non-empty string, got {_shown(value)}; fix or drop the row.")
+    return value
+
+
+def _answer(value: Any, where: str) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return str(value)
+    raise DatasetFormatError(
+        f"{where} must be a string, an integer or a finite number, got {_shown(value)}; fix or drop the row."
+    )
+
+
+def _shown(value: Any) -> str:
+    return "null" if value is None else f"{type(value).__name__} {value!r}"[:80]
+
+
+def _read_parquet(file: Path) -> list[dict]:
+    import pyarrow
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_table(file).to_pylist()
+    except (pyarrow.ArrowException, OSError) as exc:
+        raise DatasetFormatError(
+            f"dataset file {str(file)!r} is not a readable Parquet file ({exc}); write it with pyarrow or pandas "
+            "(DataFrame.to_parquet), or give a .jsonl file."
+        ) from exc
+
+
+def _read_jsonl(file: Path) -> list[tuple[str, dict]]:
+    """``("line N", object)`` for every non-blank line of ``file``; a bad line is named by its number (from 1)."""
     rows = []
-    with file.open() as f:
-        for number, line in enumerate(f, start=1):
+    with file.open("rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DatasetFormatError(
+                    f"dataset file {str(file)!r}, line {number}: not UTF-8 text (byte {raw[exc.start]:#04x} at column "
+                    f"{exc.start + 1}); save the file as UTF-8."
+                ) from exc
             if not line.strip():
                 continue
             try:
@@ -79,7 +127,7 @@ def _read_jsonl(file: Path) -> list[dict]:
                 raise DatasetFormatError(
                     f'dataset file {str(file)!r}, line {number}: expected a JSON object, got {type(row).__name__}; each line must be one JSON object such as {{"prompt": "3+4=", "answer": "7"}}.'
                 )
-            rows.append(row)
+            rows.append((f"line {number}", row))
     return rows
 
 
@@ -99,9 +147,9 @@ def load_reward_fn(spec: str) -> RewardFn:
         )
     try:
         fn = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError, ValueError) as exc:
+    except Exception as exc:  # a missing module or name, and whatever the module raises at import (SyntaxError too)
         raise ConfigError(
-            f"task.reward_fn={spec!r}: cannot import it ({exc}); use 'exact_match' or 'package.module:function', importable from where you run (e.g. PYTHONPATH=. from the folder that holds the module)."
+            f"task.reward_fn={spec!r}: cannot import it ({type(exc).__name__}: {exc}); use 'exact_match' or 'package.module:function', importable from where you run (e.g. PYTHONPATH=. from the folder that holds the module)."
         ) from exc
     if not callable(fn):
         raise ConfigError(f"task.reward_fn={spec!r} is not callable.")

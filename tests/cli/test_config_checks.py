@@ -37,6 +37,7 @@ def test_the_default_config_and_every_shipped_task_pass_the_checks():
             r"data.train_batch_size=0 is out of range; it must be >= 1 \(e.g. data.train_batch_size=64\)",
         ),
         ("backend.lr=-1", r"backend.lr=-1.0 is out of range; it must be > 0 \(e.g. backend.lr=null\)"),
+        ("backend.lr=nan", r"backend.lr=nan is out of range; it must be > 0"),
         ("backend.lr=0", r"backend.lr=0.0 is out of range; it must be > 0"),
         ("backend.grad_clip=0", r"backend.grad_clip=0.0 is out of range; it must be > 0"),
         ("backend.mini_batch_size=0", r"backend.mini_batch_size=0 is out of range"),
