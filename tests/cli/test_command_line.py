@@ -51,7 +51,7 @@ def test_a_misspelled_key_is_refused_with_the_nearest_known_key(argv, suggestion
         (["rllm.rollout.n=abc"], r"rllm.rollout.n=abc: .*'abc'.* Integer.* \(default 8\)"),
         (["backend.lr=fast"], r"backend.lr=fast: .*'fast'.* Float"),
         (["data.shuffle=maybe"], r"data.shuffle=maybe: .*not a valid bool"),
-        (["model=tiny_gpt"], r"model=tiny_gpt: no such model config; the shipped ones are tiny, tiny_llama"),
+        (["model=tiny_gpt"], r"model=tiny_gpt: no such model config; the shipped ones are smollm2, tiny, tiny_llama"),
         (["task=arithmetics"], r"task=arithmetics: no such task config; the shipped ones are arithmetic, chain"),
     ],
 )

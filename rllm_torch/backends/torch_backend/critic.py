@@ -41,7 +41,7 @@ def build_critic(model_config: Any, policy: PreTrainedModel, *, seed: int = 0) -
         torch.manual_seed(seed)
         if model_config.path is not None:
             critic = AutoModelForTokenClassification.from_pretrained(
-                pretrained_dir(model_config.path, cache_dir=model_config.gguf_cache_dir),
+                pretrained_dir(model_config.path, cache_dir=getattr(model_config, "gguf_cache_dir", None)),
                 num_labels=1,
                 classifier_dropout=0.0,
                 local_files_only=True,

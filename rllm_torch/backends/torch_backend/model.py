@@ -52,7 +52,7 @@ def build_policy(
             tokenizer with more tokens than the loaded model's embedding.
     """
     if model_config.path is not None:
-        path = pretrained_dir(model_config.path, cache_dir=model_config.gguf_cache_dir, key=key)
+        path = pretrained_dir(model_config.path, cache_dir=getattr(model_config, "gguf_cache_dir", None), key=key)
         if not (path / "config.json").is_file():
             raise ModelNotFoundError(
                 f"{key}={str(path)!r}: no model there (expected a directory with config.json, as save_pretrained writes, or a .gguf file). Leave model.path unset to build a small random model."

@@ -37,25 +37,29 @@ def is_gguf(path: str | os.PathLike | None) -> bool:
     return path is not None and str(path).lower().endswith(".gguf")
 
 
-def pretrained_dir(path: str | os.PathLike, *, cache_dir: str | os.PathLike, key: str = "model.path") -> Path:
+def pretrained_dir(path: str | os.PathLike, *, cache_dir: str | os.PathLike | None, key: str = "model.path") -> Path:
     """The ``save_pretrained`` directory of ``path``: ``path`` itself for a directory, the cached
     conversion of a ``.gguf`` file (made now when there is none yet).
 
     Args:
         path: a directory, or a ``.gguf`` file.
-        cache_dir: where conversions live (``model.gguf_cache_dir``; ``~`` is expanded).
+        cache_dir: where conversions live (``model.gguf_cache_dir``; ``~`` is expanded); only a
+            ``.gguf`` path needs it.
         key: the setting that gave ``path``, named in errors.
 
     Raises:
         ModelNotFoundError: ``path`` does not exist.
-        ConfigError: the ``gguf`` or ``accelerate`` package is missing (naming the extra), or
-            ``transformers`` cannot read the file's architecture (naming ``key``).
+        ConfigError: the ``gguf`` or ``accelerate`` package is missing (naming the extra),
+            ``transformers`` cannot read the file's architecture (naming ``key``), or a ``.gguf``
+            path comes without a ``cache_dir``.
     """
     path = Path(path).expanduser()
     if not is_gguf(path):
         return path
     if not path.is_file():
         raise ModelNotFoundError(f"{key}={str(path)!r}: no such file.")
+    if cache_dir is None:
+        raise ConfigError(f"{key}={str(path)!r} is a GGUF file: set model.gguf_cache_dir to where it may be converted.")
     stat = path.resolve().stat()
     digest = hashlib.sha256(f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
     target = Path(cache_dir).expanduser() / f"{path.stem}-{digest}"
