@@ -47,6 +47,7 @@ from rllm_torch.backends.torch_backend.vllm_setup import (
     global_rng_kept,
     import_vllm,
     kv_cache_context,
+    kv_cache_errors_named,
     logging_below_error,
     quiet_logs,
 )
@@ -184,7 +185,7 @@ class VllmRolloutEngine(BatchedRolloutEngine):
         set_num_threads = torch.set_num_threads  # vLLM's CPU worker replaces it process-wide
         # vLLM's set-up warnings are about what this engine does on purpose (no tokenizer, the
         # thread count it leaves alone): kept off the console; errors still show, and raise
-        with global_rng_kept(), logging_below_error():  # vLLM seeds the process's generators too
+        with global_rng_kept(), logging_below_error(), kv_cache_errors_named(self.max_model_len):
             self.llm = vllm.LLM(
                 model=self._config_dir.name,
                 load_format="dummy",
