@@ -42,6 +42,14 @@ WORD_ADDITION = [
 ]
 
 
+def gguf_run(tmp_path: Path, path: Path, *overrides: str):
+    """A word-addition run of the GGUF model at ``path`` in ``tmp_path/run``, converted under ``tmp_path/cache``."""
+    config = make_config(
+        tmp_path / "run", f"model.path={path}", f"model.gguf_cache_dir={tmp_path / 'cache'}", *overrides, *WORD_ADDITION
+    )
+    return run(config)
+
+
 @pytest.fixture
 def gguf_file(tmp_path) -> tuple[Path, dict]:
     path = tmp_path / "models" / "tiny-llama.gguf"
@@ -72,15 +80,8 @@ def test_a_gguf_file_converts_once_into_a_plain_directory_with_its_weights_and_t
 
 def test_a_gguf_model_path_trains_and_exports_a_plain_transformers_directory(gguf_file, tmp_path, capsys):
     path, tensors = gguf_file
-    config = make_config(
-        tmp_path / "run",
-        f"model.path={path}",
-        f"model.gguf_cache_dir={tmp_path / 'cache'}",
-        "rllm.trainer.total_batches=2",
-        "backend.entropy_coeff=0.01",  # a gradient even when every reward of a group is equal
-        *WORD_ADDITION,
-    )
-    run(config)
+    # the entropy bonus: a gradient even when every reward of a group is equal
+    gguf_run(tmp_path, path, "rllm.trainer.total_batches=2", "backend.entropy_coeff=0.01")
     out = capsys.readouterr().out
     assert "backend.lr=1e-05, backend.num_threads=" in out and "(defaults for a pretrained model.path)" in out
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -95,16 +96,7 @@ def test_a_gguf_model_path_trains_and_exports_a_plain_transformers_directory(ggu
 
 def test_an_explicit_learning_rate_wins_over_the_pretrained_default(gguf_file, tmp_path, capsys):
     path, _ = gguf_file
-    config = make_config(
-        tmp_path / "run",
-        f"model.path={path}",
-        f"model.gguf_cache_dir={tmp_path / 'cache'}",
-        "backend.lr=0.0003",
-        "backend.num_threads=1",
-        "rllm.trainer.total_batches=1",
-        *WORD_ADDITION,
-    )
-    run(config)
+    gguf_run(tmp_path, path, "backend.lr=0.0003", "backend.num_threads=1", "rllm.trainer.total_batches=1")
     assert "defaults for a pretrained" not in capsys.readouterr().out  # nothing was left to a default
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["actor/lr"] for r in rows if "actor/loss" in r] == [0.0003]
@@ -144,15 +136,8 @@ def test_a_missing_gguf_file_is_model_not_found(tmp_path):
 def test_a_checkpoint_without_a_chat_template_asked_to_use_one_names_the_setting(tmp_path):
     path = tmp_path / "plain.gguf"
     write_llama_gguf(path, chat_template=False)
-    config = make_config(
-        tmp_path / "run",
-        f"model.path={path}",
-        f"model.gguf_cache_dir={tmp_path / 'cache'}",
-        "rllm.trainer.total_batches=1",
-        *WORD_ADDITION,
-    )
     with pytest.raises(ConfigError, match="task.apply_chat_template=true but the tokenizer has no chat template"):
-        run(config)
+        gguf_run(tmp_path, path, "rllm.trainer.total_batches=1")
 
 
 def test_the_package_file_resolver_finds_a_shipped_file_without_importing_and_names_the_install():
