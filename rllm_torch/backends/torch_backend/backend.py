@@ -185,7 +185,9 @@ class TorchBackend(SettingsChecks, BatchPasses, PolicyUpdate, BackendProtocol):
         return f"bfloat16 compute (float32 weights and AdamW state{emulated})"
 
     def summary_rows(self) -> list[tuple[str, str]]:
-        """The start-up summary's ``memory`` row: compute dtype, micro-batch budget, head chunk,
+        """The start-up summary's ``defaults`` row (the settings left null and what they took,
+        :func:`~rllm_torch.trainer.model_defaults.apply_model_defaults`; absent when every one was
+        given) and its ``memory`` row: compute dtype, micro-batch budget, head chunk,
         activation checkpointing and LoRA."""
         s, lora = self.settings, self.config.model.lora
         vocab = causal_lm(self.model).get_output_embeddings().weight.shape[0]
