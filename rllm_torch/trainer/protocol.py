@@ -124,7 +124,13 @@ class BackendProtocol(ABC):
         """Before the first validation and batch."""
 
     async def on_train_end(self, trainer_state: TrainerState) -> None:
-        """After the final validation (e.g. save the final checkpoint)."""
+        """After the final validation and its checkpoint (e.g. export the final model). A run
+        stopped during it calls it again on the next start, until :meth:`train_end_complete`."""
+
+    def train_end_complete(self) -> bool:
+        """Whether what :meth:`on_train_end` writes is there and whole (called when a run starts
+        whose checkpoint holds every step: False runs ``on_train_end`` again); True by default."""
+        return True
 
     async def on_epoch_start(self, trainer_state: TrainerState) -> None:
         """Before the first batch of an epoch."""

@@ -161,9 +161,17 @@ class UnifiedTrainer:
         asyncio.run(self.fit_async())
 
     async def fit_async(self) -> None:
-        """Validate (if configured), train for the planned steps, validate at the end. Rank 0
-        prints the start-up summary first; a run whose checkpoint already holds every planned
-        step says so and stops."""
+        """Validate (if configured), train for the planned steps, then the end of the run: the
+        final validation, its checkpoint and the backend's ``on_train_end`` (the torch backend's
+        ``checkpoints/final`` export). Rank 0 prints the start-up summary first.
+
+        The end of the run is a stage of its own: a run stopped during it (after its last step)
+        does on the next start only what is missing. A run is complete, and a start says so and
+        writes nothing, only when its checkpoint holds every planned step, the final validation
+        (when there is a validation set) and the backend's :meth:`~BackendProtocol.train_end_complete`.
+        ``rllm.trainer.val_only=true`` validates the checkpoint's (or the initial) weights again
+        whatever was done, and trains nothing.
+        """
         await self.agent_workflow_engine.initialize_pool()
         state = TrainerState()
         resumed = self.checkpointer.resume(state, self.val_history)
@@ -171,25 +179,30 @@ class UnifiedTrainer:
         dataloader = self.backend.get_dataloader(self.train_dataset, state)
         plan = plan_steps(len(dataloader), trainer.total_epochs, trainer.total_batches)
         state.total_steps = plan.total_steps
+        trained = resumed is not None and state.global_step >= plan.total_steps
+        unfinished = self._unfinished_end(state) if trained else []
         if self.ranks.is_main:
-            print("\n".join(startup_summary(self, state, resumed, plan)), flush=True)
-        if resumed is not None and state.global_step >= plan.total_steps and not trainer.val_only:
+            print("\n".join(startup_summary(self, state, resumed, plan, unfinished)), flush=True)
+        if trained and not unfinished and not trainer.val_only:
             self.already_complete = True
             return  # nothing to train, and nothing in the run directory is written again
         if self.ranks.is_main:
             self._write_run_files(resumed)
-        self.logger.open(resume_step=resumed.step if resumed is not None else -1)
+        resume_step = resumed.step if resumed is not None else -1
+        self.logger.open(resume_step=resume_step, validated=state.last_validation_step == resume_step)
         if self.val_history:  # the bar and the next metrics table show the last validation
             self.logger.restore_validation(*self.val_history[-1])
         await self.backend.on_train_start(state)
-        if (trainer.val_before_train and resumed is None) or trainer.val_only:
+        if trainer.val_only:
+            await self._validate_async(state, again=True)
+            return
+        if trainer.val_before_train and resumed is None:
             await self._validate_async(state)
-            if trainer.val_only:
-                return
-        await self._fit_async(state, dataloader, plan)
-        await self._validate_async(state)  # final validation (skipped if this step was just validated)
-        if state.global_step > 0:
-            self.checkpointer.save(state, self.val_history)
+        if not trained:
+            await self._fit_async(state, dataloader, plan)
+        if await self._validate_async(state) or self.checkpointer.saved_step != state.global_step:
+            if state.global_step > 0:  # the final validation's metrics belong in the last checkpoint
+                self.checkpointer.save(state, self.val_history)
         await self.backend.on_train_end(state)
         if plan.note and self.ranks.is_main:
             print(f"trained {state.global_step} steps over {state.epoch + 1} epochs: {plan.note}", flush=True)
@@ -200,6 +213,15 @@ class UnifiedTrainer:
                 "rllm.trainer.total_batches to train a number of steps",
                 flush=True,
             )
+
+    def _unfinished_end(self, state: TrainerState) -> list[str]:
+        """What the end of a run resumed at its last step still has to do (the same on every rank)."""
+        unfinished = []
+        if self.val_dataset is not None and state.last_validation_step != state.global_step:
+            unfinished.append("the final validation")
+        if self.ranks.any(not self.backend.train_end_complete()):
+            unfinished.append("the end of training (the torch backend: the checkpoints/final export)")
+        return unfinished
 
     def _write_run_files(self, resumed: CheckpointInfo | None) -> None:
         """Rank 0, when training starts: ``run_files``, and for a resume a line of
@@ -314,10 +336,11 @@ class UnifiedTrainer:
 
         return await self.dynamic_sampler.fill(state.episodes, draw, to_groups, state.global_step)
 
-    async def _validate_async(self, state: TrainerState) -> dict[str, float]:
-        """Validate once per step: pass@1 / pass@n_val per data source, plus reward metrics,
-        over every rank's share of the validation set."""
-        if self.val_dataset is None or state.last_validation_step == state.global_step:
+    async def _validate_async(self, state: TrainerState, *, again: bool = False) -> dict[str, float]:
+        """Validate once per step (``again``: even a step already validated): pass@1 / pass@n_val
+        per data source, plus reward metrics, over every rank's share of the validation set;
+        returns the metrics ({}: no validation ran)."""
+        if self.val_dataset is None or (state.last_validation_step == state.global_step and not again):
             return {}
         if not await self.backend.on_validation_start(state):
             return {}

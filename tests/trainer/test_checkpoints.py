@@ -4,14 +4,16 @@ config changed since the checkpoint, a full disk while saving."""
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
+import shutil
 
 import pytest
 from trainer_fakes import RecordingBackend, TwoRoleWorkflow, make_config
 
 from rllm_torch import UnifiedTrainer
 from rllm_torch.core.errors import CheckpointError, CheckpointMismatchError, ConfigError
-from rllm_torch.trainer.runtime.checkpoint import CheckpointStore
+from rllm_torch.trainer.runtime.checkpoint import CheckpointStore, read_manifest
 
 TRAIN = [{"prompt": f"p{i}"} for i in range(8)]  # 4 batches of 2 per epoch
 VAL = [{"prompt": "v0", "data_source": "a"}]
@@ -244,3 +246,56 @@ def test_a_checkpoint_from_before_the_new_keys_resumes_with_their_defaults(tmp_p
         other = config_fingerprint(make_config(tmp_path, f"{key}={value}"))
         with pytest.raises(CheckpointMismatchError, match=rf"{key}: .* in the checkpoint, .* now"):
             check_fingerprint(old, other, "step_000002")
+
+
+def flip_bytes(path, count=200):
+    """Flip ``count`` bytes in the middle of ``path``: same size, and (here) still loadable."""
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    for i in range(middle, min(middle + count, len(data))):
+        data[i] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_the_manifest_records_each_files_sha256_and_a_flipped_byte_fails_the_content_check(tmp_path):
+    store = CheckpointStore(tmp_path)
+    path = store.save(2, write_files, {})
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["sha256"] == {"a.bin": hashlib.sha256(b"x" * 10).hexdigest()}
+    (path / "a.bin").write_bytes(b"x" * 9 + b"y")  # bit rot: the size is right
+    assert store.latest().step == 2  # listing checks sizes only
+    with pytest.raises(CheckpointError, match="bytes of a.bin changed since it was written"):
+        read_manifest(path, verify_content=True)
+
+
+def test_a_checkpoint_whose_bytes_rotted_is_skipped_for_the_one_before(tmp_path):
+    trainer_for(tmp_path, "rllm.trainer.total_batches=4").fit()
+    flip_bytes(tmp_path / "checkpoints" / "step_000004" / "trainer.pt", count=2)
+    resumed = trainer_for(tmp_path, "rllm.trainer.total_batches=4")
+    with pytest.warns(UserWarning, match="step_000004: unreadable.*trainer.pt changed since it was written"):
+        resumed.fit()
+    assert resumed.backend.calls.count("update_policy") == 2 and resumed.backend.updates == 4
+
+
+def test_when_every_checkpoint_is_damaged_the_run_stops_and_keeps_its_metrics(tmp_path):
+    trainer_for(tmp_path, "rllm.trainer.total_batches=4").fit()
+    metrics = (tmp_path / "metrics.jsonl").read_text()
+    for step in (2, 4):
+        flip_bytes(tmp_path / "checkpoints" / f"step_{step:06d}" / "backend.pt", count=2)
+    with pytest.warns(UserWarning), pytest.raises(CheckpointError, match="every checkpoint of .* is damaged"):
+        trainer_for(tmp_path, "rllm.trainer.total_batches=4").fit()
+    for step in (2, 4):  # a size that no longer matches: not even listed as complete
+        (tmp_path / "checkpoints" / f"step_{step:06d}" / "backend.pt").write_bytes(b"")
+    with pytest.warns(UserWarning), pytest.raises(CheckpointError, match=r"damaged \(step_000002, step_000004"):
+        trainer_for(tmp_path, "rllm.trainer.total_batches=4")
+    assert (tmp_path / "metrics.jsonl").read_text() == metrics
+
+
+def test_a_fresh_run_over_a_run_without_checkpoints_keeps_the_earlier_metrics_beside_its_own(tmp_path):
+    trainer_for(tmp_path, "rllm.trainer.total_batches=2", "rllm.trainer.save_freq=0").fit()
+    first = (tmp_path / "metrics.jsonl").read_text()
+    shutil.rmtree(tmp_path / "checkpoints")  # e.g. save_freq=0 and a run stopped before its end
+    with pytest.warns(UserWarning, match="kept as .*metrics.1.jsonl"):
+        trainer_for(tmp_path, "rllm.trainer.total_batches=2", "rllm.trainer.save_freq=0").fit()
+    assert (tmp_path / "metrics.1.jsonl").read_text() == first
+    assert (tmp_path / "metrics.jsonl").read_text().count("\n") == first.count("\n")

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import copy
 import os
+import shutil
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -66,10 +67,11 @@ from rllm_torch.backends.torch_backend.setup_checks import SettingsChecks
 from rllm_torch.backends.torch_backend.tokenizer import has_saved_tokenizer, load_tokenizer
 from rllm_torch.backends.torch_backend.update import PolicyUpdate
 from rllm_torch.backends.torch_backend.vllm_rollout import VllmRolloutEngine
-from rllm_torch.core.errors import ConfigError
+from rllm_torch.core.errors import CheckpointError, ConfigError
 from rllm_torch.trainer.model_defaults import apply_model_defaults
 from rllm_torch.trainer.pipeline.token_batch import build_token_batch
 from rllm_torch.trainer.protocol import BackendProtocol
+from rllm_torch.trainer.runtime.checkpoint import replace_directory
 from rllm_torch.trainer.runtime.ranks import RunRanks
 from rllm_torch.trainer.state import TrainerState
 
@@ -313,14 +315,38 @@ class TorchBackend(SettingsChecks, BatchPasses, PolicyUpdate, BackendProtocol):
     def save_checkpoint(self, name: str) -> Path | None:
         """Save the model (LoRA: adapters merged) and tokenizer to ``{run_dir}/checkpoints/{name}``
         (``save_pretrained``; rank 0 writes and returns the path; with FSDP every rank must call,
-        to gather the weights)."""
+        to gather the weights). Written into ``.tmp-{name}-<pid>`` and renamed into place, replacing
+        an older one: a process stopped at any moment leaves the whole directory or none.
+
+        Raises:
+            CheckpointError: writing failed (e.g. a full disk); the temporary directory is removed.
+        """
         path = self.run_dir / "checkpoints" / name
-        if not self.actor.save_pretrained(path):
-            return None
-        self.tokenizer.save_pretrained(path)
+        tmp = path.with_name(f".tmp-{name}-{os.getpid()}")
+        try:
+            if self.ranks.is_main:
+                shutil.rmtree(tmp, ignore_errors=True)
+            if not self.actor.save_pretrained(tmp):
+                return None
+            self.tokenizer.save_pretrained(tmp)
+            replace_directory(tmp, path)
+        except OSError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise CheckpointError(
+                f"exporting the model to {path} failed: {exc.strerror or exc}; the run's checkpoints are intact and "
+                "the same command writes it again. Free disk space (or fix the path) first."
+            ) from exc
         return path
 
     async def on_train_end(self, trainer_state: TrainerState) -> None:
         """Export the trained model as ``checkpoints/final`` (``model.path=`` loads it; rank 0
         writes it); the trainer's resumable checkpoints are ``checkpoints/step_*``."""
         self.save_checkpoint("final")
+
+    def train_end_complete(self) -> bool:
+        """``checkpoints/final`` holds an exported model (a config and its weights); other ranks: True."""
+        final = self.run_dir / "checkpoints" / "final"
+        weights = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+        return not self.ranks.is_main or (
+            (final / "config.json").is_file() and any((final / name).is_file() for name in weights)
+        )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,13 +157,24 @@ def _singleton_groups_warning(rllm: Any) -> str:
     )
 
 
-def startup_summary(trainer: Any, state: Any, resumed: Any, plan: StepPlan) -> list[str]:
+def startup_summary(
+    trainer: Any, state: Any, resumed: Any, plan: StepPlan, unfinished: Sequence[str] = ()
+) -> list[str]:
     """The lines the trainer prints (rank 0) before it trains: run directory, resume state,
-    model, task, algorithm, steps, devices."""
+    model, task, algorithm, steps, devices. ``unfinished``: the parts of the end of the run
+    (after the last step) that a run resumed at its last step still has to do."""
     config, rllm = trainer.config, trainer.rllm_config
     ranks, backend = trainer.ranks, trainer.backend
-    if resumed is None:
+    if rllm.trainer.val_only:
+        weights = f"the weights of {resumed.path} (step {state.global_step})" if resumed else "the initial weights"
+        run_state = f"validation only (rllm.trainer.val_only=true) of {weights}"
+    elif resumed is None:
         run_state = "new run"
+    elif state.global_step >= plan.total_steps and unfinished:
+        run_state = (
+            f"finishing from {resumed.path} (step {state.global_step} of {plan.total_steps}): "
+            f"{' and '.join(unfinished)} still to do"
+        )
     elif state.global_step >= plan.total_steps:
         run_state = (
             f"already complete: step {state.global_step} of {plan.total_steps} in {resumed.path}; nothing to train "

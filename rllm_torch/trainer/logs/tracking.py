@@ -13,8 +13,10 @@ with the checkpoint's step, so ``metrics.jsonl`` and TensorBoard drop what was l
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -26,17 +28,37 @@ LOGGER_BACKENDS = ("console", "jsonl", "tensorboard", "wandb")
 
 
 class JsonlSink:
-    """Appends rows to ``path``; opened with ``resume_step``, first drops rows of later steps."""
+    """Appends rows to ``path``.
 
-    def __init__(self, path: Path, resume_step: int | None = None) -> None:
+    Opened with ``resume_step`` >= 0 it first drops the rows of later steps, and the validation row
+    of ``resume_step`` itself unless ``validated`` (a run stopped between its final validation and
+    the checkpoint that records it validates that step again). Opened with ``resume_step=-1`` (a
+    fresh run) over a file that holds rows, it keeps them: the file is renamed to the first free
+    ``metrics.<k>.jsonl`` beside it, with a warning that names it.
+    """
+
+    def __init__(self, path: Path, resume_step: int | None = None, *, validated: bool = True) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        if resume_step is not None and path.exists():
-            kept = [
-                line
-                for line in path.read_text().splitlines(keepends=True)
-                if _row_step(line) is not None and _row_step(line) <= resume_step
-            ]
-            path.write_text("".join(kept))
+        if resume_step == -1 and path.is_file() and path.stat().st_size:
+            kept = next(
+                path.with_name(f"{path.stem}.{k}{path.suffix}")
+                for k in itertools.count(1)
+                if not path.with_name(f"{path.stem}.{k}{path.suffix}").exists()
+            )
+            path.rename(kept)
+            warnings.warn(
+                f"a new run starts in {path.parent}: the metrics already there were kept as {kept}", stacklevel=2
+            )
+        elif resume_step is not None and path.exists():
+
+            def keep(row: dict[str, Any] | None) -> bool:
+                if row is None:
+                    return False
+                step = row["step"]
+                return step < resume_step or (step == resume_step and (validated or not _is_validation(row)))
+
+            lines = path.read_text().splitlines(keepends=True)
+            path.write_text("".join(line for line in lines if keep(_row(line))))
         self._file = open(path, "a")  # noqa: SIM115 - closed in finish()
 
     def log(self, row: dict[str, Any], step: int) -> None:
@@ -47,11 +69,18 @@ class JsonlSink:
         self._file.close()
 
 
-def _row_step(line: str) -> int | None:
+def _row(line: str) -> dict[str, Any] | None:
+    """A metrics row with an integer ``step``; None for a half-written last line of a killed run."""
     try:
-        return int(json.loads(line)["step"])
+        row = json.loads(line)
+        row["step"] = int(row["step"])
+        return row
     except (ValueError, KeyError, TypeError):
-        return None  # a half-written last line of a killed run
+        return None
+
+
+def _is_validation(row: dict[str, Any]) -> bool:
+    return any(key.startswith("val/") for key in row)
 
 
 class Tracking:
@@ -97,12 +126,13 @@ class Tracking:
         self._sinks: list[Any] | None = None
         self.console = None
 
-    def open(self, resume_step: int | None = None) -> None:
-        """Open the sinks. ``resume_step``: drop what was logged after that step (-1: everything);
-        None: append to what is there."""
+    def open(self, resume_step: int | None = None, *, validated: bool = True) -> None:
+        """Open the sinks. ``resume_step``: drop what was logged after that step (-1: a fresh run;
+        ``metrics.jsonl`` rows already there are kept aside, see :class:`JsonlSink`), and its
+        validation unless ``validated``; None: append to what is there."""
         sinks: list[Any] = []
         if "jsonl" in self.backends:
-            sinks.append(JsonlSink(self.run_dir / "metrics.jsonl", resume_step))
+            sinks.append(JsonlSink(self.run_dir / "metrics.jsonl", resume_step, validated=validated))
         if "console" in self.backends:
             from rllm_torch.trainer.logs.console_sink import ConsoleSink
 

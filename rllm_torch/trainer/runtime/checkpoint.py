@@ -4,16 +4,19 @@ Layout under ``root`` (``RUN_DIR/checkpoints``)::
 
     step_000032/            a complete checkpoint: its files (and subdirectories), then manifest.json (written last)
     .tmp-step_000040-1234/  being written by process 1234 (never read; removed when found stale)
+    final/                  the exported model (the backend's; written as .tmp-final-<pid>, then renamed)
 
 A checkpoint is written into its ``.tmp-*`` directory, every file is fsynced, ``manifest.json``
-(step, file sizes, the caller's metadata) is written last, and the directory is renamed into place
+(step, file sizes and SHA-256 digests, the caller's metadata) is written last, and the directory is renamed into place
 with ``os.replace``: a process killed at any moment leaves either the complete checkpoint or none.
 A directory named ``step_*`` without a readable manifest, or whose files do not have the sizes the
-manifest records, is skipped with a warning that names it.
+manifest records, is skipped with a warning that names it; the digests are checked when a checkpoint
+is loaded (:func:`read_manifest` with ``verify_content``), not each time the directory is listed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -26,7 +29,15 @@ from typing import Any
 
 from rllm_torch.core.errors import CheckpointError
 
-__all__ = ["CheckpointStore", "CheckpointInfo", "MANIFEST", "checkpoint_name"]
+__all__ = [
+    "CheckpointStore",
+    "CheckpointInfo",
+    "MANIFEST",
+    "checkpoint_name",
+    "file_digest",
+    "read_manifest",
+    "replace_directory",
+]
 
 MANIFEST = "manifest.json"
 _NAME = re.compile(r"^step_(\d+)$")
@@ -47,15 +58,25 @@ class CheckpointInfo:
     metadata: dict[str, Any]
 
 
-def read_manifest(path: Path) -> CheckpointInfo:
-    """The manifest of checkpoint directory ``path``, checked against the files there.
+def file_digest(path: Path) -> str:
+    """The SHA-256 of the file's bytes, hex (about 1 GB/s with the CPU's SHA instructions)."""
+    with open(path, "rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
+
+
+def read_manifest(path: Path, *, verify_content: bool = False) -> CheckpointInfo:
+    """The manifest of checkpoint directory ``path``, checked against the files there: each file's
+    size, and with ``verify_content`` its SHA-256 too (a checkpoint written before the manifest
+    recorded digests is checked by size only).
 
     Raises:
-        CheckpointError: no manifest, an unreadable one, or a file missing or of the wrong size.
+        CheckpointError: no manifest, an unreadable one, or a file missing, of the wrong size or
+            (``verify_content``) whose bytes changed since it was written (bit rot, a bad copy).
     """
     try:
         manifest = json.loads((path / MANIFEST).read_text())
         step, files, metadata = int(manifest["step"]), dict(manifest["files"]), dict(manifest["metadata"])
+        digests = dict(manifest.get("sha256", {}))
     except FileNotFoundError as exc:
         raise CheckpointError(
             f"{path}: no {MANIFEST} (an incomplete checkpoint: its writer stopped before finishing)."
@@ -69,6 +90,12 @@ def read_manifest(path: Path) -> CheckpointInfo:
             raise CheckpointError(
                 f"{path}: file {name} should have {size} bytes, found {found} (a damaged checkpoint)."
             )
+    for name, digest in digests.items() if verify_content else ():
+        if file_digest(path / name) != digest:
+            raise CheckpointError(
+                f"{path}: the bytes of {name} changed since it was written (its SHA-256 differs from the manifest's): "
+                "a damaged checkpoint."
+            )
     return CheckpointInfo(path, step, metadata)
 
 
@@ -78,6 +105,22 @@ def _fsync(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def replace_directory(tmp: Path, final: Path) -> None:
+    """Move the fully written directory ``tmp`` to ``final`` (same filesystem), replacing an existing
+    ``final``: every file under ``tmp`` is fsynced first, the old ``final`` is renamed aside to
+    ``.old-<name>-<pid>`` and removed after the rename, so a process killed at any moment leaves
+    ``final`` complete (old or new) or absent, never half written."""
+    for file in sorted(tmp.rglob("*")):
+        if file.is_file():
+            _fsync(file)
+    old = final.with_name(f".old-{final.name}-{os.getpid()}")
+    if final.exists():
+        os.replace(final, old)
+    os.replace(tmp, final)
+    _fsync(final.parent)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 class CheckpointStore:
@@ -151,13 +194,12 @@ class CheckpointStore:
         """
         final = self.root / checkpoint_name(step)
         try:
-            files = {str(p.relative_to(tmp)): p.stat().st_size for p in sorted(tmp.rglob("*")) if p.is_file()}
-            for name in files:
-                _fsync(tmp / name)
-            manifest = {"format": _FORMAT, "step": step, "files": files, "metadata": metadata}
+            names = [str(p.relative_to(tmp)) for p in sorted(tmp.rglob("*")) if p.is_file()]
+            files = {name: (tmp / name).stat().st_size for name in names}
+            digests = {name: file_digest(tmp / name) for name in names}
+            manifest = {"format": _FORMAT, "step": step, "files": files, "sha256": digests, "metadata": metadata}
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str))
-            _fsync(tmp / MANIFEST)
-            self._move_into_place(tmp, final)
+            replace_directory(tmp, final)
         except Exception as exc:  # noqa: BLE001 - whatever stopped the write, the half directory goes
             raise self.abort(step, tmp, exc) from exc
         self.prune()
@@ -180,14 +222,6 @@ class CheckpointStore:
             )
         return CheckpointError(f"saving checkpoint {final} failed: {type(exc).__name__}: {exc}; {intact}.")
 
-    def _move_into_place(self, tmp: Path, final: Path) -> None:
-        old = final.with_name(f".old-{final.name}-{os.getpid()}")
-        if final.exists():
-            os.replace(final, old)
-        os.replace(tmp, final)
-        _fsync(self.root)
-        shutil.rmtree(old, ignore_errors=True)
-
     def _quiet_complete(self) -> list[CheckpointInfo]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -203,12 +237,9 @@ class CheckpointStore:
         return removed
 
     def remove_stale_temporaries(self) -> list[Path]:
-        """Remove ``.tmp-*`` / ``.old-*`` directories left by killed writers; returns them."""
-        stale = (
-            [p for p in self.root.glob(".tmp-step_*")] + [p for p in self.root.glob(".old-step_*")]
-            if self.root.is_dir()
-            else []
-        )
+        """Remove the ``.tmp-*`` / ``.old-*`` directories (of checkpoints and of the exported model)
+        left by killed writers; returns them."""
+        stale = sorted([*self.root.glob(".tmp-*"), *self.root.glob(".old-*")]) if self.root.is_dir() else []
         for path in stale:
             shutil.rmtree(path, ignore_errors=True)
         return stale

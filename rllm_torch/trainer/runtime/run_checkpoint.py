@@ -87,8 +87,10 @@ class RunCheckpointer:
     Raises:
         ConfigError: an unknown ``resume_mode`` that is not a directory either.
         CheckpointMismatchError: the config changed in a setting resuming cannot honour.
-        CheckpointError: the requested checkpoint is damaged; or ``resume_mode=disable`` in a
-            run directory that already holds checkpoints (two runs would mix).
+        CheckpointError: the requested checkpoint is damaged; every checkpoint of the run
+            directory is (a fresh start would overwrite the run's metrics); or
+            ``resume_mode=disable`` in a run directory that already holds checkpoints (two runs
+            would mix).
     """
 
     def __init__(self, backend: Any, config: DictConfig, run_dir: Path, ranks: RunRanks | None = None) -> None:
@@ -99,6 +101,7 @@ class RunCheckpointer:
         self.fingerprint = config_fingerprint(config, world_size=self.ranks.world_size)
         self.resumable = resumable_settings(config)
         self.changes: dict[str, tuple[Any, Any]] = {}  # resumable settings changed since the resumed checkpoint
+        self.saved_step: int | None = None  # the step of the newest checkpoint written or resumed by this run
         mode = str(trainer.resume_mode)
         self.mode, self.path = mode, None
         if mode == "resume_path" or mode not in RESUME_MODES:
@@ -121,7 +124,19 @@ class RunCheckpointer:
                     f"rllm.trainer.resume_mode=disable but {self.store.root} already holds checkpoints (newest {latest.path.name}); a fresh run there would mix two runs. Use another run directory (rllm.trainer.experiment_name=... or default_local_dir=...), delete that directory, or resume_mode=auto to continue it."
                 )
             return []
-        return [read_manifest(Path(self.path))] if self.mode == "resume_path" else self.store.complete()[::-1]
+        if self.mode == "resume_path":
+            return [read_manifest(Path(self.path))]
+        complete = self.store.complete()[::-1]
+        if not complete and (damaged := sorted(p.name for p in self.store.root.glob("step_*"))):
+            raise self._all_damaged(damaged)
+        return complete
+
+    def _all_damaged(self, names: list[str]) -> CheckpointError:
+        return CheckpointError(
+            f"every checkpoint of {self.store.root} is damaged ({', '.join(names)}; see the warnings above): the run "
+            "cannot continue, and starting it over would overwrite its metrics. Copy them back from a backup, or "
+            "start over in another directory (rllm.trainer.experiment_name=...) or after removing that directory."
+        )
 
     def due(self, state: TrainerState) -> bool:
         """True when ``state.global_step`` is a multiple of ``save_freq`` (> 0)."""
@@ -178,30 +193,37 @@ class RunCheckpointer:
             except Exception as exc:  # noqa: BLE001 - e.g. ENOSPC or an object that cannot be pickled
                 error = self.store.abort(step, tmp, exc)
         self.ranks.agree(error)
+        self.saved_step = step
         return path
 
     def resume(self, state: TrainerState, val_history: list) -> CheckpointInfo | None:
         """Restore ``state``, ``val_history`` (in place), the backend and the generators from the
         newest readable checkpoint chosen at construction; returns it (None: starting at step 0).
+        A checkpoint is readable when its files have the sizes and SHA-256 digests of its manifest
+        and load; an unreadable one is skipped with a warning for the next older one.
         ``self.changes`` then holds the resumable settings that differ from the checkpoint's.
 
         Raises:
             CheckpointMismatchError: an older checkpoint, tried because the newer ones are
                 unreadable, does not fit the config; or the model's weights do not fit the one
                 built now (e.g. a data file whose characters changed: another vocabulary).
-            CheckpointError: ``resume_mode`` named a checkpoint that cannot be read.
+            CheckpointError: ``resume_mode`` named a checkpoint that cannot be read; or none of
+                the run's checkpoints can.
         """
         for stale in self.store.remove_stale_temporaries() if self.ranks.is_main else []:
-            warnings.warn(f"removed {stale}: an unfinished checkpoint write of a run that was stopped", stacklevel=2)
+            warnings.warn(f"removed {stale}: an unfinished write of a run that was stopped", stacklevel=2)
+        damaged = []
         for info in self.candidates:
             check_fingerprint(info.metadata.get("fingerprint", {}), self.fingerprint, str(info.path))
             try:
+                read_manifest(info.path, verify_content=True)
                 backend_state = torch.load(info.path / "backend.pt", map_location="cpu", weights_only=False)
                 trainer_state = torch.load(info.path / "trainer.pt", map_location="cpu", weights_only=False)
             except Exception as exc:  # noqa: BLE001 - any unreadable file makes the checkpoint unusable
                 if self.mode == "resume_path":
                     raise CheckpointError(f"cannot read checkpoint {info.path}: {exc}") from exc
                 warnings.warn(f"skipping checkpoint {info.path}: unreadable ({exc}); trying an older one", stacklevel=2)
+                damaged.append(info.path.name)
                 continue
             try:
                 self.backend.load_state_dict(backend_state)
@@ -221,7 +243,10 @@ class RunCheckpointer:
                 self.backend.load_sharded_state_dict(sharded)
             self._restore(trainer_state, state, val_history)
             self.changes = resumable_changes(info.metadata.get("resumable"), self.resumable)
+            self.saved_step = info.step
             return info
+        if damaged:
+            raise self._all_damaged(damaged)
         return None
 
     def _restore(self, saved: dict[str, Any], state: TrainerState, val_history: list) -> None:
