@@ -92,6 +92,11 @@ class WorkflowError(RLLMTorchError, RuntimeError):
     """
 
 
+class RewardTimeoutError(WorkflowError):
+    """A reward function did not return within ``rllm.workflow.reward_timeout_s`` (the attempt
+    fails like any workflow error: retried, then raised or recorded as ``termination_reason=timeout``)."""
+
+
 class CheckpointError(RLLMTorchError, RuntimeError):
     """A checkpoint could not be written (e.g. a full disk) or the one asked for cannot be read.
 

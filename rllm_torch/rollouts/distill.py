@@ -115,7 +115,7 @@ class DistillationWorkflow(Workflow):
         outputs = await asyncio.gather(
             *(self.rollout_engine.generate(task["prompt"]) for _ in range(2 if self.mix_rl else 1))
         )
-        rewards = [self.reward_fn(task, o.text) for o in outputs]
+        rewards = [await self.call_reward(self.reward_fn, task, o.text) for o in outputs]
         if any(isinstance(r, bool) or not isinstance(r, numbers.Real) for r in rewards):
             raise TypeError(f"reward_fn returned {rewards!r} for task {uid!r}; return floats.")
         distilled = outputs[0].to_step(float(rewards[0]), done=True)

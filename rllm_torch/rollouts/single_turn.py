@@ -20,7 +20,8 @@ class SingleTurnWorkflow(Workflow):
 
     Args:
         rollout_engine: where completions come from.
-        reward_fn: the verifier; an exception in it fails the attempt (the engine retries).
+        reward_fn: the verifier, called in a worker thread (:meth:`Workflow.call_reward`, within
+            ``rllm.workflow.reward_timeout_s``); an exception in it fails the attempt (the engine retries).
         correct_threshold: the episode is correct when ``reward >= correct_threshold``.
         role: the trajectory name, which is the group role (picks the estimator).
         reward_components: named reward functions scored too (``Trajectory.reward_components``,
@@ -42,8 +43,11 @@ class SingleTurnWorkflow(Workflow):
 
     async def run(self, task: dict, uid: str) -> Episode:
         output = await self.rollout_engine.generate(task["prompt"])
-        reward = _score(self.reward_fn, task, output.text, uid, "reward_fn")
-        components = {name: _score(fn, task, output.text, uid, name) for name, fn in self.reward_components.items()}
+        reward = _real(await self.call_reward(self.reward_fn, task, output.text), uid, "reward_fn")
+        components = {
+            name: _real(await self.call_reward(fn, task, output.text, name=name), uid, name)
+            for name, fn in self.reward_components.items()
+        }
         step = output.to_step(reward, done=True)
         reason = (
             TerminationReason.ENV_DONE
@@ -63,9 +67,8 @@ class SingleTurnWorkflow(Workflow):
         )
 
 
-def _score(fn: RewardFn, task: dict, text: str, uid: str, name: str) -> float:
-    """``fn(task, text)`` as a float; anything else than a real number is a ``TypeError``."""
-    reward = fn(task, text)
+def _real(reward: Any, uid: str, name: str) -> float:
+    """A reward function's value as a float; anything else than a real number is a ``TypeError``."""
     if isinstance(reward, bool) or not isinstance(reward, numbers.Real):
         raise TypeError(f"{name} returned {reward!r} ({type(reward).__name__}) for task {uid!r}; return a float.")
     return float(reward)

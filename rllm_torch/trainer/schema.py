@@ -131,6 +131,7 @@ class WorkflowSection:
     n_parallel_tasks: int = 1024  # episodes running at once (also the sampling batch)
     retry_limit: int = 3  # attempts per episode
     raise_on_error: bool = True  # False: record failed episodes with termination_reason=error
+    reward_timeout_s: float | None = None  # seconds a reward call may take (an attempt fails past it); null: no limit
 
 
 @dataclass

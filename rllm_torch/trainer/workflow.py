@@ -5,13 +5,77 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import queue
+import threading
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rllm_torch.core.errors import RewardTimeoutError
 from rllm_torch.rllm.types import Episode, Step
 
-__all__ = ["ModelOutput", "RolloutEngine", "Workflow"]
+__all__ = ["ModelOutput", "RolloutEngine", "Workflow", "RewardThreads"]
+
+
+class RewardThreads:
+    """Daemon threads that run reward calls for the event loop (:meth:`Workflow.call_reward`).
+
+    Not the loop's default executor: its threads are joined when ``asyncio.run`` ends and when
+    the interpreter exits, so one reward that never returns would hang the run at its end.
+    These are daemon threads; a call past its time limit keeps its thread, and
+    :meth:`replace_stuck` starts another so the pool keeps ``size`` free workers.
+
+    Args:
+        size: worker threads (default: the default executor's ``min(32, cores + 4)``).
+    """
+
+    def __init__(self, size: int | None = None) -> None:
+        self.size = size or min(32, (os.cpu_count() or 1) + 4)
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._started = 0
+        self._lock = threading.Lock()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future:
+        """Run ``fn(*args)`` on a worker; an ``asyncio.Future`` of the running loop holds its result."""
+        with self._lock:
+            while self._started < self.size:
+                self._start()
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._jobs.put((loop, future, fn, args))
+        return future
+
+    def replace_stuck(self) -> None:
+        """A worker is held by a call that timed out: start one more."""
+        with self._lock:
+            self._start()
+
+    def _start(self) -> None:
+        threading.Thread(target=self._work, name=f"rllm-reward-{self._started}", daemon=True).start()
+        self._started += 1
+
+    def _work(self) -> None:
+        while True:
+            loop, future, fn, args = self._jobs.get()
+            try:
+                settle, value = future.set_result, fn(*args)
+            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting episode
+                settle, value = future.set_exception, exc
+            try:
+                loop.call_soon_threadsafe(_settle, future, settle, value)
+            except RuntimeError:  # the loop is closed: nobody waits for this result
+                pass
+
+
+def _settle(future: asyncio.Future, settle: Callable[[Any], None], value: Any) -> None:
+    if not future.done():  # not cancelled by a time limit
+        settle(value)
+
+
+REWARD_THREADS = RewardThreads()
 
 
 @dataclass
@@ -64,8 +128,36 @@ class Workflow(ABC):
     and ``task``. An exception in ``run`` marks the attempt as failed (the engine retries it).
     """
 
+    reward_timeout_s: float | None = None
+    """The limit of :meth:`call_reward` in seconds (None: none); the engine sets it from
+    ``rllm.workflow.reward_timeout_s`` on every workflow it builds."""
+
     def __init__(self, rollout_engine: RolloutEngine, **kwargs: Any) -> None:
         self.rollout_engine = rollout_engine
+
+    async def call_reward(self, fn: Callable[..., Any], *args: Any, name: str = "reward_fn") -> Any:
+        """``fn(*args)`` in a worker thread (:class:`RewardThreads`), so the event loop runs other
+        episodes meanwhile (a verifier that waits on a sandbox or a server does not stall the
+        step), for at most :attr:`reward_timeout_s` seconds.
+
+        Raises:
+            RewardTimeoutError: ``fn`` did not return in time. Python cannot stop a thread: the
+                call goes on in its (daemon) thread and its result is dropped; a new thread takes
+                its place, and a call that never returns does not keep the process from ending.
+            Exception: whatever ``fn`` raises.
+        """
+        future = REWARD_THREADS.submit(fn, *args)
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), self.reward_timeout_s)
+        except TimeoutError:
+            if future.done():  # fn itself raised TimeoutError: its error, not a time limit
+                return future.result()
+            future.cancel()
+            REWARD_THREADS.replace_stuck()
+            raise RewardTimeoutError(
+                f"{name} did not return within rllm.workflow.reward_timeout_s={self.reward_timeout_s} s; raise the "
+                "limit, or make the function return (e.g. a timeout of its own on what it waits for)."
+            ) from None
 
     @abstractmethod
     async def run(self, task: dict, uid: str) -> Episode:

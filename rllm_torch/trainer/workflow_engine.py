@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rllm_torch.core.errors import OutOfMemoryError, WorkflowError
+from rllm_torch.core.errors import ConfigError, OutOfMemoryError, RewardTimeoutError, WorkflowError
 from rllm_torch.rllm.types import Episode, TerminationReason
 from rllm_torch.trainer.workflow import Workflow
 
@@ -59,12 +59,14 @@ class UnifiedWorkflowEngine:
         retry_limit: attempts per episode (>= 1); an attempt that raises is retried until then,
             except for an :class:`~rllm_torch.core.errors.OutOfMemoryError`, which stops the run at once.
         raise_on_error: after the last failed attempt, raise :class:`WorkflowError` (True) or
-            record an episode with ``termination_reason=ERROR``, no trajectory and the error in
-            ``info["error"]`` (False).
+            record an episode with ``termination_reason=ERROR`` (``TIMEOUT`` when the last attempt's
+            reward did not return in time), no trajectory and the error in ``info["error"]`` (False).
+        reward_timeout_s: the limit of each reward call (:meth:`Workflow.call_reward`), None: none.
         episode_logger: when given, every batch of episodes is appended to a JSONL file.
 
     Raises:
         ValueError: ``n_parallel_tasks`` or ``retry_limit`` below 1.
+        ConfigError: ``reward_timeout_s`` not > 0.
     """
 
     def __init__(
@@ -77,8 +79,14 @@ class UnifiedWorkflowEngine:
         n_parallel_tasks: int = 64,
         retry_limit: int = 3,
         raise_on_error: bool = True,
+        reward_timeout_s: float | None = None,
         episode_logger: EpisodeLogger | None = None,
     ) -> None:
+        if reward_timeout_s is not None and not reward_timeout_s > 0:
+            raise ConfigError(
+                f"rllm.workflow.reward_timeout_s={reward_timeout_s}: give a number of seconds > 0, or null for no limit."
+            )
+        self.reward_timeout_s = reward_timeout_s
         if n_parallel_tasks < 1 or retry_limit < 1:
             raise ValueError(
                 f"n_parallel_tasks and retry_limit must be >= 1, got {n_parallel_tasks} and {retry_limit}."
@@ -101,7 +109,9 @@ class UnifiedWorkflowEngine:
             return
         self._pool, self._pool_loop = asyncio.Queue(), asyncio.get_running_loop()
         for _ in range(self.n_parallel_tasks):
-            self._pool.put_nowait(self.workflow_cls(rollout_engine=self.rollout_engine, **self.workflow_args))
+            workflow = self.workflow_cls(rollout_engine=self.rollout_engine, **self.workflow_args)
+            workflow.reward_timeout_s = self.reward_timeout_s
+            self._pool.put_nowait(workflow)
 
     def set_training_step(self, step: int, mode: str = "train", epoch: int = 0) -> None:
         """Where the next episodes belong (for the episode log)."""
@@ -127,7 +137,9 @@ class UnifiedWorkflowEngine:
                         f"episode {uid!r} failed {self.retry_limit} time(s); last error: {last_error!r}. Set rllm.workflow.raise_on_error=false to record it and go on."
                     ) from last_error
                 episode = Episode(
-                    termination_reason=TerminationReason.ERROR,
+                    termination_reason=TerminationReason.TIMEOUT
+                    if isinstance(last_error, RewardTimeoutError)
+                    else TerminationReason.ERROR,
                     info={"error": repr(last_error), "data_source": task.get("data_source", "unknown")},
                 )
         finally:

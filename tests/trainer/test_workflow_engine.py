@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 
 import pytest
 
 from rllm_torch import TerminationReason, WorkflowError
+from rllm_torch.core.errors import ConfigError
 from rllm_torch.rollouts import SingleTurnWorkflow
 from rllm_torch.trainer import EpisodeLogger, ModelOutput, RolloutEngine, UnifiedWorkflowEngine, unbiased_pass_at_k
+from rllm_torch.trainer.logs.step_metrics import workflow_metrics
 
 
 class EchoEngine(RolloutEngine):
@@ -78,6 +81,69 @@ def test_a_reward_that_is_not_a_number_fails_the_episode():
     engine = UnifiedWorkflowEngine(SingleTurnWorkflow, {"reward_fn": lambda t, r: "yes"}, EchoEngine(), retry_limit=1)
     with pytest.raises(WorkflowError, match="return a float"):
         run(engine, [{"prompt": "x1"}])
+
+
+def test_a_reward_past_its_time_limit_fails_the_attempt_is_retried_and_then_raised_naming_the_setting():
+    calls, release = [], threading.Event()
+
+    def hangs(task, response):
+        calls.append(1)
+        release.wait(30)  # "forever", but a test must end: released below
+        return 1.0
+
+    engine = UnifiedWorkflowEngine(
+        SingleTurnWorkflow, {"reward_fn": hangs}, EchoEngine(), retry_limit=2, reward_timeout_s=0.05
+    )
+    try:
+        with pytest.raises(WorkflowError, match=r"failed 2 time.*rllm.workflow.reward_timeout_s=0.05 s"):
+            run(engine, [{"prompt": "x1", "answer": "1"}])
+    finally:
+        release.set()
+    assert len(calls) == 2
+
+
+def test_with_raise_on_error_false_a_timed_out_reward_is_a_timeout_episode_counted_in_the_metrics():
+    release = threading.Event()
+
+    def slow_on_b(task, response):
+        if task["prompt"] == "b1":
+            release.wait(30)
+        return exact(task, response)
+
+    engine = UnifiedWorkflowEngine(
+        SingleTurnWorkflow,
+        {"reward_fn": slow_on_b},
+        EchoEngine(),
+        retry_limit=1,
+        raise_on_error=False,
+        reward_timeout_s=0.05,
+    )
+    try:
+        episodes = run(engine, [{"prompt": "a1", "answer": "1"}, {"prompt": "b1", "answer": "1"}])
+    finally:
+        release.set()
+    assert [e.termination_reason for e in episodes] == [TerminationReason.ENV_DONE, TerminationReason.TIMEOUT]
+    assert "reward_timeout_s" in episodes[1].info["error"] and episodes[0].trajectories[0].reward == 1.0
+    metrics = workflow_metrics(episodes, prefix="batch")
+    assert metrics["batch/termination_reason/timeout"] == 0.5 and metrics["batch/termination_reason/error"] == 0.0
+
+
+def test_rewards_run_in_threads_so_a_waiting_verifier_does_not_block_the_others():
+    both = threading.Barrier(2, timeout=10)  # passes only when two calls wait at once
+
+    def waits_for_the_other(task, response):
+        both.wait()
+        return exact(task, response)
+
+    engine = UnifiedWorkflowEngine(SingleTurnWorkflow, {"reward_fn": waits_for_the_other}, EchoEngine())
+    episodes = run(engine, [{"prompt": "a1", "answer": "1"}, {"prompt": "b2", "answer": "2"}])
+    assert [e.trajectories[0].reward for e in episodes] == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("limit", [0, -1.0, float("nan")])
+def test_a_reward_time_limit_that_is_not_positive_is_refused(limit):
+    with pytest.raises(ConfigError, match="rllm.workflow.reward_timeout_s"):
+        UnifiedWorkflowEngine(SingleTurnWorkflow, {"reward_fn": exact}, EchoEngine(), reward_timeout_s=limit)
 
 
 def test_episodes_are_logged_as_json_lines(tmp_path):
