@@ -7,6 +7,10 @@ GRPO and the embedded torch backend. Any key can be overridden, e.g.
 resumable ``checkpoints/step_*``, the exported model ``checkpoints/final`` and ``curves.png``.
 Starting the same command again continues the run from its newest checkpoint.
 
+Exit status: 0 trained (or already complete); 2 a configuration, data or checkpoint error (one
+block, no traceback); 130 interrupted by Ctrl-C (SIGINT: at once, from the newest checkpoint); 143
+stopped by SIGTERM after the current step and its checkpoint (a second SIGTERM: at once).
+
 Under ``torchrun`` (``torchrun --nproc_per_node=N -m rllm_torch.train ...``, or the
 ``rllm-torch-train`` script) the N processes are one run: see :mod:`rllm_torch.trainer.runtime.ranks`.
 Rank 0 alone prints and writes the run directory.
@@ -34,18 +38,20 @@ from rllm_torch.cli.command_line import (
     ERROR_EXIT_STATUS,
     check_command_line,
     check_known_keys,
+    check_run_directory,
     register_configs,
     remove_empty_run_dir,
     report_error,
     resume_point,
 )
 from rllm_torch.cli.config_checks import check_run_config
-from rllm_torch.core.errors import ConfigError, RLLMTorchError, UnknownBackendError
+from rllm_torch.core.errors import ConfigError, DistributedTimeoutError, RLLMTorchError, UnknownBackendError
 from rllm_torch.rollouts import build_task
 from rllm_torch.rollouts.single_turn import SingleTurnWorkflow
 from rllm_torch.rollouts.task import Task
 from rllm_torch.trainer.protocol import BackendProtocol
 from rllm_torch.trainer.runtime.ranks import RunRanks, init_run_ranks, shutdown, torchrun_world_size
+from rllm_torch.trainer.runtime.stop import STOPPED_EXIT_STATUS, StopSignals, TrainingStopped
 from rllm_torch.trainer.unified_trainer import UnifiedTrainer
 
 __all__ = ["main", "run", "backend_class", "BACKENDS"]
@@ -115,6 +121,9 @@ def run(config: DictConfig, *, run_files: dict[str, str] | None = None) -> Unifi
         ConfigError (and subclasses), UnknownEstimatorError, DistributedSetupError: before
             training starts (every rank raises the same error); a key the schema does not know
             (:func:`~rllm_torch.cli.command_line.check_known_keys`) is a ConfigError too.
+        DistributedTimeoutError: under torchrun, a collective whose peer did not come within
+            ``backend.dist_timeout_s`` or went away (gloo's error, named).
+        TrainingStopped: a SIGTERM stopped the run after a step and its checkpoint.
     """
     check_known_keys(config)
     import_user_modules(config.imports)
@@ -122,25 +131,41 @@ def run(config: DictConfig, *, run_files: dict[str, str] | None = None) -> Unifi
     ranks = init_run_ranks(config.backend.device, config.backend.dist_timeout_s)
     clean = False
     try:
-        trainer = _train(config, ranks, run_files or {})
+        with StopSignals(announce=ranks.is_main) as stop:
+            trainer = _train(config, ranks, run_files or {}, stop)
         clean = True
         return trainer
+    except RuntimeError as exc:
+        if ranks.distributed and any(words in str(exc) for words in GLOO_PEER_ERRORS):
+            raise collective_error(exc, ranks.rank, config.backend.dist_timeout_s) from exc
+        raise
     finally:
         shutdown(ranks, clean=clean)
 
 
-def _train(config: DictConfig, ranks: RunRanks, run_files: dict[str, str]) -> UnifiedTrainer:
+GLOO_PEER_ERRORS = ("Timed out waiting", "Connection closed by peer", "Connection reset by peer")
+
+
+def collective_error(exc: RuntimeError, rank: int, timeout_s: float) -> DistributedTimeoutError:
+    """gloo's error of a collective whose peer never came (a timeout) or went away, as one that
+    names this rank, what to look for and ``backend.dist_timeout_s``."""
+    detail = str(exc).split("] ", 1)[-1].split(". This is typically")[0]
+    if "Timed out" in detail:
+        what = f"waited backend.dist_timeout_s={timeout_s:g} s for another rank at a collective ({detail})"
+    else:
+        what = f"lost another rank at a collective ({detail})"
+    return DistributedTimeoutError(
+        f"rank {rank} {what}: that rank stopped (see its error above), hangs (a reward, a tool call) or is slower by "
+        f"more than the timeout (uneven steps). Fix what stopped it, or raise backend.dist_timeout_s; the same "
+        "command resumes from the newest checkpoint."
+    )
+
+
+def _train(config: DictConfig, ranks: RunRanks, run_files: dict[str, str], stop: StopSignals) -> UnifiedTrainer:
     if not sys.stderr.isatty():  # a piped log: no progress bars (the console logger's follows tqdm's rule)
         transformers.utils.logging.disable_progress_bar()
     seed = config.seed
     random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)
-    backend_cls = backend_class(config.backend.name)
-    task = build_task(config.task)
-    if task.precomputed_advantage and not config.rllm.algorithm.use_precomputed_advantage:
-        raise ConfigError(
-            f"task.name={task.name!r} writes per-token advantages; set rllm.algorithm.use_precomputed_advantage=true (otherwise the estimator would overwrite them)."
-        )
-    check_reward_components(task, config)
     if config.rllm.trainer.default_local_dir is None:
         with open_dict(config):
             config.rllm.trainer.default_local_dir = (
@@ -149,6 +174,14 @@ def _train(config: DictConfig, ranks: RunRanks, run_files: dict[str, str]) -> Un
                 else f"outputs/{config.rllm.trainer.project_name}/{config.rllm.trainer.experiment_name}"
             )
     run_dir = Path(config.rllm.trainer.default_local_dir)
+    check_run_directory(run_dir, "rllm.trainer.default_local_dir")  # before minutes of model and data start-up
+    backend_cls = backend_class(config.backend.name)
+    task = build_task(config.task)
+    if task.precomputed_advantage and not config.rllm.algorithm.use_precomputed_advantage:
+        raise ConfigError(
+            f"task.name={task.name!r} writes per-token advantages; set rllm.algorithm.use_precomputed_advantage=true (otherwise the estimator would overwrite them)."
+        )
+    check_reward_components(task, config)
     workflow_cls, workflow_args = (
         (task.workflow, task.workflow_args)
         if task.workflow is not None
@@ -164,6 +197,7 @@ def _train(config: DictConfig, ranks: RunRanks, run_files: dict[str, str]) -> Un
         backend_args={"alphabet": task.alphabet, "answer_in_response": task.answer_in_response},
         ranks=ranks,
         run_files={"config.yaml": OmegaConf.to_yaml(config, resolve=True), **run_files},
+        stop_signals=stop,
     )
     devices = ranks.gather(str(getattr(trainer.backend, "device", "unknown")))
     if ranks.is_main:
@@ -227,6 +261,17 @@ def _hydra_main(config: DictConfig) -> None:
             remove_empty_run_dir(HydraConfig.get().runtime.output_dir)  # only .hydra/: a failed start-up
         report_error(exc)
         sys.exit(ERROR_EXIT_STATUS)
+    except TrainingStopped as stopped:  # SIGTERM: the step's checkpoint is written
+        if os.environ.get("RANK", "0") == "0":
+            print(
+                f"rllm-torch-train: stopped by {stopped.signal_name} after step {stopped.step}, checkpoint "
+                f"{stopped.checkpoint}; the same command continues from it (exit {STOPPED_EXIT_STATUS})",
+                file=sys.stderr,
+                flush=True,
+            )
+        if torchrun_world_size() is not None:
+            end_rank_process(STOPPED_EXIT_STATUS)
+        sys.exit(STOPPED_EXIT_STATUS)
     except KeyboardInterrupt:  # Ctrl-C: where the same command goes on, not a traceback
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
@@ -254,8 +299,9 @@ def main() -> None:
         end_rank_process()
 
 
-def end_rank_process() -> None:
-    """End a torchrun rank after a clean run without interpreter finalization (``os._exit(0)``).
+def end_rank_process(status: int = 0) -> None:
+    """End a torchrun rank after a clean run (or a stop on SIGTERM, ``status`` 143) without
+    interpreter finalization (``os._exit(status)``).
 
     The process group is destroyed and every file is closed by now, but the model's DDP reducer
     or FSDP device mesh still references gloo's backend; finalizing the interpreter can then
@@ -266,7 +312,7 @@ def end_rank_process() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     logging.shutdown()
-    os._exit(0)
+    os._exit(status)
 
 
 if __name__ == "__main__":

@@ -49,6 +49,7 @@ from rllm_torch.trainer.protocol import BackendProtocol
 from rllm_torch.trainer.runtime.checkpoint import CheckpointInfo
 from rllm_torch.trainer.runtime.ranks import RunRanks
 from rllm_torch.trainer.runtime.run_checkpoint import RunCheckpointer
+from rllm_torch.trainer.runtime.stop import StopSignals, TrainingStopped
 from rllm_torch.trainer.schema import typed_run_config
 from rllm_torch.trainer.state import TrainerState
 from rllm_torch.trainer.workflow import Workflow
@@ -73,6 +74,9 @@ class UnifiedTrainer:
         run_files: ``{path relative to the run directory: text}`` that rank 0 writes when the run
             starts to train (not when its checkpoint already holds every step: such a run writes
             nothing), e.g. the command line's ``config.yaml``.
+        stop_signals: a :class:`~rllm_torch.trainer.runtime.stop.StopSignals` whose request (a
+            SIGTERM) :meth:`fit` honours after the step it is in: that step's checkpoint, then
+            :class:`~rllm_torch.trainer.runtime.stop.TrainingStopped`. None: signals are not handled.
 
     Raises:
         ConfigError / UnknownEstimatorError: bad settings, before anything is trained.
@@ -94,9 +98,11 @@ class UnifiedTrainer:
         traj_group_adv_estimator_map: dict | None = None,
         ranks: RunRanks | None = None,
         run_files: dict[str, str] | None = None,
+        stop_signals: StopSignals | None = None,
         **kwargs: Any,
     ) -> None:
         config = typed_run_config(config)
+        self.stop_signals = stop_signals
         self.ranks = ranks if ranks is not None else RunRanks()
         self.run_files = dict(run_files or {})
         self.already_complete = False  # set by fit: the checkpoint held every planned step
@@ -130,6 +136,7 @@ class UnifiedTrainer:
             n_parallel_tasks=wf.n_parallel_tasks,
             retry_limit=wf.retry_limit,
             raise_on_error=wf.raise_on_error,
+            reward_timeout_s=wf.reward_timeout_s,
             episode_logger=self.episode_logger,
         )
         self.tokenizer = getattr(self.backend, "tokenizer", None)
@@ -214,6 +221,10 @@ class UnifiedTrainer:
                 flush=True,
             )
 
+    def _newest(self) -> Path | None:
+        latest = self.checkpointer.store.latest() if self.ranks.is_main else None
+        return latest.path if latest is not None else None
+
     def _unfinished_end(self, state: TrainerState) -> list[str]:
         """What the end of a run resumed at its last step still has to do (the same on every rank)."""
         unfinished = []
@@ -265,6 +276,10 @@ class UnifiedTrainer:
                     await self._validate_async(state)
                 if self.checkpointer.due(state):
                     self.checkpointer.save(state, self.val_history)
+                if self.stop_signals is not None and self.ranks.any(self.stop_signals.requested):
+                    if self.checkpointer.saved_step != state.global_step:
+                        self.checkpointer.save(state, self.val_history)
+                    raise TrainingStopped(self.stop_signals.name or "SIGTERM", state.global_step, self._newest())
             await self.backend.on_epoch_end(state)
             if state.global_step >= plan.total_steps:
                 break
