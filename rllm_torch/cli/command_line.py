@@ -103,7 +103,8 @@ def check_command_line(argv: list[str]) -> None:
             (``rllm.rollout.n=abc``), or chooses a config-group option that is not shipped
             (``model=tiny_gpt``; the message lists those that are). Keys under ``hydra.`` are
             Hydra's to check. With ``--config-path``/``--config-dir`` (your own configs) only
-            the keys and their types are checked.
+            the keys and their types are checked. ``hydra.run.dir`` cannot be made or written
+            (:func:`check_run_directory`).
     """
     from hydra._internal.utils import get_args_parser  # Hydra's own command-line grammar
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -135,6 +136,28 @@ def check_command_line(argv: list[str]) -> None:
             raise _unknown_key_error(key, keys, how)
         if not override.is_sweep_override():
             _check_type(schema, key, override)
+    for override in overrides:  # Hydra makes hydra.run.dir before the run starts: its own traceback
+        if override.key_or_group == "hydra.run.dir" and isinstance(override.value(), str):
+            check_run_directory(override.value(), "hydra.run.dir")
+
+
+def check_run_directory(path: str | os.PathLike, key: str) -> None:
+    """``path`` can be made and written: its nearest existing ancestor is a directory this process
+    may write to.
+
+    Raises:
+        ConfigError: naming ``key``, the path and what is in the way (a file; no write permission).
+    """
+    ancestor = Path(path).absolute()
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ConfigError(f"{key}={path}: {ancestor} is a file, not a directory; choose a run directory elsewhere.")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"{key}={path}: this process may not write to {ancestor} (permissions or a read-only file system); "
+            "choose a run directory you can write to."
+        )
 
 
 def _check_group_option(group: str, override: Any) -> None:

@@ -23,10 +23,12 @@ __all__ = [
     "DatasetFormatError",
     "ModelNotFoundError",
     "WorkflowError",
+    "RewardTimeoutError",
     "CheckpointError",
     "CheckpointMismatchError",
     "DistributedSetupError",
     "DistributedBatchError",
+    "DistributedTimeoutError",
     "OutOfMemoryError",
 ]
 
@@ -114,6 +116,14 @@ class DistributedSetupError(RLLMTorchError, ValueError):
     """``torch.distributed`` is not set up for what was asked: no initialised process group, an
     object that is not a ``ProcessGroup``, a rank outside the group, a backend that cannot carry
     the tensors' device, or a run launched on more ranks than its settings allow."""
+
+
+class DistributedTimeoutError(RLLMTorchError, RuntimeError):
+    """A collective of a run of several processes did not complete within ``backend.dist_timeout_s``,
+    or its peer went away: another rank stopped, hangs, or is slower by more than the timeout.
+
+    Not an input error: it wraps the communication backend's own error (``__cause__``).
+    """
 
 
 class DistributedBatchError(RLLMTorchError, ValueError):

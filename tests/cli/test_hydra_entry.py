@@ -200,3 +200,19 @@ def test_the_new_task_options_and_loss_keys_compose_from_the_command_line():
     )
     assert distill.task.mix_rl and distill.backend.dro_beta == 0.1
     assert compose_train("task=reasoning_gym").task.dataset == "leg_counting"
+
+
+@pytest.mark.parametrize("key", ["hydra.run.dir", "rllm.trainer.default_local_dir"])
+def test_a_run_directory_under_a_regular_file_is_one_line_exit_2_and_leaves_nothing(tmp_path, key):
+    (tmp_path / "notes.txt").write_text("a file, not a directory")
+    done = subprocess.run(
+        [sys.executable, "-m", "rllm_torch.train", f"{key}={tmp_path / 'notes.txt' / 'run'}", "model.hidden_size=32"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert f"{key}={tmp_path / 'notes.txt' / 'run'}: {tmp_path / 'notes.txt'} is a file, not a directory" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]  # no outputs/ left behind

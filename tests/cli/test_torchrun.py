@@ -201,3 +201,42 @@ def test_fsdp_runs_checkpoints_its_shards_and_resumes_exactly(tmp_path):
         ]
     )
     assert loaded.returncode == 0, loaded.stderr[-2000:]  # the gathered export is a plain model
+
+
+def test_a_rank_that_hangs_past_dist_timeout_s_ends_the_run_with_an_error_naming_the_setting(tmp_path):
+    (tmp_path / "slow_rank.py").write_text(
+        "import os, time\n\n"
+        "def reward(task, response):\n"
+        "    if os.environ.get('RANK') == '1':\n"
+        "        time.sleep(60)  # rank 1's verifier hangs\n"
+        "    return float(response.strip() == task['answer'])\n"
+    )
+    rows = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(4) for b in range(4)]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    command = [
+        *TORCHRUN,
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "rllm_torch.train",
+        "task=file",
+        f"task.train_path={tmp_path / 'train.jsonl'}",
+        "task.reward_fn=slow_rank:reward",
+        "task.val_size=0",
+        "model.hidden_size=32",
+        "data.train_batch_size=4",
+        "rllm.rollout.n=2",
+        "rllm.trainer.total_batches=2",
+        "backend.device=cpu",
+        "backend.dist_timeout_s=5",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    ]
+    start = time.monotonic()
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S, env={**ENV, "PYTHONPATH": str(tmp_path)}
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode != 0
+    assert time.monotonic() - start < 120, "the run did not end soon after the timeout"
+    assert "rank 0 waited backend.dist_timeout_s=5 s for another rank at a collective" in output, output[-3000:]
+    assert "raise backend.dist_timeout_s" in output

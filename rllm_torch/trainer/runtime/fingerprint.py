@@ -181,6 +181,7 @@ RESUMABLE_KEYS = (
     "rllm.workflow.n_parallel_tasks",
     "rllm.workflow.retry_limit",
     "rllm.workflow.raise_on_error",
+    "rllm.workflow.reward_timeout_s",
     "backend.rollout_batch_size",
     "backend.num_threads",
     "backend.dist_timeout_s",
