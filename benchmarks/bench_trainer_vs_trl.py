@@ -79,6 +79,7 @@ from rllm_torch.backends.torch_backend.pretrained import pretrained_dir
 from rllm_torch.backends.torch_backend.tokenizer import load_tokenizer
 from rllm_torch.rollouts.catalog import build_task
 from rllm_torch.rollouts.task import Task
+from rllm_torch.trainer.model_defaults import apply_model_defaults
 
 RESULTS = Path(__file__).parent / "RESULTS_trainer.md"
 REPO = Path(__file__).resolve().parent.parent
@@ -178,21 +179,28 @@ def save_initial_model(config: DictConfig, task: Task, directory: Path) -> str:
     )
 
 
-def run_side(name: str, command: list[str], out: Path, steps: int, threads: int = 1) -> float:
+def run_side(name: str, command: list[str], out: Path, steps: int, threads: int = 1) -> tuple[float, float]:
     """Run one side's subprocess (``threads`` torch threads), its output into ``<out>/<name>.log``;
-    returns its wall time."""
+    returns its wall time (s) and peak resident memory (GiB: the process's ``ru_maxrss``, from ``wait4``)."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
     log = out / f"{name}.log"
     print(f"{SIDES[name]}: {' '.join(command)}", flush=True)
     start = time.perf_counter()
     with log.open("w") as sink:
-        done = subprocess.run(command, env=env, stdout=sink, stderr=subprocess.STDOUT, timeout=600 + 300 * steps)
+        process = subprocess.Popen(command, env=env, stdout=sink, stderr=subprocess.STDOUT)
+        try:
+            _, status, usage = os.wait4(process.pid, 0)
+        except BaseException:
+            process.kill()
+            raise
+        process.returncode = os.waitstatus_to_exitcode(status)
     wall = time.perf_counter() - start
-    if done.returncode:
+    if process.returncode:
         tail = "\n".join(log.read_text().splitlines()[-40:])
-        raise RuntimeError(f"{SIDES[name]} failed (exit {done.returncode}); end of {log}:\n{tail}")
-    print(f"{SIDES[name]}: {wall:.1f} s", flush=True)
-    return wall
+        raise RuntimeError(f"{SIDES[name]} failed (exit {process.returncode}); end of {log}:\n{tail}")
+    peak = usage.ru_maxrss / 2**20  # Linux: KiB
+    print(f"{SIDES[name]}: {wall:.1f} s, peak RSS {peak:.2f} GiB", flush=True)
+    return wall, peak
 
 
 # ---- TRL, inside the --trl-worker subprocess ------------------------------------------------------------
@@ -237,6 +245,7 @@ def trl_worker(spec_path: Path) -> None:
     if spec.get("config"):
         EXPERIMENT["name"] = spec["config"]
     config = compose_config(spec["task"], spec["overrides"])
+    apply_model_defaults(config)  # ours' defaults for what model.path holds (e.g. backend.lr=1e-5 for a checkpoint)
     task = build_task(config.task)
     tokenizer = load_tokenizer(spec["model_dir"], task.alphabet)
     columns = [k for k in task.train[0] if k != "prompt"]
@@ -368,7 +377,12 @@ def report(
 ) -> str:
     r, warmup = config.rllm.rollout, warmup_steps(args.steps)
     ours, trl = results["ours"], results["trl"]
-    flags = f"--task {args.task} --steps {args.steps}" + (f" --set {' '.join(args.set)}" if args.set else "")
+    flags = (f"--config {args.config} " if args.config else "") + f"--task {args.task} --steps {args.steps}"
+    flags += f" --bin {args.bin}" if args.bin != 32 else ""
+    flags += f" --threads {args.threads}" if args.threads != 1 else ""
+    flags += " --validate" if args.validate else ""
+    flags += f" --model-path {args.model_path}" if args.model_path else ""
+    flags += f" --set {' '.join(args.set)}" if args.set else ""
     flags += " --write-results" + (" --append" if args.append else "") if args.write_results else ""
     lines = [
         f"# Trainer against TRL's GRPOTrainer: task `{args.task}`" + (f", `{' '.join(args.set)}`" if args.set else ""),
@@ -390,6 +404,7 @@ def report(
         (f"s / step, median (steps {warmup + 1}-{args.steps})", "step_s_median", "{:.3f}"),
         ("sum of step times, s", "step_s_sum", "{:.1f}"),
         ("wall time of the process, s", "wall_s", "{:.1f}"),
+        ("peak resident memory of the process, GiB", "peak_rss_gib", "{:.2f}"),
     ]
     for label, key, fmt in rows:
         lines.append(f"| {label} | {fmt.format(ours[key])} | {fmt.format(trl[key])} | {trl[key] / ours[key]:.2f}x |")
@@ -485,7 +500,7 @@ def main(argv: list[str]) -> None:
             "trains on the short last batch of an epoch, TRL drops it, so later epochs see other prompts per step",
             file=sys.stderr,
         )
-    walls = {}
+    walls, peaks = {}, {}
     with tempfile.TemporaryDirectory(prefix="bench_trl_model_") as scratch:
         if pretrained:
             model_dir = str(pretrained_dir(args.model_path, cache_dir=config.model.gguf_cache_dir))
@@ -493,19 +508,23 @@ def main(argv: list[str]) -> None:
         else:
             model_dir, model = scratch, save_initial_model(config, task, Path(scratch))
         overrides += [f"model.path={model_dir}"]
+        config = compose_config(args.task, overrides)
+        apply_model_defaults(config)  # the settings both sides train with, as the report gives them
         ours = [sys.executable, "-m", "rllm_torch.train"]
         if config_name(args.task) != "train":
             ours += ["--config-name", config_name(args.task)]
         ours += [*overrides, f"hydra.run.dir={out / 'ours'}"]
-        walls["ours"] = run_side("ours", ours, out, args.steps, args.threads)
+        walls["ours"], peaks["ours"] = run_side("ours", ours, out, args.steps, args.threads)
         spec = {"task": args.task, "overrides": overrides, "model_dir": model_dir, "out": str(out), "steps": args.steps}
         spec["threads"], spec["config"] = args.threads, args.config
         (out / "trl_spec.json").write_text(json.dumps(spec, indent=1) + "\n")
-        walls["trl"] = run_side(
+        walls["trl"], peaks["trl"] = run_side(
             "trl", [sys.executable, __file__, "--trl-worker", str(out / "trl_spec.json")], out, args.steps, args.threads
         )
     curves = {side: read_steps(out / side / "metrics.jsonl") for side in SIDES}
     results = {side: summarize(curves[side], walls[side], warmup_steps(args.steps)) for side in SIDES}
+    for side in SIDES:
+        results[side]["peak_rss_gib"] = peaks[side]
     if args.validate:
         finals = {"ours": out / "ours" / "checkpoints" / "final", "trl": out / "trl" / "final"}
         for side, final in finals.items():
