@@ -27,33 +27,30 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from rllm_torch.rllm.collect import collect_reward_and_advantage_from_trajectory_groups
 from rllm_torch.rllm.types import Episode
+from rllm_torch.trainer.logs.run_directory import run_loggers, write_run_files
 from rllm_torch.trainer.logs.step_metrics import stage_timer, workflow_metrics
 from rllm_torch.trainer.logs.summary import StepPlan, plan_steps, startup_summary
-from rllm_torch.trainer.logs.tracking import Tracking
 from rllm_torch.trainer.pipeline.dynamic_sampling import DynamicSampler, DynamicSamplingConfig, check_dynamic_sampling
 from rllm_torch.trainer.pipeline.rejection_sampling import apply_rejection_sampling_and_filtering
 from rllm_torch.trainer.pipeline.settings import build_pipeline_configs
 from rllm_torch.trainer.pipeline.transform import transform_episodes_to_trajectory_groups
 from rllm_torch.trainer.pipeline.validation import validation_pass_metrics
 from rllm_torch.trainer.protocol import BackendProtocol
-from rllm_torch.trainer.runtime.checkpoint import CheckpointInfo
 from rllm_torch.trainer.runtime.ranks import RunRanks
 from rllm_torch.trainer.runtime.run_checkpoint import RunCheckpointer
 from rllm_torch.trainer.runtime.stop import StopSignals, TrainingStopped
 from rllm_torch.trainer.schema import typed_run_config
 from rllm_torch.trainer.state import TrainerState
 from rllm_torch.trainer.workflow import Workflow
-from rllm_torch.trainer.workflow_engine import EpisodeLogger, UnifiedWorkflowEngine
+from rllm_torch.trainer.workflow_engine import UnifiedWorkflowEngine
 
 __all__ = ["UnifiedTrainer"]
 
@@ -119,7 +116,7 @@ class UnifiedTrainer:
         self.backend = backend_cls(config=config, ranks=self.ranks, **(backend_args or {}))
         self.backend.validate_config()
         self.backend.validate_prompts([t for ds in (train_dataset, val_dataset) if isinstance(ds, list) for t in ds])
-        self._setup_logging()
+        self.run_dir, self.episode_logger, self.logger = run_loggers(config, self.ranks)
         self.checkpointer = RunCheckpointer(self.backend, config, self.run_dir, self.ranks)
         rollout_engine = self.backend.init_rollout_engine(
             cf_config=self.cf_config,
@@ -141,26 +138,6 @@ class UnifiedTrainer:
         )
         self.tokenizer = getattr(self.backend, "tokenizer", None)
         self.val_history: list[tuple[int, dict[str, float]]] = []
-
-    def _setup_logging(self) -> None:
-        trainer, logging = self.rllm_config.trainer, self.rllm_config.episode_logging
-        self.run_dir = Path(trainer.default_local_dir or f"outputs/{trainer.project_name}/{trainer.experiment_name}")
-        subdirectory = f"episodes/rank{self.ranks.rank}" if self.ranks.distributed else "episodes"
-        self.episode_logger = (
-            EpisodeLogger(logging.episode_log_dir or str(self.run_dir), subdirectory) if logging.log_episodes else None
-        )
-        backends = trainer.logger if isinstance(trainer.logger, str) else OmegaConf.to_container(trainer.logger)
-        # the other ranks keep a Tracking without sinks: their log calls do nothing, rank 0's write
-        backends = backends if self.ranks.is_main else []
-        plain = OmegaConf.to_container(self.config, resolve=True) if "wandb" in backends else None
-        self.logger = Tracking(
-            backends,
-            run_dir=self.run_dir,
-            project_name=trainer.project_name,
-            experiment_name=trainer.experiment_name,
-            config=plain,
-            table_every=trainer.log_table_every,
-        )
 
     # ---- main loop -------------------------------------------------------------------------
     def fit(self) -> None:
@@ -194,7 +171,7 @@ class UnifiedTrainer:
             self.already_complete = True
             return  # nothing to train, and nothing in the run directory is written again
         if self.ranks.is_main:
-            self._write_run_files(resumed)
+            write_run_files(self.run_dir, self.run_files, resumed, self.checkpointer.changes)
         resume_step = resumed.step if resumed is not None else -1
         self.logger.open(resume_step=resume_step, validated=state.last_validation_step == resume_step)
         if self.val_history:  # the bar and the next metrics table show the last validation
@@ -221,10 +198,6 @@ class UnifiedTrainer:
                 flush=True,
             )
 
-    def _newest(self) -> Path | None:
-        latest = self.checkpointer.store.latest() if self.ranks.is_main else None
-        return latest.path if latest is not None else None
-
     def _unfinished_end(self, state: TrainerState) -> list[str]:
         """What the end of a run resumed at its last step still has to do (the same on every rank)."""
         unfinished = []
@@ -233,20 +206,6 @@ class UnifiedTrainer:
         if self.ranks.any(not self.backend.train_end_complete()):
             unfinished.append("the end of training (the torch backend: the checkpoints/final export)")
         return unfinished
-
-    def _write_run_files(self, resumed: CheckpointInfo | None) -> None:
-        """Rank 0, when training starts: ``run_files``, and for a resume a line of
-        ``resumes.jsonl``: the checkpoint, its step and the resumable settings changed since."""
-        for name, text in self.run_files.items():
-            path = self.run_dir / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-        if resumed is not None:
-            changed = {key: [old, new] for key, (old, new) in self.checkpointer.changes.items()}
-            row = {"step": resumed.step, "checkpoint": str(resumed.path), "changed": changed}
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            with open(self.run_dir / "resumes.jsonl", "a") as file:
-                file.write(json.dumps(row, default=str) + "\n")
 
     async def _fit_async(self, state: TrainerState, dataloader: Any, plan: StepPlan) -> None:
         trainer = self.rllm_config.trainer
@@ -279,7 +238,9 @@ class UnifiedTrainer:
                 if self.stop_signals is not None and self.ranks.any(self.stop_signals.requested):
                     if self.checkpointer.saved_step != state.global_step:
                         self.checkpointer.save(state, self.val_history)
-                    raise TrainingStopped(self.stop_signals.name or "SIGTERM", state.global_step, self._newest())
+                    raise TrainingStopped(
+                        self.stop_signals.name or "SIGTERM", state.global_step, self.checkpointer.newest()
+                    )
             await self.backend.on_epoch_end(state)
             if state.global_step >= plan.total_steps:
                 break

@@ -138,6 +138,11 @@ class RunCheckpointer:
             "start over in another directory (rllm.trainer.experiment_name=...) or after removing that directory."
         )
 
+    def newest(self) -> Path | None:
+        """Rank 0: the newest complete checkpoint's directory (None: none yet; other ranks: None)."""
+        latest = self.store.latest() if self.ranks.is_main else None
+        return latest.path if latest is not None else None
+
     def due(self, state: TrainerState) -> bool:
         """True when ``state.global_step`` is a multiple of ``save_freq`` (> 0)."""
         return self.save_freq > 0 and state.global_step % self.save_freq == 0
