@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import numbers
 from typing import Any
 
 from rllm_torch.core.errors import ConfigError
@@ -115,9 +114,7 @@ class DistillationWorkflow(Workflow):
         outputs = await asyncio.gather(
             *(self.rollout_engine.generate(task["prompt"]) for _ in range(2 if self.mix_rl else 1))
         )
-        rewards = [await self.call_reward(self.reward_fn, task, o.text) for o in outputs]
-        if any(isinstance(r, bool) or not isinstance(r, numbers.Real) for r in rewards):
-            raise TypeError(f"reward_fn returned {rewards!r} for task {uid!r}; return floats.")
+        rewards = [await self.call_reward(self.reward_fn, task, o.text, uid=uid) for o in outputs]
         distilled = outputs[0].to_step(float(rewards[0]), done=True)
         teacher_logp = self.teacher(task, outputs[0].response_ids, self.rollout_engine.tokenizer)
         distilled.advantage = [t - s for t, s in zip(teacher_logp, outputs[0].logprobs, strict=True)]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable
 from typing import Any
 
@@ -43,9 +42,9 @@ class SingleTurnWorkflow(Workflow):
 
     async def run(self, task: dict, uid: str) -> Episode:
         output = await self.rollout_engine.generate(task["prompt"])
-        reward = _real(await self.call_reward(self.reward_fn, task, output.text), uid, "reward_fn")
+        reward = await self.call_reward(self.reward_fn, task, output.text, uid=uid)
         components = {
-            name: _real(await self.call_reward(fn, task, output.text, name=name), uid, name)
+            name: await self.call_reward(fn, task, output.text, name=name, uid=uid)
             for name, fn in self.reward_components.items()
         }
         step = output.to_step(reward, done=True)
@@ -65,10 +64,3 @@ class SingleTurnWorkflow(Workflow):
             | {f"reward/{name}": value for name, value in components.items()},
             info={"data_source": task.get("data_source", "unknown")},
         )
-
-
-def _real(reward: Any, uid: str, name: str) -> float:
-    """A reward function's value as a float; anything else than a real number is a ``TypeError``."""
-    if isinstance(reward, bool) or not isinstance(reward, numbers.Real):
-        raise TypeError(f"{name} returned {reward!r} ({type(reward).__name__}) for task {uid!r}; return a float.")
-    return float(reward)

@@ -6,6 +6,8 @@
 from __future__ import annotations
 
 import asyncio
+import math
+import numbers
 import os
 import queue
 import threading
@@ -14,10 +16,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rllm_torch.core.errors import RewardTimeoutError
+from rllm_torch.core.errors import InvalidRewardsError, InvalidRewardTypeError, RewardTimeoutError
 from rllm_torch.rllm.types import Episode, Step
 
-__all__ = ["ModelOutput", "RolloutEngine", "Workflow", "RewardThreads"]
+__all__ = ["ModelOutput", "RolloutEngine", "Workflow", "RewardThreads", "MAX_REWARD"]
+
+MAX_REWARD = 1e15
+"""The largest reward magnitude :meth:`Workflow.call_reward` accepts: far beyond any reward scale in
+use, and far below where the estimators' float32 group statistics overflow (a squared deviation of
+1e30, summed over a group, is still finite; one of 1e20 is not: the group's advantages would all be 0)."""
 
 
 class RewardThreads:
@@ -135,20 +142,24 @@ class Workflow(ABC):
     def __init__(self, rollout_engine: RolloutEngine, **kwargs: Any) -> None:
         self.rollout_engine = rollout_engine
 
-    async def call_reward(self, fn: Callable[..., Any], *args: Any, name: str = "reward_fn") -> Any:
-        """``fn(*args)`` in a worker thread (:class:`RewardThreads`), so the event loop runs other
-        episodes meanwhile (a verifier that waits on a sandbox or a server does not stall the
-        step), for at most :attr:`reward_timeout_s` seconds.
+    async def call_reward(self, fn: Callable[..., Any], *args: Any, name: str = "reward_fn", uid: str = "") -> float:
+        """``fn(*args)``, a reward, as a float: run in a worker thread (:class:`RewardThreads`), so
+        the event loop runs other episodes meanwhile (a verifier that waits on a sandbox or a
+        server does not stall the step), for at most :attr:`reward_timeout_s` seconds.
 
         Raises:
             RewardTimeoutError: ``fn`` did not return in time. Python cannot stop a thread: the
                 call goes on in its (daemon) thread and its result is dropped; a new thread takes
                 its place, and a call that never returns does not keep the process from ending.
+            InvalidRewardTypeError: ``fn`` returned something other than a real number (a bool too).
+            InvalidRewardsError: it returned NaN, an infinity, or a magnitude above
+                :data:`MAX_REWARD` (the estimators' float32 statistics would overflow and zero the
+                group's advantages without a word).
             Exception: whatever ``fn`` raises.
         """
         future = REWARD_THREADS.submit(fn, *args)
         try:
-            return await asyncio.wait_for(asyncio.shield(future), self.reward_timeout_s)
+            reward = await asyncio.wait_for(asyncio.shield(future), self.reward_timeout_s)
         except TimeoutError:
             if future.done():  # fn itself raised TimeoutError: its error, not a time limit
                 return future.result()
@@ -158,6 +169,17 @@ class Workflow(ABC):
                 f"{name} did not return within rllm.workflow.reward_timeout_s={self.reward_timeout_s} s; raise the "
                 "limit, or make the function return (e.g. a timeout of its own on what it waits for)."
             ) from None
+        where = f" for task {uid!r}" if uid else ""
+        if isinstance(reward, bool) or not isinstance(reward, numbers.Real):
+            raise InvalidRewardTypeError(
+                f"{name} returned {reward!r} ({type(reward).__name__}){where}; return a float."
+            )
+        if not math.isfinite(reward) or abs(reward) > MAX_REWARD:
+            raise InvalidRewardsError(
+                f"{name} returned {reward!r}{where}; rewards must be finite and at most {MAX_REWARD:g} in magnitude "
+                "(the estimators' float32 statistics overflow beyond that); rescale the reward."
+            )
+        return float(reward)
 
     @abstractmethod
     async def run(self, task: dict, uid: str) -> Episode:

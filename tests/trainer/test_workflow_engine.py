@@ -7,12 +7,15 @@ import json
 import threading
 
 import pytest
+import torch
 
 from rllm_torch import TerminationReason, WorkflowError
+from rllm_torch.core import GroupedRewards, grpo
 from rllm_torch.core.errors import ConfigError
 from rllm_torch.rollouts import SingleTurnWorkflow
 from rllm_torch.trainer import EpisodeLogger, ModelOutput, RolloutEngine, UnifiedWorkflowEngine, unbiased_pass_at_k
 from rllm_torch.trainer.logs.step_metrics import workflow_metrics
+from rllm_torch.trainer.workflow import MAX_REWARD
 
 
 class EchoEngine(RolloutEngine):
@@ -81,6 +84,25 @@ def test_a_reward_that_is_not_a_number_fails_the_episode():
     engine = UnifiedWorkflowEngine(SingleTurnWorkflow, {"reward_fn": lambda t, r: "yes"}, EchoEngine(), retry_limit=1)
     with pytest.raises(WorkflowError, match="return a float"):
         run(engine, [{"prompt": "x1"}])
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf"), 1e30, -2e15])
+def test_a_reward_that_is_not_finite_or_too_large_for_float32_statistics_fails_the_episode_naming_it(value):
+    engine = UnifiedWorkflowEngine(SingleTurnWorkflow, {"reward_fn": lambda t, r: value}, EchoEngine(), retry_limit=1)
+    with pytest.raises(
+        WorkflowError, match=r"reward_fn returned .* for task 't0:0'; rewards must be finite and at most 1e\+15"
+    ):
+        run(engine, [{"prompt": "x1"}])
+
+
+def test_a_reward_of_the_largest_accepted_magnitude_trains_and_keeps_its_group_statistics_finite():
+    engine = UnifiedWorkflowEngine(SingleTurnWorkflow, {"reward_fn": lambda t, r: MAX_REWARD}, EchoEngine())
+    assert run(engine, [{"prompt": "x1"}])[0].trajectories[0].reward == MAX_REWARD
+    rewards_GK = torch.tensor([[MAX_REWARD, -MAX_REWARD, 0.0, 1.0] * 64])  # a group of 256 at the bound
+    advantages, _ = grpo(GroupedRewards.from_padded(rewards_GK))
+    assert torch.isfinite(advantages).all() and advantages[0] > 1 and advantages[1] < -1
+    over, _ = grpo(GroupedRewards.from_padded(rewards_GK * 1e5))  # 1e20: float32 statistics overflow
+    assert not (over.abs() > 0).any()  # every advantage 0 (or NaN): why the bound exists
 
 
 def test_a_reward_past_its_time_limit_fails_the_attempt_is_retried_and_then_raised_naming_the_setting():
