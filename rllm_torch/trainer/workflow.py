@@ -45,15 +45,18 @@ class RewardThreads:
         self._started = 0
         self._lock = threading.Lock()
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future:
-        """Run ``fn(*args)`` on a worker; an ``asyncio.Future`` of the running loop holds its result."""
+    def submit(self, fn: Callable[..., Any], *args: Any) -> tuple[asyncio.Future, asyncio.Future]:
+        """Queue ``fn(*args)`` for a worker. Returns two futures of the running loop: the first is
+        done when a worker starts the call (a time limit counts from then, not from the queue),
+        the second holds its result. A call whose result future is cancelled before a worker
+        reaches it is skipped."""
         with self._lock:
             while self._started < self.size:
                 self._start()
         loop = asyncio.get_running_loop()
-        future = loop.create_future()
-        self._jobs.put((loop, future, fn, args))
-        return future
+        started, future = loop.create_future(), loop.create_future()
+        self._jobs.put((loop, started, future, fn, args))
+        return started, future
 
     def replace_stuck(self) -> None:
         """A worker is held by a call that timed out: start one more."""
@@ -66,7 +69,13 @@ class RewardThreads:
 
     def _work(self) -> None:
         while True:
-            loop, future, fn, args = self._jobs.get()
+            loop, started, future, fn, args = self._jobs.get()
+            if future.cancelled():
+                continue
+            try:
+                loop.call_soon_threadsafe(_settle, started, started.set_result, None)
+            except RuntimeError:  # the loop is closed: nobody waits for this call
+                continue
             try:
                 settle, value = future.set_result, fn(*args)
             except BaseException as exc:  # noqa: BLE001 - handed to the awaiting episode
@@ -145,7 +154,8 @@ class Workflow(ABC):
     async def call_reward(self, fn: Callable[..., Any], *args: Any, name: str = "reward_fn", uid: str = "") -> float:
         """``fn(*args)``, a reward, as a float: run in a worker thread (:class:`RewardThreads`), so
         the event loop runs other episodes meanwhile (a verifier that waits on a sandbox or a
-        server does not stall the step), for at most :attr:`reward_timeout_s` seconds.
+        server does not stall the step), for at most :attr:`reward_timeout_s` seconds from the
+        moment a worker starts it (the wait for a free worker does not count).
 
         Raises:
             RewardTimeoutError: ``fn`` did not return in time. Python cannot stop a thread: the
@@ -157,18 +167,21 @@ class Workflow(ABC):
                 group's advantages without a word).
             Exception: whatever ``fn`` raises.
         """
-        future = REWARD_THREADS.submit(fn, *args)
+        started, future = REWARD_THREADS.submit(fn, *args)
         try:
-            reward = await asyncio.wait_for(asyncio.shield(future), self.reward_timeout_s)
-        except TimeoutError:
-            if future.done():  # fn itself raised TimeoutError: its error, not a time limit
-                return future.result()
+            await started  # waiting for a free worker is not the call's time
+            done, _ = await asyncio.wait({future}, timeout=self.reward_timeout_s)
+        except asyncio.CancelledError:  # the episode was cancelled: the queued call is dropped too
+            future.cancel()
+            raise
+        if not done:
             future.cancel()
             REWARD_THREADS.replace_stuck()
             raise RewardTimeoutError(
                 f"{name} did not return within rllm.workflow.reward_timeout_s={self.reward_timeout_s} s; raise the "
                 "limit, or make the function return (e.g. a timeout of its own on what it waits for)."
-            ) from None
+            )
+        reward = future.result()
         where = f" for task {uid!r}" if uid else ""
         if isinstance(reward, bool) or not isinstance(reward, numbers.Real):
             raise InvalidRewardTypeError(

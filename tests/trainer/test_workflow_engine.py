@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 
 import pytest
 import torch
@@ -15,7 +16,7 @@ from rllm_torch.core.errors import ConfigError
 from rllm_torch.rollouts import SingleTurnWorkflow
 from rllm_torch.trainer import EpisodeLogger, ModelOutput, RolloutEngine, UnifiedWorkflowEngine, unbiased_pass_at_k
 from rllm_torch.trainer.logs.step_metrics import workflow_metrics
-from rllm_torch.trainer.workflow import MAX_REWARD
+from rllm_torch.trainer.workflow import MAX_REWARD, REWARD_THREADS
 
 
 class EchoEngine(RolloutEngine):
@@ -122,6 +123,22 @@ def test_a_reward_past_its_time_limit_fails_the_attempt_is_retried_and_then_rais
     finally:
         release.set()
     assert len(calls) == 2
+
+
+def test_the_time_limit_counts_from_when_a_worker_starts_the_call_not_from_the_queue():
+    calls = []
+
+    def quick(task, response):  # 0.1 s, far inside the limit; 60 at once queue for the few workers
+        calls.append(1)
+        time.sleep(0.1)
+        return 1.0
+
+    engine = UnifiedWorkflowEngine(
+        SingleTurnWorkflow, {"reward_fn": quick}, EchoEngine(), n_parallel_tasks=64, retry_limit=1, reward_timeout_s=0.5
+    )
+    episodes = run(engine, [{"prompt": "x1", "answer": "1"}] * (10 * REWARD_THREADS.size))
+    assert {e.termination_reason for e in episodes} == {TerminationReason.ENV_DONE}  # none timed out in the queue
+    assert len(calls) == 10 * REWARD_THREADS.size  # each called once: no retries, no stray queued calls
 
 
 def test_with_raise_on_error_false_a_timed_out_reward_is_a_timeout_episode_counted_in_the_metrics():
