@@ -22,6 +22,7 @@ import importlib
 import logging
 import os
 import random
+import signal
 import sys
 import time
 from pathlib import Path
@@ -262,19 +263,23 @@ def _hydra_main(config: DictConfig) -> None:
         report_error(exc)
         sys.exit(ERROR_EXIT_STATUS)
     except TrainingStopped as stopped:  # SIGTERM: the step's checkpoint is written
+        ignore_stop_signals()  # a second signal while the process ends must not change its exit status
         if os.environ.get("RANK", "0") == "0":
+            where = (
+                f"after step {stopped.step}, checkpoint {stopped.checkpoint}; the same command continues from it"
+                if stopped.checkpoint is not None
+                else "before its first step; the same command starts it"
+            )
             print(
-                f"rllm-torch-train: stopped by {stopped.signal_name} after step {stopped.step}, checkpoint "
-                f"{stopped.checkpoint}; the same command continues from it (exit {STOPPED_EXIT_STATUS})",
+                f"rllm-torch-train: stopped by {stopped.signal_name} {where} (exit {STOPPED_EXIT_STATUS})",
                 file=sys.stderr,
                 flush=True,
             )
-        if torchrun_world_size() is not None:
-            end_rank_process(STOPPED_EXIT_STATUS)
-        sys.exit(STOPPED_EXIT_STATUS)
+        end_rank_process(STOPPED_EXIT_STATUS)  # stopped and written: no interpreter finalization to wait for
     except KeyboardInterrupt:  # Ctrl-C: where the same command goes on, not a traceback
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
+        ignore_stop_signals()
         if os.environ.get("RANK", "0") == "0" and HydraConfig.initialized():
             run_dir = config.rllm.trainer.default_local_dir or HydraConfig.get().runtime.output_dir
             remove_empty_run_dir(run_dir)
@@ -299,9 +304,15 @@ def main() -> None:
         end_rank_process()
 
 
+def ignore_stop_signals() -> None:
+    """Ignore SIGINT and SIGTERM from here on: the process is ending with its own exit status."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+
+
 def end_rank_process(status: int = 0) -> None:
-    """End a torchrun rank after a clean run (or a stop on SIGTERM, ``status`` 143) without
-    interpreter finalization (``os._exit(status)``).
+    """End a torchrun rank after a clean run, or any process stopped by SIGTERM (``status`` 143),
+    without interpreter finalization (``os._exit(status)``): every file is closed by now.
 
     The process group is destroyed and every file is closed by now, but the model's DDP reducer
     or FSDP device mesh still references gloo's backend; finalizing the interpreter can then

@@ -139,7 +139,6 @@ class UnifiedTrainer:
         self.tokenizer = getattr(self.backend, "tokenizer", None)
         self.val_history: list[tuple[int, dict[str, float]]] = []
 
-    # ---- main loop -------------------------------------------------------------------------
     def fit(self) -> None:
         """Train (sync entry point; runs :meth:`fit_async` in a new event loop)."""
         asyncio.run(self.fit_async())
@@ -198,6 +197,14 @@ class UnifiedTrainer:
                 flush=True,
             )
 
+    def _stop_if_asked(self, state: TrainerState) -> None:
+        """On a stop request (any rank): checkpoint the step reached if new, raise TrainingStopped."""
+        if self.stop_signals is None or not self.ranks.any(self.stop_signals.requested):
+            return
+        if state.global_step > 0 and self.checkpointer.saved_step != state.global_step:
+            self.checkpointer.save(state, self.val_history)
+        raise TrainingStopped(self.stop_signals.name or "SIGTERM", state.global_step, self.checkpointer.newest())
+
     def _unfinished_end(self, state: TrainerState) -> list[str]:
         """What the end of a run resumed at its last step still has to do (the same on every rank)."""
         unfinished = []
@@ -221,6 +228,7 @@ class UnifiedTrainer:
             for batch in batches:  # dynamic sampling draws more of the epoch's batches from the same iterator
                 if state.global_step >= plan.total_steps:
                     break
+                self._stop_if_asked(state)  # a SIGTERM during the step before (or the start-up)
                 state.reset_batch()
                 state.global_step += 1
                 state.batch_in_epoch += 1
@@ -235,12 +243,6 @@ class UnifiedTrainer:
                     await self._validate_async(state)
                 if self.checkpointer.due(state):
                     self.checkpointer.save(state, self.val_history)
-                if self.stop_signals is not None and self.ranks.any(self.stop_signals.requested):
-                    if self.checkpointer.saved_step != state.global_step:
-                        self.checkpointer.save(state, self.val_history)
-                    raise TrainingStopped(
-                        self.stop_signals.name or "SIGTERM", state.global_step, self.checkpointer.newest()
-                    )
             await self.backend.on_epoch_end(state)
             if state.global_step >= plan.total_steps:
                 break
