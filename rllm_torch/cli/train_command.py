@@ -214,8 +214,9 @@ def _train(config: DictConfig, ranks: RunRanks, run_files: dict[str, str], stop:
     finally:
         trainer.shutdown()
     if ranks.is_main:
-        trained = not trainer.already_complete
-        if trained and "jsonl" in trainer.logger.backends and (run_dir / "metrics.jsonl").is_file():
+        # the curves are the end of the run's last part: drawn again when a stop lost them
+        drawn = trainer.already_complete and (run_dir / "curves.png").is_file()
+        if not drawn and "jsonl" in trainer.logger.backends and (run_dir / "metrics.jsonl").is_file():
             from rllm_torch.cli.plot import plot_run
 
             plot_run(run_dir)

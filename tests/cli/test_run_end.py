@@ -122,3 +122,28 @@ def test_val_only_on_a_finished_run_validates_its_final_weights_again(tmp_path, 
     assert "validation only (rllm.trainer.val_only=true) of the weights of" in capsys.readouterr().out
     validations = [r for r in rows(tmp_path) if "val/arithmetic/pass@1" in r]
     assert [r["step"] for r in validations] == [0, 2, 2]  # before, it found step 2 validated and did nothing
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda final: (final / "model.safetensors").write_bytes((final / "model.safetensors").read_bytes()[:100]),
+        lambda final: (final / "tokenizer_config.json").unlink(),
+        lambda final: (final / "config.json").write_text((final / "config.json").read_text().replace("3", "4")),
+    ],
+    ids=["truncated weights", "a tokenizer file missing", "same-size edit of the config"],
+)
+def test_a_damaged_export_is_not_taken_for_a_complete_one_and_is_written_again(tmp_path, capsys, damage):
+    first = finished_run(tmp_path, capsys)
+    damage(tmp_path / "checkpoints" / "final")
+    run(make_config(tmp_path, *SETTINGS))
+    assert "finishing from" in capsys.readouterr().out
+    assert file_digests(tmp_path / "checkpoints" / "final") == first
+
+
+def test_curves_lost_to_a_stop_are_drawn_again_by_the_next_start(tmp_path, capsys):
+    run(make_config(tmp_path, *SETTINGS))
+    (tmp_path / "curves.png").unlink()
+    run(make_config(tmp_path, *SETTINGS))
+    assert "already complete" in capsys.readouterr().out
+    assert (tmp_path / "curves.png").stat().st_size > 0

@@ -299,3 +299,10 @@ def test_a_fresh_run_over_a_run_without_checkpoints_keeps_the_earlier_metrics_be
         trainer_for(tmp_path, "rllm.trainer.total_batches=2", "rllm.trainer.save_freq=0").fit()
     assert (tmp_path / "metrics.1.jsonl").read_text() == first
     assert (tmp_path / "metrics.jsonl").read_text().count("\n") == first.count("\n")
+
+
+def test_a_resumed_run_prunes_what_a_stopped_run_left_over_its_max_to_keep(tmp_path):
+    trainer_for(tmp_path, "rllm.trainer.total_batches=4", "rllm.trainer.max_checkpoints_to_keep=0").fit()
+    assert [p.name for p in sorted((tmp_path / "checkpoints").glob("step_*"))] == ["step_000002", "step_000004"]
+    trainer_for(tmp_path, "rllm.trainer.total_batches=4", "rllm.trainer.max_checkpoints_to_keep=1").fit()
+    assert [p.name for p in sorted((tmp_path / "checkpoints").glob("step_*"))] == ["step_000004"]

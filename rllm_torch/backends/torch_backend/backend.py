@@ -44,6 +44,7 @@ the sampler's log-probs as the old policy's.
 from __future__ import annotations
 
 import copy
+import json
 import os
 import shutil
 from contextlib import AbstractContextManager, nullcontext
@@ -71,7 +72,7 @@ from rllm_torch.core.errors import CheckpointError, ConfigError
 from rllm_torch.trainer.model_defaults import apply_model_defaults
 from rllm_torch.trainer.pipeline.token_batch import build_token_batch
 from rllm_torch.trainer.protocol import BackendProtocol
-from rllm_torch.trainer.runtime.checkpoint import replace_directory
+from rllm_torch.trainer.runtime.checkpoint import file_digest, replace_directory
 from rllm_torch.trainer.runtime.ranks import RunRanks
 from rllm_torch.trainer.state import TrainerState
 
@@ -329,7 +330,9 @@ class TorchBackend(SettingsChecks, BatchPasses, PolicyUpdate, BackendProtocol):
             if not self.actor.save_pretrained(tmp):
                 return None
             self.tokenizer.save_pretrained(tmp)
+            digests = {f.name: [f.stat().st_size, file_digest(f)] for f in sorted(tmp.iterdir()) if f.is_file()}
             replace_directory(tmp, path)
+            path.with_name(f"{name}.sha256.json").write_text(json.dumps(digests, indent=1))  # after: a kill leaves none
         except OSError as exc:
             shutil.rmtree(tmp, ignore_errors=True)
             raise CheckpointError(
@@ -344,9 +347,17 @@ class TorchBackend(SettingsChecks, BatchPasses, PolicyUpdate, BackendProtocol):
         self.save_checkpoint("final")
 
     def train_end_complete(self) -> bool:
-        """``checkpoints/final`` holds an exported model (a config and its weights); other ranks: True."""
+        """``checkpoints/final`` holds every file of the export, each of the size and SHA-256 that
+        ``checkpoints/final.sha256.json`` records (written after the export was renamed into place);
+        other ranks: True."""
         final = self.run_dir / "checkpoints" / "final"
-        weights = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
-        return not self.ranks.is_main or (
-            (final / "config.json").is_file() and any((final / name).is_file() for name in weights)
+        if not self.ranks.is_main:
+            return True
+        try:
+            recorded = json.loads(final.with_name("final.sha256.json").read_text())
+        except (OSError, ValueError):
+            return False
+        return all(
+            (final / n).is_file() and (final / n).stat().st_size == size and file_digest(final / n) == digest
+            for n, (size, digest) in recorded.items()
         )

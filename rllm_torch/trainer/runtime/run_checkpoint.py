@@ -249,6 +249,8 @@ class RunCheckpointer:
             self._restore(trainer_state, state, val_history)
             self.changes = resumable_changes(info.metadata.get("resumable"), self.resumable)
             self.saved_step = info.step
+            if self.ranks.is_main and not damaged:  # a run stopped before its prune (never an older fallback's)
+                self.store.prune()
             return info
         if damaged:
             raise self._all_damaged(damaged)
