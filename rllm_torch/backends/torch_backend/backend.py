@@ -72,7 +72,7 @@ from rllm_torch.core.errors import CheckpointError, ConfigError
 from rllm_torch.trainer.model_defaults import apply_model_defaults
 from rllm_torch.trainer.pipeline.token_batch import build_token_batch
 from rllm_torch.trainer.protocol import BackendProtocol
-from rllm_torch.trainer.runtime.checkpoint import file_digest, replace_directory
+from rllm_torch.trainer.runtime.checkpoint import directory_digests, directory_matches, replace_directory
 from rllm_torch.trainer.runtime.ranks import RunRanks
 from rllm_torch.trainer.state import TrainerState
 
@@ -330,9 +330,9 @@ class TorchBackend(SettingsChecks, BatchPasses, PolicyUpdate, BackendProtocol):
             if not self.actor.save_pretrained(tmp):
                 return None
             self.tokenizer.save_pretrained(tmp)
-            digests = {f.name: [f.stat().st_size, file_digest(f)] for f in sorted(tmp.iterdir()) if f.is_file()}
+            digests = directory_digests(tmp)
             replace_directory(tmp, path)
-            path.with_name(f"{name}.sha256.json").write_text(json.dumps(digests, indent=1))  # after: a kill leaves none
+            path.with_name(f"{name}.sha256.json").write_text(json.dumps(digests))  # after: a kill leaves none
         except OSError as exc:
             shutil.rmtree(tmp, ignore_errors=True)
             raise CheckpointError(
@@ -351,13 +351,4 @@ class TorchBackend(SettingsChecks, BatchPasses, PolicyUpdate, BackendProtocol):
         ``checkpoints/final.sha256.json`` records (written after the export was renamed into place);
         other ranks: True."""
         final = self.run_dir / "checkpoints" / "final"
-        if not self.ranks.is_main:
-            return True
-        try:
-            recorded = json.loads(final.with_name("final.sha256.json").read_text())
-        except (OSError, ValueError):
-            return False
-        return all(
-            (final / n).is_file() and (final / n).stat().st_size == size and file_digest(final / n) == digest
-            for n, (size, digest) in recorded.items()
-        )
+        return not self.ranks.is_main or directory_matches(final, final.with_name("final.sha256.json"))
