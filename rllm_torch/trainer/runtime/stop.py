@@ -3,7 +3,7 @@ the run to stop at the next step boundary, after a checkpoint of that step.
 
 :class:`StopSignals` installs the handler for the duration of a ``with`` block (the command line's
 training run; the Python API installs nothing unless asked). The first SIGTERM only records the
-request (one line on standard error); the trainer checks it after every step, agreed across the
+request (one line on standard error); the trainer checks it before every step, agreed across the
 ranks (a stop on one rank stops them all at the same step), writes the step's checkpoint unless it
 has just written it, and raises :class:`TrainingStopped`. A second SIGTERM, for a grace period
 shorter than a step, ends the process at once with the signal's default action: the newest
