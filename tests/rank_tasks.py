@@ -103,15 +103,22 @@ def max_baseline(rewards, **kwargs):
 
 
 def make_groups(spec: list[dict]) -> list:
-    """TrajectoryGroups from ``[{task_id, role, rewards, steps, precomputed}]`` (two-step
-    trajectories when ``steps == 2``; ``precomputed``: each step carries advantage 0.5)."""
+    """TrajectoryGroups from ``[{task_id, role, rewards, steps, precomputed, vary_steps}]``
+    (``steps`` steps per trajectory, one more for every other one with ``vary_steps``; step ``t``
+    has reward ``t / 4`` and observation ``(i + t) % 2``; ``precomputed``: each step carries
+    advantage 0.5)."""
     from rllm_torch import Step, Trajectory, TrajectoryGroup
 
     groups = []
     for g in spec:
         trajs = []
-        for reward in g["rewards"]:
-            steps = [Step(prompt_ids=[1], response_ids=[2, 3], response_mask=[1, 1]) for _ in range(g.get("steps", 1))]
+        for i, reward in enumerate(g["rewards"]):
+            steps = [
+                Step(
+                    prompt_ids=[1], response_ids=[2, 3], response_mask=[1, 1], reward=0.25 * t, observation=(i + t) % 2
+                )
+                for t in range(g.get("steps", 1) + (i % 2 if g.get("vary_steps") else 0))
+            ]
             if g.get("precomputed"):
                 for step in steps:
                     step.advantage = 0.5
@@ -129,6 +136,11 @@ def collect(spec: list[dict], config: dict, process_group: object = None) -> tup
         groups, AlgorithmConfig(**config), process_group=process_group
     )
     return [[[s.advantage for s in t.steps] for t in g.trajectories] for g in groups], metrics
+
+
+def collect_turns(spec: list[dict], config: dict) -> tuple[list, dict]:
+    """:func:`collect` over WORLD (the turn modes' test)."""
+    return collect(spec, config, process_group=None)
 
 
 def compiled_matches_eager(estimator: str, local: bool) -> float:
@@ -225,3 +237,32 @@ def error_of(spec: dict, estimator: str, options: dict) -> str:
     except Exception as exc:  # noqa: BLE001 - the test compares what each rank raised
         return f"{type(exc).__name__}: {exc}"
     return ""
+
+
+def turn_scheme(spec: dict, scheme: str) -> list:
+    """This rank's per-turn advantages of a :mod:`rllm_torch.core.turns` scheme with ``rloo``, split groups."""
+    from rllm_torch.core.estimators import rloo
+    from rllm_torch.core.estimators.turns import (
+        broadcast_advantages,
+        gigpo_advantages,
+        per_turn_index_advantages,
+        turn_level_advantages,
+    )
+    from rllm_torch.core.turns import GroupedTurns
+
+    turns = GroupedTurns.from_flat(
+        torch.tensor(spec["rewards"], dtype=torch.float64),
+        torch.tensor(spec["traj"], dtype=torch.int64),
+        torch.tensor(spec["group"], dtype=torch.int64),
+        num_groups=spec["num_groups"],
+        observation_index=torch.tensor(spec["obs"], dtype=torch.int64),
+        process_group=None,
+    )
+    fns = {
+        "turn_level": turn_level_advantages,
+        "mt_grpo": per_turn_index_advantages,
+        "gigpo": gigpo_advantages,
+        "broadcast": broadcast_advantages,
+    }
+    adv, _ = fns[scheme](turns, rloo)
+    return adv.tolist()

@@ -7,6 +7,8 @@ it is all a custom training loop needs.
   (the one place estimators' numerics and collectives are defined);
 * :mod:`~rllm_torch.core.distributed`: process groups for the packed layout, cross-rank input checks;
 * :mod:`~rllm_torch.core.tokens`: ``[B, T]`` token rewards and advantages;
+* :mod:`~rllm_torch.core.turns`: :class:`GroupedTurns`, the turns of multi-turn trajectories
+  (their credit schemes are in :mod:`~rllm_torch.core.estimators.turns`);
 * :mod:`~rllm_torch.core.estimators`: one module per estimator family;
 * :mod:`~rllm_torch.core.errors`: the package's exception hierarchy.
 """
@@ -20,9 +22,11 @@ from rllm_torch.core.labels import factorize_group_labels
 from rllm_torch.core.packing import GroupedRewards
 from rllm_torch.core.segment import segment_count, segment_mean, segment_sum, segment_var_mean
 from rllm_torch.core.tokens import TokenRewards, broadcast_to_tokens, discounted_returns, masked_whiten, sequence_scores
+from rllm_torch.core.turns import GroupedTurns
 
 __all__ = [
     "GroupedRewards",
+    "GroupedTurns",
     "ONE_PROCESS",
     "factorize_group_labels",
     "segment_count",

@@ -265,7 +265,7 @@ def discounted_returns(rewards: Tensor, mask: Tensor, gamma: float) -> Tensor:
     if gamma == 0.0:
         return rewards * mask
     num_rows, width = rewards.shape
-    block = _block_length(gamma)
+    block = max(1, min(_block_length(gamma), width))  # short rows (a trajectory's turns): one block, no padding
     num_blocks = -(-width // block)
     pad = num_blocks * block - width
     r_BJL = F.pad(rewards, (0, pad)).view(num_rows, num_blocks, block)

@@ -5,7 +5,10 @@ Outcome (group) estimators take a :class:`~rllm_torch.core.packing.GroupedReward
 ``reinforce_plus_plus_baseline``, ``prpo``, ``opo``, ``pass_at_k``, ``grpo_passk``, ``gpg`` and
 ``gdpo`` (several rewards per trajectory). Token-level estimators take a
 :class:`~rllm_torch.core.tokens.TokenRewards` and return ``[B, T]`` tensors:
-``reinforce_plus_plus`` and ``gae``. The registry that names them, and rLLM's list API, are the
+``reinforce_plus_plus`` and ``gae``. Multi-turn credit schemes take a
+:class:`~rllm_torch.core.turns.GroupedTurns` and a group estimator and return one advantage per
+turn: ``turn_level_advantages``, ``per_turn_index_advantages`` (MT-GRPO), ``gigpo_advantages``,
+``broadcast_advantages``. The registry that names them, and rLLM's list API, are the
 rLLM surface (:mod:`rllm_torch.rllm`).
 """
 
@@ -19,6 +22,12 @@ from rllm_torch.core.estimators.pass_at_k import pass_at_k, pass_at_k_rewards
 from rllm_torch.core.estimators.prpo import prpo
 from rllm_torch.core.estimators.reinforce import reinforce, reinforce_plus_plus, reinforce_plus_plus_baseline
 from rllm_torch.core.estimators.rloo import rloo
+from rllm_torch.core.estimators.turns import (
+    broadcast_advantages,
+    gigpo_advantages,
+    per_turn_index_advantages,
+    turn_level_advantages,
+)
 
 __all__ = [
     "grpo",
@@ -34,4 +43,8 @@ __all__ = [
     "gdpo",
     "reinforce_plus_plus",
     "gae",
+    "turn_level_advantages",
+    "per_turn_index_advantages",
+    "gigpo_advantages",
+    "broadcast_advantages",
 ]

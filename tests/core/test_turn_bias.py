@@ -1,0 +1,86 @@
+"""Bias measured, not argued: each multi-turn scheme's mean gradient estimate over many sampled
+groups against the exact policy gradient of a tabular episode in which the policy decides when
+to stop (:mod:`turn_episode`). The README's table of these numbers comes from this test's setup
+(``python tests/core/test_turn_bias.py`` prints it)."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from turn_episode import exact_gradient, mean_gradient, sample_groups  # noqa: E402
+
+from rllm_torch.core.estimators import grpo, rloo  # noqa: E402
+from rllm_torch.core.estimators.turns import (  # noqa: E402
+    broadcast_advantages,
+    gigpo_advantages,
+    per_turn_index_advantages,
+    turn_level_advantages,
+)
+
+GROUPS, SIZE = 20000, 4
+SCHEMES = {
+    "turn_level": turn_level_advantages,
+    "per_turn_index (MT-GRPO)": per_turn_index_advantages,
+    "broadcast": broadcast_advantages,
+    "gigpo (w=1)": gigpo_advantages,
+}
+ESTIMATORS = {"rloo": rloo, "grpo (no std)": functools.partial(grpo, norm_adv_by_std_in_grpo=False), "grpo": grpo}
+
+
+@pytest.fixture(scope="module")
+def sampled():
+    return sample_groups(GROUPS, SIZE, seed=0)
+
+
+def z_scores(sampled, scheme, estimator, target):
+    turns, score_MP = sampled
+    advantages_M, _ = scheme(turns, estimator)
+    mean, stderr = mean_gradient(turns, advantages_M, score_MP, SIZE)
+    return (mean - target) / stderr
+
+
+def test_turn_counts_vary(sampled):
+    turns, _ = sampled
+    assert set(torch.bincount(turns.turn_counts).nonzero().flatten().tolist()) == {1, 2, 3}
+
+
+def test_turn_level_is_unbiased(sampled):
+    z = z_scores(sampled, turn_level_advantages, rloo, exact_gradient())
+    assert z.abs().max() < 4, z
+
+
+def test_per_turn_index_scheme_is_biased(sampled):
+    z = z_scores(sampled, per_turn_index_advantages, rloo, exact_gradient())
+    assert z.abs().max() > 20, z  # about 200-400 standard errors off: outside any interval
+
+
+def test_broadcast_is_unbiased_and_gigpo_scales_by_one_plus_w(sampled):
+    exact = exact_gradient()
+    assert z_scores(sampled, broadcast_advantages, rloo, exact).abs().max() < 4
+    # the state here is the turn, so GiGPO's step term is the turn-level one: E = (1 + w) grad J
+    assert z_scores(sampled, gigpo_advantages, rloo, 2 * exact).abs().max() < 4
+
+
+def table(groups: int = GROUPS) -> str:
+    """The README's table: mean estimate / exact, and its distance in standard errors."""
+    sampled = sample_groups(groups, SIZE, seed=0)
+    exact = exact_gradient()
+    lines = [f"exact grad J = {[round(v, 4) for v in exact.tolist()]}; {groups} groups of {SIZE}", ""]
+    lines += ["| scheme | estimator | mean estimate | z (theta_0, theta_1) |", "|---|---|---|---|"]
+    for name, scheme in SCHEMES.items():
+        for label, estimator in ESTIMATORS.items():
+            turns, score_MP = sampled
+            mean, stderr = mean_gradient(turns, scheme(turns, estimator)[0], score_MP, SIZE)
+            z = ((mean - exact) / stderr).tolist()
+            lines.append(f"| {name} | {label} | {[round(v, 4) for v in mean.tolist()]} | {z[0]:+.1f}, {z[1]:+.1f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(table())
