@@ -14,7 +14,9 @@ Two modes per group, as rLLM decides them:
   ``reward/*`` metrics; its reward is not read) and gets ``0.0``; ``advantage/{role}/num_untrained``
   counts them. The backend multiplies it by each step's own
   response mask (:meth:`~rllm_torch.rllm.types.Step.token_advantages`), so every step of a
-  multi-step trajectory gets the advantage exactly at its own response tokens.
+  multi-step trajectory gets the advantage exactly at its own response tokens. In a turn mode
+  (``stepwise_advantage_mode`` ``turn_level``, ``mt_grpo``, ``gigpo``; :mod:`rllm_torch.rllm.stepwise`)
+  each step gets its own advantage instead, from the trajectory's turn rewards.
 
 Everything is validated before any step is written: when an error is raised, no step changed.
 In RL mode ``step.advantage`` is an output: a value left there (e.g. by an earlier call) is
@@ -32,19 +34,21 @@ import torch
 import torch.distributed as dist
 
 from rllm_torch.core.checks import all_rewards_are_numbers, check_reward
-from rllm_torch.core.distributed import ONE_PROCESS, agree_across_ranks, resolve_process_group
+from rllm_torch.core.distributed import ONE_PROCESS, agree_across_ranks, gather_objects, resolve_process_group
 from rllm_torch.core.errors import (
     InvalidRewardsError,
     InvalidRewardTypeError,
     RLLMTorchError,
 )
 from rllm_torch.core.packing import GroupedRewards
-from rllm_torch.rllm.config import AlgorithmConfig
-from rllm_torch.rllm.metrics import summary_metrics
+from rllm_torch.core.turns import GroupedTurns
+from rllm_torch.rllm.config import TURN_MODES, AlgorithmConfig
+from rllm_torch.rllm.metrics import difficulty_metrics, summary_metrics
 from rllm_torch.rllm.roles import outcome_estimator, reward_components_tensor, role_advantages
+from rllm_torch.rllm.stepwise import ObservationIds, check_stepwise_estimator, role_turn_advantages, turn_rewards
 from rllm_torch.rllm.types import Step, Trajectory, TrajectoryGroup
 
-__all__ = ["collect_reward_and_advantage_from_trajectory_groups", "pack_role_rewards"]
+__all__ = ["collect_reward_and_advantage_from_trajectory_groups", "pack_role_rewards", "pack_role_turns"]
 
 
 def _where(group: TrajectoryGroup, traj: Trajectory, step_index: int | None = None) -> str:
@@ -109,6 +113,42 @@ def pack_role_rewards(
         rewards_N, group_index_N, num_groups=len(sizes), weights=lengths_N, reward_components=components_NR, **common
     )
     return batch, trajs
+
+
+def pack_role_turns(groups: list[TrajectoryGroup], mode: str) -> tuple[GroupedTurns, list[Trajectory]]:
+    """Pack the turns of some groups' trained trajectories (one turn per step, float64 turn
+    rewards of :func:`~rllm_torch.rllm.stepwise.turn_rewards`, each step's trained tokens as its
+    weight, and for ``gigpo`` its observation id), on this process.
+
+    Returns:
+        ``(turns, trajectories)``: the turns, and the trained trajectories in their order.
+
+    Raises:
+        InvalidRewardsError / InvalidRewardTypeError / InvalidTrajectoryError: see ``turn_rewards``
+        and :class:`~rllm_torch.rllm.stepwise.ObservationIds`; the message names the task and step.
+    """
+    observation_ids = ObservationIds() if mode == "gigpo" else None
+    rewards, traj_index, group_index, weights, observations, trajs = [], [], [], [], [], []
+    for g, group in enumerate(groups):
+        for traj in (t for t in group.trajectories if t.is_trained()):
+            rewards += turn_rewards(traj, _where(group, traj), mode)
+            traj_index += [len(trajs)] * len(traj.steps)
+            weights += [float(step.response_mask_tensor().sum()) for step in traj.steps]
+            if observation_ids is not None:
+                observations += [
+                    observation_ids(s.observation, _where(group, traj, i)) for i, s in enumerate(traj.steps)
+                ]
+            trajs.append(traj)
+            group_index.append(g)
+    turns = GroupedTurns.from_flat(
+        torch.tensor(rewards, dtype=torch.float64),
+        torch.tensor(traj_index, dtype=torch.int64),
+        torch.tensor(group_index, dtype=torch.int64),
+        num_groups=len(groups),
+        observation_index=None if observation_ids is None else torch.tensor(observations, dtype=torch.int64),
+        weights=torch.tensor(weights, dtype=torch.float64),
+    )
+    return turns, trajs
 
 
 def _precomputed_values(group: TrajectoryGroup, missing: list[str]) -> list[tuple[Step, list]]:
@@ -181,19 +221,16 @@ def collect_reward_and_advantage_from_trajectory_groups(
 
     Raises:
         InvalidRewardsError / InvalidRewardTypeError: an RL trajectory's reward is None / not a number.
-        ValueError: a precomputed per-token list of the wrong length; ``stepwise_advantage_mode``
-            is not ``"broadcast"``.
+        ValueError: a precomputed per-token list of the wrong length; in a turn mode, a step
+            without a reward (or, for ``gigpo``, without an observation).
         TypeError: a precomputed step advantage of an unsupported type.
         UnknownEstimatorError: a role's estimator (from ``estimator_map`` or the default) is not registered.
         Messages name the task id, the trajectory name and the step index.
 
     Source: rLLM ``rllm/experimental/common/advantage.py``.
     """
-    if algorithm_config.stepwise_advantage_mode != "broadcast":
-        raise ValueError(
-            f"only stepwise_advantage_mode='broadcast' is supported, got {algorithm_config.stepwise_advantage_mode!r}."
-        )
     group = resolve_process_group(process_group)
+    mode = algorithm_config.stepwise_advantage_mode
     rl_groups, pre_groups = defaultdict(list), defaultdict(list)
     use_pre = algorithm_config.use_precomputed_advantage
     for g in groups:
@@ -201,13 +238,17 @@ def collect_reward_and_advantage_from_trajectory_groups(
         (pre_groups if has_pre else rl_groups)[g.group_role].append(g)
 
     # every check that reads this rank's data runs before the first collective
-    error, estimators, packed, token_writes, pre_tokens = None, {}, {}, [], {}
+    error, estimators, packed, token_writes, pre_tokens, turns = None, {}, {}, [], {}, {}
     try:
         if collect_advantage:
             roles = {*algorithm_config.estimator_map, *rl_groups}
             estimators = {role: outcome_estimator(role, algorithm_config) for role in roles}
+            for estimator in estimators.values():
+                check_stepwise_estimator(estimator, mode)
             token_writes, pre_tokens = _precomputed_writes(pre_groups)
         packed = {role: pack_role_rewards(role_groups, process_group=group) for role, role_groups in rl_groups.items()}
+        if collect_advantage and mode in TURN_MODES:
+            turns = {role: pack_role_turns(role_groups, mode) for role, role_groups in rl_groups.items()}
     except (RLLMTorchError, ValueError, TypeError) as exc:
         if group is None:
             raise
@@ -219,12 +260,15 @@ def collect_reward_and_advantage_from_trajectory_groups(
         pre_roles = sorted({role for facts in everyone for role in facts["pre"]})
         for role in set(rl_roles) - set(packed):
             packed[role] = pack_role_rewards([], process_group=group)
+            if collect_advantage and mode in TURN_MODES:
+                turns[role] = pack_role_turns([], mode)
             if collect_advantage:
                 estimators[role] = outcome_estimator(role, algorithm_config)
 
     metrics: dict[str, float] = {}
     advantages_by_role: dict[str, torch.Tensor] = {}
     writes: list[tuple[list[Trajectory], list[float]]] = []
+    step_writes: list[tuple[list[Trajectory], list[Trajectory], list[float]]] = []  # turn modes
     for role in rl_roles:
         batch, trajs = packed[role]
         if not collect_advantage:  # validation: the rewards only
@@ -232,6 +276,16 @@ def collect_reward_and_advantage_from_trajectory_groups(
                 metrics |= summary_metrics(batch.rewards, f"reward/{role}", process_group=group)
             continue
         untrained = [t for g in rl_groups.get(role, []) for t in g.trajectories if not t.is_trained()]
+        if mode in TURN_MODES:
+            adv_M, role_metrics = role_turn_advantages(
+                turns[role][0].rank_local(group), role, estimators[role], algorithm_config, process_group=group
+            )
+            if count := sum(gather_objects(len(untrained), group)):
+                role_metrics[f"advantage/{role}/num_untrained"] = float(count)
+            metrics |= role_metrics | difficulty_metrics(batch, f"difficulty/{role}")
+            advantages_by_role[role] = adv_M.double()
+            step_writes.append((untrained, turns[role][1], adv_M.tolist()))
+            continue
         adv_N, role_metrics = role_advantages(
             batch,
             role,
@@ -249,10 +303,16 @@ def collect_reward_and_advantage_from_trajectory_groups(
         adv_all = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
         if group is not None or adv_all.numel():
             metrics |= summary_metrics(adv_all, f"advantage/{role}", fraction_zero=True, process_group=group)
+    per_step = algorithm_config.normalize_by_steps  # rLLM's: each step's share of its trajectory's advantage
     for trajs, adv_list in writes:
         for traj, adv in zip(trajs, adv_list, strict=True):
             for step in traj.steps:
-                step.advantage = adv
+                step.advantage = adv / len(traj.steps) if per_step else adv
+    for untrained, trajs, adv_list in step_writes:  # turn modes: one advantage per step
+        for step in (step for traj in untrained for step in traj.steps):
+            step.advantage = 0.0
+        for step, adv in zip((step for traj in trajs for step in traj.steps), adv_list, strict=True):
+            step.advantage = adv
     for step, value in token_writes:
         step.advantage = value
     return metrics

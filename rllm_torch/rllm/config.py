@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 import warnings
 from dataclasses import dataclass, field
@@ -13,7 +14,10 @@ from rllm_torch.core.errors import ConfigError
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-__all__ = ["rLLMAdvantageEstimator", "AlgorithmConfig"]
+__all__ = ["rLLMAdvantageEstimator", "AlgorithmConfig", "STEPWISE_MODES", "TURN_MODES"]
+
+TURN_MODES = ("turn_level", "mt_grpo", "gigpo")  # the modes with one advantage per step
+STEPWISE_MODES = ("broadcast", *TURN_MODES)
 
 _LOSS_FNS = ("importance_sampling", "ppo", "cispo", "dro", "cross_entropy")
 _RATIO_LOSS_FNS = ("importance_sampling", "ppo", "cispo")  # the losses with an importance ratio
@@ -73,8 +77,10 @@ class AlgorithmConfig:
         use_rllm: ignored; kept for rLLM configs (a ``True`` value warns that it does nothing).
         estimator: default estimator: an ``rLLMAdvantageEstimator`` or a registered custom name.
         estimator_map: group role → estimator name, overriding ``estimator`` for that role.
-        stepwise_advantage_mode: ``"broadcast"`` (the trajectory advantage goes to every step);
-            ``"per_step"`` is deprecated and becomes ``"broadcast"`` with a ``DeprecationWarning``.
+        stepwise_advantage_mode: how a multi-step trajectory's steps are credited
+            (:mod:`rllm_torch.rllm.stepwise`): ``"broadcast"`` (the trajectory advantage goes to
+            every step), ``"turn_level"``, ``"mt_grpo"`` or ``"gigpo"``; rLLM's ``"per_step"``
+            is deprecated and becomes ``"broadcast"`` with a ``DeprecationWarning``.
         norm_adv_by_std_in_grpo: divide GRPO advantages by the group std (False: Dr. GRPO).
         use_precomputed_advantage: use ``step.advantage`` written by the workflow instead of an
             estimator; steps missing one get 0.
@@ -91,12 +97,17 @@ class AlgorithmConfig:
         importance_sampling_level: the importance ratio of the ratio losses (ppo,
             importance_sampling, cispo): ``"token"``, or ``"sequence"`` (GSPO's length-normalised
             sequence ratio; TRL's name).
+        normalize_by_steps: broadcast only: divide each step's advantage by its trajectory's
+            number of steps (rLLM's ``rllm.stepwise_advantage.normalize_by_steps``).
+        stepwise_gamma: the discount per turn of the turn modes' returns, in ``[0, 1]``
+            (``rllm.stepwise_advantage.gamma``; ``gamma`` is per token).
+        step_advantage_w: GiGPO's weight of the step advantage (verl-agent's name).
     """
 
     use_rllm: bool = False
     estimator: rLLMAdvantageEstimator | str = rLLMAdvantageEstimator.GRPO
     estimator_map: dict[str, rLLMAdvantageEstimator | str] = field(default_factory=dict)
-    stepwise_advantage_mode: Literal["broadcast", "per_step"] = "broadcast"
+    stepwise_advantage_mode: Literal["broadcast", "per_step", "turn_level", "mt_grpo", "gigpo"] = "broadcast"
     norm_adv_by_std_in_grpo: bool = True
     use_precomputed_advantage: bool = False
     loss_fn: Literal["importance_sampling", "ppo", "cispo", "dro", "cross_entropy"] | None = None
@@ -108,6 +119,9 @@ class AlgorithmConfig:
     lam: float = 1.0
     estimator_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     importance_sampling_level: Literal["token", "sequence"] = "token"
+    normalize_by_steps: bool = False  # the stepwise options, after rLLM's fields (its positional order)
+    stepwise_gamma: float = 1.0
+    step_advantage_w: float = 1.0
 
     def __post_init__(self) -> None:
         self.estimator = _estimator_name(self.estimator, "estimator")
@@ -118,7 +132,7 @@ class AlgorithmConfig:
         self.estimator_map = {
             role: _estimator_name(name, f"estimator_map[{role!r}]") for role, name in self.estimator_map.items()
         }
-        _choice(self.stepwise_advantage_mode, ("broadcast", "per_step"), "stepwise_advantage_mode")
+        _choice(self.stepwise_advantage_mode, (*STEPWISE_MODES, "per_step"), "rllm.stepwise_advantage.mode")
         if self.stepwise_advantage_mode == "per_step":
             warnings.warn(
                 "The `per_step` mode is deprecated in the unified trainer and is set to `broadcast`. "
@@ -131,9 +145,10 @@ class AlgorithmConfig:
             warnings.warn(
                 "`use_rllm` is ignored: rllm_torch always uses the rLLM estimators.", DeprecationWarning, stacklevel=3
             )
-        for name in ("norm_adv_by_std_in_grpo", "use_precomputed_advantage", "use_rllm"):
+        for name in ("norm_adv_by_std_in_grpo", "use_precomputed_advantage", "use_rllm", "normalize_by_steps"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be a bool, got {getattr(self, name)!r}.")
+        self._check_stepwise()
         if self.loss_fn is not None:
             _choice(self.loss_fn, _LOSS_FNS, "loss_fn")
         _choice(self.importance_sampling_level, _IMPORTANCE_SAMPLING_LEVELS, "importance_sampling_level")
@@ -167,6 +182,21 @@ class AlgorithmConfig:
                 f"rllm.algorithm.estimator_options.pass_at_k.k=2; got {self.estimator_options!r}."
             )
 
+    def _check_stepwise(self) -> None:
+        if self.normalize_by_steps and self.stepwise_advantage_mode != "broadcast":
+            raise ConfigError(
+                "rllm.stepwise_advantage.normalize_by_steps divides by the trajectory's number of steps, which the policy "
+                f"chooses: it applies to mode=broadcast only, not {self.stepwise_advantage_mode!r}."
+            )
+        value = self.stepwise_gamma
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value <= 1:
+            raise ConfigError(
+                f"rllm.stepwise_advantage.gamma must be a number in [0, 1] (1: no discount), got {value!r}."
+            )
+        value = self.step_advantage_w
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            raise ConfigError(f"rllm.stepwise_advantage.step_advantage_w must be a finite number, got {value!r}.")
+
     @property
     def estimator_kwargs(self) -> dict[str, Any]:
         """The run-wide options every estimator call gets; each estimator takes those it declares
@@ -198,7 +228,8 @@ class AlgorithmConfig:
         norm_adv_by_std_in_grpo, use_precomputed_advantage, loss_fn, importance_sampling_level, lr_schedule,
         warmup_steps_ratio, epsilon, episilon (deprecated), std_correction, gamma, lam,
         estimator_options}`` (``gamma`` and ``lam`` also as verl's top-level ``algorithm.*``),
-        ``rllm.stepwise_advantage.{mode, norm_adv_by_std_in_grpo, use_rllm}``.
+        ``rllm.stepwise_advantage.{mode, normalize_by_steps, gamma, step_advantage_w,
+        norm_adv_by_std_in_grpo, use_rllm}``.
 
         Raises:
             ValueError: the same key is given in two places with different values, or a value is invalid.
@@ -226,6 +257,9 @@ class AlgorithmConfig:
             "estimator": pick("rllm.algorithm.adv_estimator", "algorithm.adv_estimator"),
             "estimator_map": pick("rllm.algorithm.estimator_map"),
             "stepwise_advantage_mode": pick("rllm.stepwise_advantage.mode"),
+            "normalize_by_steps": pick("rllm.stepwise_advantage.normalize_by_steps"),
+            "stepwise_gamma": pick("rllm.stepwise_advantage.gamma"),
+            "step_advantage_w": pick("rllm.stepwise_advantage.step_advantage_w"),
             "norm_adv_by_std_in_grpo": pick(
                 "rllm.algorithm.norm_adv_by_std_in_grpo", "rllm.stepwise_advantage.norm_adv_by_std_in_grpo"
             ),

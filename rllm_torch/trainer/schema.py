@@ -2,7 +2,11 @@
 once. The command line composes over it (a misspelled key or a value of the wrong type stops the
 run at start-up; the YAML files in ``rllm_torch/configs`` give each group's defaults), and the
 trainer and backends read their config through :func:`typed_run_config`, so the code reads
-typed fields and never repeats a default."""
+typed fields and never repeats a default.
+
+**Length.** Longer than a module here should be (about 370 lines) because it is the one
+declaration of every setting of a run, section by section: splitting it would scatter the
+settings a reader looks up together."""
 
 from __future__ import annotations
 
@@ -92,7 +96,10 @@ class AlgorithmSection:
 
 @dataclass
 class StepwiseAdvantageSection:
-    mode: str = "broadcast"  # the only supported mode
+    mode: str = "broadcast"  # broadcast | turn_level | mt_grpo | gigpo (rllm_torch.rllm.stepwise); per_step: deprecated
+    normalize_by_steps: bool = False  # broadcast: divide each step's advantage by its trajectory's steps (rLLM)
+    gamma: float = 1.0  # discount per turn of the turn modes' returns (rllm.algorithm.gamma is per token)
+    step_advantage_w: float = 1.0  # gigpo: weight of the step advantage (verl-agent's name)
 
 
 @dataclass
@@ -188,12 +195,16 @@ class ModelConfig:
 
 @dataclass
 class TaskConfig:
-    name: str = "arithmetic"  # arithmetic | chain | distill | reverse | file | reasoning_gym
+    name: str = "arithmetic"  # arithmetic | chain | guess | distill | reverse | word_addition | file | reasoning_gym
     seed: int = 0
     train_size: int = 4096
     val_size: int = 64
     max_sum: int = 9
     turns: int = 2  # chain: turns per episode
+    max_number: int = 9  # guess: the secret is in 0..max_number
+    max_turns: int = 4  # guess: the most guesses per episode
+    turn_cost: float = 0.1  # guess: the reward of each wrong guess before the last turn (negated)
+    style: str = "symbols"  # guess: symbols (the tiny model: "?5<") | words (a chat model)
     min_digits: int = 6  # reverse: shortest digit string
     max_digits: int = 6  # reverse: longest digit string
     mix_rl: bool = False  # distill: also an RL "solver" role in every episode

@@ -99,7 +99,7 @@ def test_labels_that_are_none_or_unhashable():
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        ("stepwise_advantage_mode", "per_token", "stepwise_advantage_mode must be one of"),
+        ("stepwise_advantage_mode", "per_token", r"rllm\.stepwise_advantage\.mode must be one of"),
         ("loss_fn", "ppo2", "loss_fn must be one of"),
         ("lr_schedule", "exp", "lr_schedule must be one of"),
         ("warmup_steps_ratio", 1.5, "warmup_steps_ratio must be a number in"),

@@ -275,9 +275,11 @@ class TorchBackend(SettingsChecks, BatchPasses, PolicyUpdate, BackendProtocol):
         return nullcontext() if self.settings.rollout.engine == "vllm" else self.actor.sampling_weights()
 
     def transform_to_backend_batch(self, trainer_state: TrainerState):
-        use_pre = bool(self.config.rllm.algorithm.use_precomputed_advantage)
         return build_token_batch(
-            trainer_state.trajectory_groups, pad_token_id=self.tokenizer.pad_token_id, use_precomputed_advantage=use_pre
+            trainer_state.trajectory_groups,
+            pad_token_id=self.tokenizer.pad_token_id,
+            use_precomputed_advantage=bool(self.config.rllm.algorithm.use_precomputed_advantage),
+            stepwise_mode=self.config.rllm.stepwise_advantage.mode,
         ).to(self.device)
 
     def state_dict(self) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from rllm_torch.core.tokens import TokenRewards
 from rllm_torch.rllm.config import AlgorithmConfig
 from rllm_torch.rllm.dispatch import compute_advantages
 from rllm_torch.rllm.registry import is_token_level
+from rllm_torch.rllm.stepwise import check_stepwise_estimator
 from rllm_torch.trainer.pipeline.compact_filtering import CompactFilteringConfig
 from rllm_torch.trainer.pipeline.rejection_sampling import RejectionSamplingConfig
 from rllm_torch.trainer.pipeline.transform import TransformConfig
@@ -67,6 +68,7 @@ def build_pipeline_configs(config: DictConfig, estimator_map: dict | None = None
         raise ConfigError(f"invalid rllm config: {exc}") from exc
     for name in {algorithm.estimator, *algorithm.estimator_map.values()}:
         is_token_level(name)  # UnknownEstimatorError for a name that is not registered
+        check_stepwise_estimator(name, algorithm.stepwise_advantage_mode)
         check_estimator_call(name, algorithm, rllm.rollout.n)
         if getattr(name, "value", name) == "gdpo" and rllm.algorithm.use_kl_in_reward:
             raise ConfigError(
@@ -74,7 +76,7 @@ def build_pipeline_configs(config: DictConfig, estimator_map: dict | None = None
                 "penalty of rllm.algorithm.use_kl_in_reward=true comes off the scalar reward: it would not reach gdpo's "
                 "advantages. Use rllm.algorithm.use_kl_loss=true for a KL term with gdpo."
             )
-    transform = TransformConfig(broadcast=algorithm.stepwise_advantage_mode == "broadcast")
+    transform = TransformConfig(broadcast=True)  # every mode: a trajectory without a reward takes its last step's
     return PipelineConfigs(cf, transform, rs_config, algorithm)
 
 

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import torch
 
-from rllm_torch.core.distributed import ONE_PROCESS, agree_across_ranks, resolve_process_group
+from rllm_torch.core.distributed import ONE_PROCESS, agree_across_ranks, gather_objects, resolve_process_group
+from rllm_torch.core.errors import ConfigError
 from rllm_torch.core.packing import GroupedRewards
 from rllm_torch.core.tokens import TokenRewards, broadcast_to_tokens
-from rllm_torch.rllm.config import AlgorithmConfig
+from rllm_torch.core.turns import GroupedTurns
+from rllm_torch.rllm.config import TURN_MODES, AlgorithmConfig
 from rllm_torch.rllm.dispatch import compute_advantages
 from rllm_torch.rllm.metrics import summary_metrics
 from rllm_torch.rllm.registry import is_token_level
 from rllm_torch.rllm.roles import role_advantages, role_estimator
+from rllm_torch.rllm.stepwise import role_turn_advantages
 from rllm_torch.trainer.pipeline.token_batch import TokenBatch
 
 __all__ = ["compute_token_advantages", "token_level_rewards", "outcome_scores", "trained_token_counts"]
@@ -148,6 +151,48 @@ def _role_remap(batch: TokenBatch, role: str, pre_G: list[bool]) -> tuple[torch.
     return remap_G, len(role_groups)
 
 
+def _turn_role(
+    batch: TokenBatch,
+    role: str,
+    estimator: object,
+    algorithm_config: AlgorithmConfig,
+    pre_G: list[bool],
+    trained_N: torch.Tensor,
+    group: object,
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+    """A turn mode's advantages of one role: ``(rows, adv_rows, metrics)``, the rows of the
+    role's trained RL trajectories (each a turn, in order) and each one's advantage. A row's turn
+    reward is its step's minus its summed ``reward_penalty``; its weight its trained tokens."""
+    if batch.turn_rewards is None:
+        raise ConfigError(
+            f"rllm.stepwise_advantage.mode={algorithm_config.stepwise_advantage_mode!r} needs each step's reward: build the "
+            "batch with build_token_batch(..., stepwise_mode=<the mode>), which fills TokenBatch.turn_rewards."
+        )
+    remap_G, num_groups = _role_remap(batch, role, pre_G)
+    keep_N = (remap_G[batch.group_index] >= 0) & trained_N
+    untrained = int(((remap_G[batch.group_index] >= 0) & ~trained_N).sum())
+    dense_N = torch.cumsum(keep_N.long(), 0) - 1  # the kept trajectories, renumbered 0..n-1
+    row_traj_R = _row_trajectories(batch)
+    rows = torch.nonzero(keep_N[row_traj_R]).squeeze(1)
+    rewards_M = batch.turn_rewards[rows]
+    if batch.reward_penalty is not None:
+        rewards_M = rewards_M - (batch.reward_penalty[rows] * batch.response_mask[rows]).sum(-1).to(rewards_M.dtype)
+    turns = GroupedTurns.from_flat(
+        rewards_M,
+        dense_N[row_traj_R[rows]],
+        remap_G[batch.group_index[keep_N]],
+        num_groups=num_groups,
+        observation_index=None if batch.observation_index is None else batch.observation_index[rows],
+        weights=batch.response_mask[rows].sum(-1).to(torch.float64),
+        process_group=ONE_PROCESS if group is None else group,
+        local_groups=group is not None,
+    )
+    adv_M, metrics = role_turn_advantages(turns, role, estimator, algorithm_config, process_group=group)
+    if count := sum(gather_objects(untrained, group)):
+        metrics[f"advantage/{role}/num_untrained"] = float(count)
+    return rows, adv_M, metrics
+
+
 def compute_token_advantages(
     batch: TokenBatch, algorithm_config: AlgorithmConfig, *, process_group: object = ONE_PROCESS
 ) -> dict[str, float]:
@@ -209,6 +254,18 @@ def compute_token_advantages(
     metrics: dict[str, float] = {}
     estimators = {role: role_estimator(role, algorithm_config) for role in roles}
     token_roles = [role for role in roles if is_token_level(estimators[role])]
+    if algorithm_config.stepwise_advantage_mode in TURN_MODES:
+        row_adv_R = torch.zeros(batch.input_ids.shape[0], dtype=torch.float64, device=batch.rewards.device)
+        for role in roles:
+            rows, adv_M, role_metrics = _turn_role(
+                batch, role, estimators[role], algorithm_config, pre_G, trained_N, group
+            )
+            row_adv_R = row_adv_R.index_copy(0, rows, adv_M.to(row_adv_R.dtype))
+            metrics |= role_metrics
+        batch.advantages = broadcast_to_tokens(row_adv_R, batch.response_mask)
+        if pre_roles:
+            metrics |= _keep_precomputed(batch, pre_G, pre_roles, group)
+        return metrics
     for role in roles:
         if role in token_roles:
             continue
@@ -240,6 +297,9 @@ def compute_token_advantages(
         role_adv_N = role_adv_N.to(adv_N.dtype)
         adv_N = role_adv_N if rows_N is None else adv_N.index_copy(0, rows_N, role_adv_N)
     row_adv_R = adv_N if batch.row_index is None else adv_N[batch.row_index]
+    if algorithm_config.normalize_by_steps:  # rLLM's: each step's share of its trajectory's advantage
+        row_traj_R = _row_trajectories(batch)
+        row_adv_R = row_adv_R / torch.bincount(row_traj_R, minlength=adv_N.shape[0]).to(row_adv_R.dtype)[row_traj_R]
     batch.advantages = broadcast_to_tokens(row_adv_R, batch.response_mask)  # float32 tokens; float64 statistics above
     for role in token_roles:
         estimator = estimators[role]

@@ -23,7 +23,9 @@ from torch import Tensor
 
 from rllm_torch.core.checks import check_reward
 from rllm_torch.core.errors import InvalidRewardsError, InvalidTrajectoryError
+from rllm_torch.rllm.config import TURN_MODES
 from rllm_torch.rllm.roles import reward_components_tensor
+from rllm_torch.rllm.stepwise import ObservationIds, turn_rewards
 from rllm_torch.rllm.types import TrajectoryGroup
 
 __all__ = ["TokenBatch", "build_token_batch"]
@@ -58,6 +60,10 @@ class TokenBatch:
         values: ``[R, T]`` float32 critic values of the response tokens (``gae``), or None.
         reward_components: ``[N, R]`` float64 rewards of several reward functions
             (``Trajectory.reward_components``, for ``gdpo``), or None when no trajectory has them.
+        turn_rewards: ``[R]`` float64 reward of each row's step (the turn modes' turn rewards,
+            :func:`~rllm_torch.rllm.stepwise.turn_rewards`), or None (broadcast).
+        observation_index: ``[R]`` int64 dense id of each row's ``Step.observation`` (GiGPO's
+            step groups), or None.
         returns: ``[R, T]`` float32 regression targets of the critic (written by token-level
             estimators' ``compute_advantages``), or None.
         extras: anything else a backend wants to carry with the batch.
@@ -80,6 +86,8 @@ class TokenBatch:
     values: Tensor | None = None
     returns: Tensor | None = None
     reward_components: Tensor | None = None
+    turn_rewards: Tensor | None = None
+    observation_index: Tensor | None = None
     extras: dict = field(default_factory=dict)
 
     @property
@@ -97,7 +105,11 @@ def _where(group: TrajectoryGroup, name: str, index: int) -> str:
 
 
 def build_token_batch(
-    groups: list[TrajectoryGroup], *, pad_token_id: int, use_precomputed_advantage: bool = False
+    groups: list[TrajectoryGroup],
+    *,
+    pad_token_id: int,
+    use_precomputed_advantage: bool = False,
+    stepwise_mode: str = "broadcast",
 ) -> TokenBatch:
     """Pack trajectory groups into a :class:`TokenBatch` (on CPU), one row per step.
 
@@ -107,6 +119,8 @@ def build_token_batch(
             response token).
         pad_token_id: the id written in padding positions.
         use_precomputed_advantage: keep the workflow's ``step.advantage`` for groups that have one.
+        stepwise_mode: ``rllm.stepwise_advantage.mode``; a turn mode fills ``turn_rewards`` (RL
+            groups), ``gigpo`` also ``observation_index``.
 
     Raises:
         InvalidTrajectoryError (a ValueError): a trajectory has no step, a step has no response
@@ -114,12 +128,17 @@ def build_token_batch(
             and step.
         InvalidRewardsError / InvalidRewardTypeError: an RL trajectory's reward is None or not
             finite / not a real number or bool (see :func:`~rllm_torch.core.checks.check_reward`);
-            ``reward_components`` on some trajectories and not others, or of different lengths.
+            ``reward_components`` on some trajectories and not others, or of different lengths;
+            in a turn mode, a step without a reward (:func:`~rllm_torch.rllm.stepwise.turn_rewards`)
+            or, for ``gigpo``, without an observation.
             The estimators keep a NaN in its group; a training batch refuses it, since one
             NaN advantage makes the loss, and so every weight, NaN.
     """
     rows, rows_logp, rows_mask, rows_adv, row_index, rewards, group_index, group_pre = [], [], [], [], [], [], [], []
     trajectories: list = []  # (group, trajectory), for reward_components_tensor
+    turns = [] if stepwise_mode in TURN_MODES else None
+    observation_ids = ObservationIds() if stepwise_mode == "gigpo" else None
+    observations: list[int] = []
     for g, group in enumerate(groups):
         pre = use_precomputed_advantage and any(s.advantage is not None for t in group.trajectories for s in t.steps)
         group_pre.append(pre)
@@ -146,6 +165,13 @@ def build_token_batch(
                     raise InvalidTrajectoryError(f"{_where(group, traj.name, index)}: {exc}") from exc
                 rows_adv.append(step.token_advantages() if pre else None)
                 row_index.append(len(rewards))
+                if observation_ids is not None:
+                    observations.append(
+                        observation_ids(step.observation, _where(group, traj.name, index)) if not pre else -1
+                    )
+            if turns is not None:
+                where = f"task {group.task_id!r}, group {group.group_id!r}, trajectory {traj.name!r}"
+                turns += [0.0] * len(traj.steps) if pre else turn_rewards(traj, where, stepwise_mode)
             if traj.reward is None and pre:
                 rewards.append(0.0)  # precomputed groups: unused
             else:
@@ -184,4 +210,6 @@ def build_token_batch(
         precomputed_advantages=pre_adv_RT,
         group_precomputed=group_pre if any(group_pre) else None,
         reward_components=reward_components_tensor(trajectories),
+        turn_rewards=None if turns is None else torch.tensor(turns, dtype=torch.float64),
+        observation_index=torch.tensor(observations, dtype=torch.int64) if observation_ids is not None else None,
     )
