@@ -65,6 +65,9 @@ _BOUNDS: dict[str, tuple[float, bool, float | None]] = {
     "task.train_size": (1, True, None),
     "task.val_size": (0, True, None),
     "task.turns": (1, True, None),
+    "task.max_number": (1, True, 99),
+    "task.max_turns": (1, True, None),
+    "task.turn_cost": (0, True, None),
     "task.min_digits": (1, True, None),
     "task.max_digits": (1, True, None),
 }
@@ -72,7 +75,8 @@ _BOUNDS: dict[str, tuple[float, bool, float | None]] = {
 # Keys only one task reads; any other task would silently ignore them.
 FILE_TASK_KEYS = ("train_path", "val_path", "prompt_key", "answer_key", "reward_fn")
 DIGIT_KEYS = ("min_digits", "max_digits")
-TASK_ONLY_KEYS = {"file": FILE_TASK_KEYS, "reverse": DIGIT_KEYS, "word_addition": DIGIT_KEYS}
+GUESS_KEYS = ("max_number", "max_turns", "turn_cost", "style")
+TASK_ONLY_KEYS = {"file": FILE_TASK_KEYS, "reverse": DIGIT_KEYS, "word_addition": DIGIT_KEYS, "guess": GUESS_KEYS}
 
 
 def _describe(low: float, inclusive: bool, high: float | None) -> str:
@@ -108,7 +112,8 @@ def _example(key: str) -> Any:
 
 def check_task_keys(task_config: Any) -> None:
     """Keys of one task (:data:`TASK_ONLY_KEYS`: ``task=file``'s paths, column names and reward
-    function; ``task=reverse``'s and ``task=word_addition``'s digit counts) set to other than their defaults for another task.
+    function; ``task=reverse``'s and ``task=word_addition``'s digit counts; ``task=guess``'s
+    game) set to other than their defaults for another task.
 
     Raises:
         ConfigError: naming the key, the task and the fix.

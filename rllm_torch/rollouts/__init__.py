@@ -5,6 +5,8 @@ own workflow (on :class:`~rllm_torch.trainer.workflow.Workflow`). ``task.name`` 
 * :mod:`~rllm_torch.rollouts.arithmetic` (the default) and :mod:`~rllm_torch.rollouts.reverse`,
   run by :class:`~rllm_torch.rollouts.single_turn.SingleTurnWorkflow`;
 * :mod:`~rllm_torch.rollouts.chain`: multi-turn arithmetic and its workflow;
+* :mod:`~rllm_torch.rollouts.guess`: guess a number with higher/lower feedback (the policy decides
+  how many turns);
 * :mod:`~rllm_torch.rollouts.distill`: on-policy distillation from a teacher (precomputed advantages);
 * :mod:`~rllm_torch.rollouts.file_task`: JSONL/Parquet files with a reward function by name;
 * :mod:`~rllm_torch.rollouts.reasoning_gym`: reasoning-gym datasets (an optional extra).
@@ -17,6 +19,7 @@ from rllm_torch.rollouts.catalog import TASK_NAMES, build_task
 from rllm_torch.rollouts.chain import ArithmeticChainWorkflow, chain_problems, chain_task
 from rllm_torch.rollouts.distill import AnswerTeacher, DistillationWorkflow, distill_task
 from rllm_torch.rollouts.file_task import file_task, load_reward_fn, load_rows
+from rllm_torch.rollouts.guess import GuessNumberWorkflow, guess_problems, guess_task
 from rllm_torch.rollouts.reasoning_gym import ReasoningGymScorer, reasoning_gym_rows, reasoning_gym_task
 from rllm_torch.rollouts.single_turn import SingleTurnWorkflow
 from rllm_torch.rollouts.task import Task, exact_match_reward
@@ -34,6 +37,9 @@ __all__ = [
     "load_reward_fn",
     "chain_problems",
     "chain_task",
+    "GuessNumberWorkflow",
+    "guess_problems",
+    "guess_task",
     "ArithmeticChainWorkflow",
     "distill_task",
     "DistillationWorkflow",

@@ -11,6 +11,7 @@ from rllm_torch.rollouts.arithmetic import arithmetic_task
 from rllm_torch.rollouts.chain import chain_task
 from rllm_torch.rollouts.distill import distill_task
 from rllm_torch.rollouts.file_task import file_task
+from rllm_torch.rollouts.guess import guess_task
 from rllm_torch.rollouts.reasoning_gym import reasoning_gym_task
 from rllm_torch.rollouts.reverse import reverse_task
 from rllm_torch.rollouts.task import Task
@@ -23,6 +24,7 @@ TASK_BUILDERS: dict[str, Callable[[Any], Task]] = {
     "chain": chain_task,
     "distill": distill_task,
     "file": file_task,
+    "guess": guess_task,  # multi-turn, the policy's guesses decide how many turns
     "reverse": reverse_task,
     "word_addition": word_addition_task,  # for a pretrained chat model
     "reasoning_gym": reasoning_gym_task,  # imports its optional package only when built
@@ -32,7 +34,8 @@ TASK_NAMES = tuple(TASK_BUILDERS)
 
 def build_task(task_config: Any) -> Task:
     """The task named by ``task_config.name``: ``arithmetic`` (the default, generated),
-    ``chain`` (multi-turn arithmetic), ``distill`` (precomputed advantages from a teacher),
+    ``chain`` (multi-turn arithmetic), ``guess`` (guess a number with higher/lower feedback,
+    variable turn counts), ``distill`` (precomputed advantages from a teacher),
     ``reverse`` (reverse a string of digits, partial credit), ``word_addition`` (additions
     asked in words, for a pretrained chat model), ``file`` (JSONL/Parquet files of
     prompts and answers) or ``reasoning_gym`` (optional extra).

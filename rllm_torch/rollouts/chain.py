@@ -96,7 +96,7 @@ class ArithmeticChainWorkflow(Workflow):
             answer = output.text.strip()
             right = answer == str(previous + term)
             correct.append(right)
-            steps.append(output.to_step(float(right), observation=prompt))
+            steps.append(output.to_step(float(right) / (len(terms) - 1), observation=prompt))
             if output.finish_reason != "stop":
                 reason = TerminationReason.MAX_RESPONSE_LENGTH_EXCEEDED
             if not answer.isdigit():

@@ -47,14 +47,15 @@ def test_each_turn_is_a_step_whose_prompt_is_the_conversation_so_far_with_feedba
     episode = _run(engine, [3, 4, 2])
     steps = episode.trajectories[0].steps
     assert engine.prompts == ["3+4=", "3+4=7!7+2="]
-    assert [s.reward for s in steps] == [1.0, 1.0] and episode.trajectories[0].reward == 1.0 and episode.is_correct
+    # each step earns its share of the trajectory reward, so the turn rewards add up to it
+    assert [s.reward for s in steps] == [0.5, 0.5] and episode.trajectories[0].reward == 1.0 and episode.is_correct
     assert steps[1].prompt_ids == TOK("3+4=7!7+2=", add_special_tokens=False)["input_ids"] and steps[1].done
 
 
 def test_a_wrong_answer_is_carried_into_the_next_question_and_scored_against_it():
     # turn 1: 3+4 -> "6" (wrong, feedback "?"); turn 2 asks 6+2 and "8" is right: reward (0 + 1) / 2
     episode = _run(ScriptedEngine({"3+4=": "6", "3+4=6?6+2=": "8"}), [3, 4, 2])
-    assert [s.reward for s in episode.trajectories[0].steps] == [0.0, 1.0]
+    assert [s.reward for s in episode.trajectories[0].steps] == [0.0, 0.5]
     assert episode.trajectories[0].reward == 0.5 and not episode.is_correct
 
 
