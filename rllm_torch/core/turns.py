@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from rllm_torch.core.checks import check_reward_tensor
+from rllm_torch.core.checks import check_reward_tensor, check_weights
 from rllm_torch.core.distributed import ONE_PROCESS, agree_across_ranks, resolve_process_group
 from rllm_torch.core.errors import InvalidGroupIndexError, InvalidRewardsError, InvalidRewardTypeError
 from rllm_torch.core.packing import GroupedRewards
@@ -132,12 +132,7 @@ class GroupedTurns:
         if observation_index is not None:
             observation_index = _index(observation_index, "observation_index", num_turns_flat, None, device)
         if weights is not None:
-            if not isinstance(weights, Tensor) or weights.shape != rewards.shape or weights.device != device:
-                raise InvalidRewardsError(
-                    f"weights must be a tensor shaped like the turn rewards {tuple(rewards.shape)}, on {device}."
-                )
-            if num_turns_flat and bool((weights < 0).any()):
-                raise InvalidRewardsError("weights must be non-negative.")
+            weights = check_weights(weights, rewards, read_values=True)  # finite, >= 0, one per turn
         counts_N = segment_count(trajectory_index, num_trajectories)
         order_M = torch.argsort(trajectory_index, stable=True)
         starts_N = torch.cumsum(counts_N, 0) - counts_N
@@ -204,7 +199,8 @@ class GroupedTurns:
         return self._grouped(values, key_M, self.num_groups * self.num_turns, self.weights)
 
     def by_observation(self, values: Tensor) -> GroupedRewards:
-        """``values [M]`` grouped by (group, observation): ``G * O`` groups, id ``g * O + o``.
+        """``values [M]`` grouped by (group, observation): the distinct pairs on this process or
+        rank (one host sync), or for split groups ``G * O`` groups of id ``g * O + o``.
 
         Raises:
             InvalidGroupIndexError: the turns carry no observation ids.
@@ -215,6 +211,9 @@ class GroupedTurns:
                 "equal for turns that saw the same state."
             )
         key_M = self.group_index[self.trajectory_index] * self.num_observations + self.observation_index
+        if self.process_group is None or self.local_groups:  # dense pair ids: at most M groups, not G * O
+            unique_K, key_M = torch.unique(key_M, return_inverse=True)
+            return self._grouped(values, key_M, unique_K.shape[0], self.weights)
         return self._grouped(values, key_M, self.num_groups * self.num_observations, self.weights)
 
     def by_trajectory(self, values: Tensor) -> GroupedRewards:

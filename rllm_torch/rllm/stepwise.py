@@ -68,7 +68,10 @@ def turn_rewards(trajectory: Trajectory, where: str, mode: str) -> list[float]:
         earlier.append(check_reward(step.reward, f"{where}, step {index}"))
     total = trajectory.reward if trajectory.reward is not None else steps[-1].reward
     total = check_reward(total, f"{where} (its reward, else its last step's)")
-    values = [*earlier, total - math.fsum(earlier)]
+    try:
+        values = [*earlier, total - math.fsum(earlier)]
+    except OverflowError:
+        values = [math.inf]
     if not all(math.isfinite(v) for v in values):
         raise InvalidRewardsError(
             f"{where}: turn rewards {values} are not all finite; training needs finite step and trajectory rewards."
@@ -77,12 +80,14 @@ def turn_rewards(trajectory: Trajectory, where: str, mode: str) -> list[float]:
 
 
 def _hashable(value: object, where: str) -> object:
+    """A hashable key equal for observations equal by content, tagged by kind (so a dict and a
+    list of pairs, or a tensor and a tuple, never meet)."""
     if isinstance(value, dict):
-        return tuple(sorted((repr(k), _hashable(v, where)) for k, v in value.items()))
+        return ("dict", tuple(sorted((repr(k), _hashable(v, where)) for k, v in value.items())))
     if isinstance(value, (list, tuple)):
-        return tuple(_hashable(v, where) for v in value)
+        return ("sequence", tuple(_hashable(v, where) for v in value))
     if isinstance(value, (Tensor, np.ndarray)):
-        return (tuple(value.shape), tuple(np.asarray(value.tolist()).ravel().tolist()))
+        return ("array", tuple(value.shape), tuple(np.asarray(value.tolist()).ravel().tolist()))
     try:
         hash(value)
     except TypeError as exc:
@@ -122,13 +127,20 @@ def check_stepwise_estimator(estimator: rLLMAdvantageEstimator | str, mode: str)
     """Refuse an estimator that a turn mode cannot run.
 
     Raises:
-        ConfigError: a token-level estimator (it has its own per-token returns) or ``gdpo`` (its
-            reward components are per trajectory) in a turn mode.
+        ConfigError: a token-level estimator (it has its own per-token returns), ``gdpo`` (its
+            reward components are per trajectory), ``pass_at_k`` or ``grpo_passk`` (their ``k``
+            exceeds the few members that reach late turns) in a turn mode.
     """
     if mode not in TURN_MODES:
         return
-    if is_token_level(estimator) or _label(estimator) == "gdpo":
-        why = "its reward components are per trajectory" if _label(estimator) == "gdpo" else "it is token-level"
+    label = _label(estimator)
+    reasons = {
+        "gdpo": "its reward components are per trajectory",
+        "pass_at_k": "its k must not exceed the members still running at a turn, often fewer than rllm.rollout.n",
+        "grpo_passk": "its k must not exceed the members still running at a turn, often fewer than rllm.rollout.n",
+    }
+    if is_token_level(estimator) or label in reasons:
+        why = reasons.get(label, "it is token-level")
         raise ConfigError(
             f"rllm.stepwise_advantage.mode={mode!r} runs a group estimator on each turn's return; estimator "
             f"{_label(estimator)!r} cannot be run that way ({why}). Use grpo, rloo, reinforce, opo, ... or mode=broadcast."

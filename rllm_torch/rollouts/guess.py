@@ -20,7 +20,9 @@ then ``"5 is too high."`` ...).
 
 from __future__ import annotations
 
+import math
 import random
+import re
 from typing import Any
 
 from rllm_torch.core.errors import ConfigError
@@ -50,7 +52,7 @@ def parse_guess(text: str) -> int | None:
     number (``"7"``, ``"My guess is 7."``), else None."""
     words = text.split()
     last = words[-1].rstrip(".") if words else ""
-    return int(last) if last.isdigit() else None
+    return int(last) if re.fullmatch(r"[0-9]{1,9}", last) else None
 
 
 def guess_reward(task: dict, response: str) -> float:
@@ -94,9 +96,9 @@ def guess_task(task_config: Any) -> Task:
     Raises:
         ConfigError: see :func:`guess_problems`; ``max_turns < 1``, ``turn_cost`` negative.
     """
-    if task_config.max_turns < 1 or not task_config.turn_cost >= 0:
+    if task_config.max_turns < 1 or not 0 <= task_config.turn_cost * task_config.max_turns < math.inf:
         raise ConfigError(
-            f"guess task: task.max_turns must be >= 1 and task.turn_cost >= 0, got {task_config.max_turns} and {task_config.turn_cost}."
+            f"guess task: task.max_turns must be >= 1 and task.turn_cost >= 0 (finite over max_turns turns), got {task_config.max_turns} and {task_config.turn_cost}."
         )
     common = dict(max_number=task_config.max_number, style=task_config.style)
     train = guess_problems(task_config.train_size, seed=task_config.seed, **common)

@@ -47,7 +47,9 @@ class SingleTurnWorkflow(Workflow):
             name: await self.call_reward(fn, task, output.text, name=name, uid=uid)
             for name, fn in self.reward_components.items()
         }
-        step = output.to_step(reward, done=True)
+        step = output.to_step(
+            reward, done=True, observation=task["prompt"]
+        )  # the state it answered (GiGPO's step groups)
         reason = (
             TerminationReason.ENV_DONE
             if output.finish_reason == "stop"

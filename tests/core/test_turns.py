@@ -199,7 +199,7 @@ def test_bad_input_is_refused():
         GroupedTurns.from_flat(r, torch.tensor([0]), torch.tensor([0]), num_groups=1)
     with pytest.raises(InvalidGroupIndexError, match=r"group_index holds 1"):
         GroupedTurns.from_flat(r, torch.tensor([0, 0]), torch.tensor([1]), num_groups=1)
-    with pytest.raises(InvalidRewardsError, match="non-negative"):
+    with pytest.raises(InvalidRewardsError, match="finite and >= 0"):
         GroupedTurns.from_flat(r, torch.tensor([0, 0]), torch.tensor([0]), num_groups=1, weights=-r)
 
 
@@ -251,3 +251,33 @@ def test_an_input_error_on_one_rank_is_raised_on_every_rank(pool):
     results = pool.run(rank_tasks.turn_scheme, [(good, "turn_level"), (bad, "turn_level")])
     assert [r.type_name for r in results] == ["InvalidGroupIndexError"] * 2
     assert "rank 1 of 2" in results[0].message
+
+
+def test_the_readme_example():
+    rewards = torch.tensor([0.0, 1.0, 0.0, -0.1, -0.1, 1.0])  # the turns of 3 trajectories, in order
+    turns = GroupedTurns.from_flat(rewards, torch.tensor([0, 0, 1, 2, 2, 2]), torch.tensor([0, 0, 0]), num_groups=1)
+    advantages, returns = turn_level_advantages(turns, rloo, gamma=1.0)
+    torch.testing.assert_close(returns, torch.tensor([1.0, 1.0, 0.0, 0.8, 0.9, 1.0]))
+    torch.testing.assert_close(advantages, torch.tensor([0.6, 0.1, -0.9, 0.3, -0.1, 1.0]))
+
+
+def test_core_arguments_of_the_wrong_kind():
+    from rllm_torch.core.errors import InvalidRewardTypeError
+
+    turns = pack([[[1.0], [0.0]]], observations=[0, 0])
+    with pytest.raises(InvalidRewardTypeError, match="callable group estimator"):
+        turn_level_advantages(turns, "rloo")
+    with pytest.raises(InvalidRewardTypeError, match="normalize_by_steps must be a bool"):
+        broadcast_advantages(turns, rloo, normalize_by_steps="no")
+    with pytest.raises(InvalidRewardsError, match="finite"):
+        pack([[[1.0], [0.0]]], weights=torch.tensor([1.0, float("inf")], dtype=torch.float64))
+    import numpy as np
+
+    adv, _ = turn_level_advantages(turns, rloo, gamma=np.float32(0.5))  # any real number
+    assert adv.tolist() == [1.0, -1.0]
+
+
+def test_sparse_observation_ids_cost_no_memory_on_one_process():
+    turns = pack([[[1.0], [0.0]]], observations=[10**12, 10**12])
+    adv, _ = gigpo_advantages(turns, rloo)
+    assert adv.tolist() == [2.0, -2.0]

@@ -196,3 +196,27 @@ def test_the_kl_penalty_in_the_reward_comes_off_each_turns_reward():
     turns = GroupedTurns.from_flat(rewards_R, batch.row_index, batch.group_index, num_groups=2)
     want_R, _ = turn_level_advantages(turns, rloo)
     torch.testing.assert_close(batch.advantages, (want_R[:, None] * batch.response_mask).float())
+
+
+def test_estimators_whose_k_exceeds_the_running_members_are_refused_in_turn_modes():
+    for estimator in ("pass_at_k", "grpo_passk"):
+        with pytest.raises(ConfigError, match=f"estimator '{estimator}' cannot be run that way .its k"):
+            collect_reward_and_advantage_from_trajectory_groups(
+                groups(), AlgorithmConfig(estimator=estimator, stepwise_advantage_mode="turn_level")
+            )
+
+
+def test_observations_of_different_kinds_never_share_a_step_group():
+    from rllm_torch.rllm.stepwise import ObservationIds
+
+    ids = ObservationIds()
+    kinds = [{"a": 1}, [("'a'", 1)], torch.tensor([1, 2]), ((2,), (1, 2)), (1, 2), [1, 2]]
+    assert [ids(k, "t") for k in kinds] == [0, 1, 2, 3, 4, 4]  # a list and a tuple of equal items meet
+
+
+def test_a_bad_stepwise_mode_for_the_batch_is_refused():
+    with pytest.raises(ConfigError, match="stepwise_mode must be one of"):
+        build_token_batch(groups(), pad_token_id=0, stepwise_mode="bogus")
+    batch = build_token_batch(groups(), pad_token_id=0, stepwise_mode="turn_level")
+    with pytest.raises(ConfigError, match="and gigpo its observation"):
+        compute_token_advantages(batch, AlgorithmConfig(stepwise_advantage_mode="gigpo"))

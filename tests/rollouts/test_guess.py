@@ -68,7 +68,9 @@ def test_words_style_for_a_chat_model():
     assert prompts[1].endswith("5 is too high. Guess again: answer with the number only.")
     assert prompts[2].endswith("2 is too low. Guess again: answer with the number only.")
     assert episode.is_correct and len(episode.trajectories[0].steps) == 3
-    assert [parse_guess(t) for t in ("7", " 7.", "it is 12", "seven", "")] == [7, 7, 12, None, None]
+    assert [parse_guess(t) for t in ("7", " 7.", "it is 12", "seven", "", "³", "7²", "9" * 5000)] == [7, 7, 12] + [
+        None
+    ] * 5
 
 
 @pytest.mark.parametrize(
@@ -78,6 +80,7 @@ def test_words_style_for_a_chat_model():
         ({"style": "emoji"}, "task.style must be one of"),
         ({"max_turns": 0}, "max_turns must be >= 1"),
         ({"turn_cost": -0.5}, "turn_cost >= 0"),
+        ({"turn_cost": float("inf")}, "turn_cost >= 0"),
     ],
 )
 def test_bad_settings(overrides, match):

@@ -18,11 +18,13 @@ singleton rules and cross-rank statistics.
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable
 
 from torch import Tensor
 
-from rllm_torch.core.errors import InvalidRewardsError
+from rllm_torch.core.errors import InvalidRewardsError, InvalidRewardTypeError
 from rllm_torch.core.packing import GroupedRewards
 from rllm_torch.core.turns import GroupedTurns
 
@@ -38,8 +40,16 @@ TurnEstimator = Callable[[GroupedRewards], tuple[Tensor, Tensor]]
 """A group estimator: ``estimator(batch) -> (advantages [N], returns [N])`` (e.g. ``rloo``)."""
 
 
+def _check_estimator(estimator: object) -> None:
+    if not callable(estimator):
+        raise InvalidRewardTypeError(
+            f"estimator must be a callable group estimator, estimator(GroupedRewards) -> (advantages, returns), such as "
+            f"rllm_torch.rloo, got {estimator!r}; for a registered name use lambda b: compute_advantages(b, name)."
+        )
+
+
 def _discount(gamma: object) -> float:
-    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0 <= gamma <= 1:
+    if isinstance(gamma, bool) or not isinstance(gamma, numbers.Real) or not 0 <= gamma <= 1:
         raise InvalidRewardsError(
             f"the turn discount gamma must be a number in [0, 1] (1: no discount), got {gamma!r}; set rllm.stepwise_advantage.gamma."
         )
@@ -91,6 +101,7 @@ def turn_level_advantages(
     leave-one-out baseline of RLOO (Kool et al., 2019) taken per turn among the group's running
     members; the bias of the per-turn-index alternative is the subject of verl RFC #7244.
     """
+    _check_estimator(estimator)
     returns_M = turns.returns(_discount(gamma))
     advantages_M, _ = estimator(turns.by_turn(returns_M))
     return advantages_M, returns_M
@@ -114,6 +125,7 @@ def per_turn_index_advantages(
     Source: Zeng et al., "Reinforcing Multi-Turn Reasoning in LLM Agents via Turn-Level Credit
     Assignment" (MT-GRPO, arXiv:2505.11821), generalised from two turns; verl RFC #7244.
     """
+    _check_estimator(estimator)
     gamma = _discount(gamma)
     turn_advantages_M, _ = estimator(turns.by_turn(turns._working(turns.rewards)))
     return turns.returns(gamma, turn_advantages_M), turns.returns(gamma)
@@ -143,12 +155,12 @@ def gigpo_advantages(
     (arXiv:2505.10978); verl-agent ``algorithm.gigpo.step_advantage_w`` and ``mode``
     (``mean_norm``: ``grpo`` without std; ``mean_std_norm``: with); ROLL ``gigpo``.
     """
+    _check_estimator(estimator)
     gamma = _discount(gamma)
     if (
         isinstance(step_advantage_w, bool)
-        or not isinstance(step_advantage_w, (int, float))
-        or step_advantage_w != step_advantage_w
-        or abs(step_advantage_w) == float("inf")
+        or not isinstance(step_advantage_w, numbers.Real)
+        or not math.isfinite(step_advantage_w)
     ):
         raise InvalidRewardsError(
             f"step_advantage_w must be a finite number, got {step_advantage_w!r}; set rllm.stepwise_advantage.step_advantage_w."
@@ -178,6 +190,9 @@ def broadcast_advantages(
     Source: rLLM ``rllm/experimental/common/advantage.py`` (broadcast) and its
     ``normalize_by_steps`` in the workflow trainer.
     """
+    _check_estimator(estimator)
+    if not isinstance(normalize_by_steps, bool):
+        raise InvalidRewardTypeError(f"normalize_by_steps must be a bool, got {normalize_by_steps!r}.")
     scores_N = turns.episode_returns() if episode_scores is None else episode_scores
     advantages_N, _ = estimator(turns.by_trajectory(scores_N))
     advantages_M = advantages_N[turns.trajectory_index]

@@ -163,10 +163,12 @@ def _turn_role(
     """A turn mode's advantages of one role: ``(rows, adv_rows, metrics)``, the rows of the
     role's trained RL trajectories (each a turn, in order) and each one's advantage. A row's turn
     reward is its step's minus its summed ``reward_penalty``; its weight its trained tokens."""
-    if batch.turn_rewards is None:
+    gigpo = algorithm_config.stepwise_advantage_mode == "gigpo"
+    if batch.turn_rewards is None or (gigpo and batch.observation_index is None):
         raise ConfigError(
-            f"rllm.stepwise_advantage.mode={algorithm_config.stepwise_advantage_mode!r} needs each step's reward: build the "
-            "batch with build_token_batch(..., stepwise_mode=<the mode>), which fills TokenBatch.turn_rewards."
+            f"rllm.stepwise_advantage.mode={algorithm_config.stepwise_advantage_mode!r} needs each step's reward "
+            "(and gigpo its observation): build the batch with build_token_batch(..., stepwise_mode=<the mode>), "
+            "which fills TokenBatch.turn_rewards and observation_index."
         )
     remap_G, num_groups = _role_remap(batch, role, pre_G)
     keep_N = (remap_G[batch.group_index] >= 0) & trained_N

@@ -22,8 +22,8 @@ import torch
 from torch import Tensor
 
 from rllm_torch.core.checks import check_reward
-from rllm_torch.core.errors import InvalidRewardsError, InvalidTrajectoryError
-from rllm_torch.rllm.config import TURN_MODES
+from rllm_torch.core.errors import ConfigError, InvalidRewardsError, InvalidTrajectoryError
+from rllm_torch.rllm.config import STEPWISE_MODES, TURN_MODES
 from rllm_torch.rllm.roles import reward_components_tensor
 from rllm_torch.rllm.stepwise import ObservationIds, turn_rewards
 from rllm_torch.rllm.types import TrajectoryGroup
@@ -136,6 +136,10 @@ def build_token_batch(
     """
     rows, rows_logp, rows_mask, rows_adv, row_index, rewards, group_index, group_pre = [], [], [], [], [], [], [], []
     trajectories: list = []  # (group, trajectory), for reward_components_tensor
+    if stepwise_mode not in (*STEPWISE_MODES, "per_step"):
+        raise ConfigError(
+            f"stepwise_mode must be one of {STEPWISE_MODES} (rllm.stepwise_advantage.mode), got {stepwise_mode!r}."
+        )
     turns = [] if stepwise_mode in TURN_MODES else None
     observation_ids = ObservationIds() if stepwise_mode == "gigpo" else None
     observations: list[int] = []
