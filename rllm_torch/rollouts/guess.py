@@ -20,6 +20,7 @@ then ``"5 is too high."`` ...).
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import re
@@ -33,6 +34,7 @@ from rllm_torch.trainer.workflow import RolloutEngine, Workflow
 __all__ = ["guess_problems", "guess_task", "guess_reward", "parse_guess", "GuessNumberWorkflow", "STYLES"]
 
 STYLES = ("symbols", "words")
+_NUMBER = re.compile(r"(?<![0-9])[0-9]{1,9}(?![0-9])", re.ASCII)
 
 
 def _first_prompt(style: str, max_number: int) -> str:
@@ -47,17 +49,22 @@ def _feedback(style: str, guess: int, secret: int) -> str:
     return f" {guess} is too {'high' if secret < guess else 'low'}. Guess again: answer with the number only."
 
 
-def parse_guess(text: str) -> int | None:
-    """The number a response guesses: its last word without a final full stop, if that is a
-    number (``"7"``, ``"My guess is 7."``), else None."""
-    words = text.split()
-    last = words[-1].rstrip(".") if words else ""
-    return int(last) if re.fullmatch(r"[0-9]{1,9}", last) else None
+def parse_guess(text: str, style: str = "symbols") -> int | None:
+    """The number a response guesses, or None: ``symbols``, the whole response stripped when it
+    is 1-9 ASCII digits (``"7"``); ``words``, the first whole number in it (``"My guess is 7."``;
+    a response that lists numbers guesses the first).
+
+    Example:
+        >>> parse_guess(" 7"), parse_guess("7."), parse_guess("I say 5, or 6", "words"), parse_guess("no", "words")
+        (7, None, 5, None)
+    """
+    found = re.fullmatch(r"[0-9]{1,9}", text.strip()) if style == "symbols" else _NUMBER.search(text)
+    return int(found.group(0)) if found else None
 
 
-def guess_reward(task: dict, response: str) -> float:
+def guess_reward(task: dict, response: str, style: str = "symbols") -> float:
     """1.0 when ``response`` guesses ``task["secret"]`` (:func:`parse_guess`), else 0.0."""
-    return 1.0 if parse_guess(response) == int(task["secret"]) else 0.0
+    return 1.0 if parse_guess(response, style) == int(task["secret"]) else 0.0
 
 
 def _alphabet(style: str, max_number: int) -> str:
@@ -107,7 +114,7 @@ def guess_task(task_config: Any) -> Task:
         name="guess",
         train=train,
         val=val,
-        reward_fn=guess_reward,
+        reward_fn=functools.partial(guess_reward, style=task_config.style),
         alphabet=_alphabet(task_config.style, task_config.max_number),
         workflow=GuessNumberWorkflow,
         workflow_args={
@@ -150,7 +157,7 @@ class GuessNumberWorkflow(Workflow):
         reason = TerminationReason.MAX_TURNS_EXCEEDED
         for turn in range(self.max_turns):
             output = await self.rollout_engine.generate(conversation)
-            guess = parse_guess(output.text)
+            guess = parse_guess(output.text, self.style)
             found = guess == secret
             last = found or guess is None or turn == self.max_turns - 1
             # the last turn: 1 if right; an answer that is not a number forfeits the turns left

@@ -68,9 +68,10 @@ def test_words_style_for_a_chat_model():
     assert prompts[1].endswith("5 is too high. Guess again: answer with the number only.")
     assert prompts[2].endswith("2 is too low. Guess again: answer with the number only.")
     assert episode.is_correct and len(episode.trajectories[0].steps) == 3
-    assert [parse_guess(t) for t in ("7", " 7.", "it is 12", "seven", "", "³", "7²", "9" * 5000)] == [7, 7, 12] + [
-        None
-    ] * 5
+    words = ("7", " 7.", "it is 12", "seven", "", "³", "7²", "9" * 5000, "5, or 6")
+    assert [parse_guess(t, "words") for t in words] == [7, 7, 12, None, None, None, 7, None, 5]
+    assert [parse_guess(t) for t in ("7", " 7 ", "7.", "12", "³", "9" * 5000)] == [7, 7, None, 12, None, None]
+    assert [parse_guess(t) for t in ("seven", "", "³", "7²", "9" * 5000)] == [None] * 5
 
 
 @pytest.mark.parametrize(

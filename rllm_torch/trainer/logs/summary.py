@@ -189,7 +189,7 @@ def startup_summary(
     if algorithm.estimator_map:
         estimator += f", by role {dict(algorithm.estimator_map)}"
     if rllm.stepwise_advantage.mode != "broadcast":
-        estimator += f", per step: rllm.stepwise_advantage.mode={rllm.stepwise_advantage.mode}"
+        estimator += f" {rllm.stepwise_advantage.mode}"  # e.g. "rloo turn_level advantages"
     steps = f"{plan.total_steps} ({_count(plan.epochs, 'epoch')} of {_count(plan.steps_per_epoch, 'step')})"
     if rllm.trainer.val_only:
         steps = "none: rllm.trainer.val_only=true validates the model once and trains nothing"
