@@ -6,7 +6,7 @@ estimator for every mode; validation pass@1 at equal steps, from real ``rllm-tor
 
 Writes ``RESULTS_turn_credit.md`` (the table) and ``turn_credit_curves.png`` (the curves) beside
 it. Each run is the experiment config of its task (``--config-name chain`` / ``guess``) with
-``rllm.algorithm.adv_estimator``, ``rllm.stepwise_advantage.mode`` and ``seed`` set; one thread
+``rllm.algorithm.adv_estimator``, ``rllm.stepwise_advantage.mode``, ``seed`` and ``backend.seed`` set; one thread
 per run.
 """
 
@@ -41,6 +41,7 @@ def run_one(out: Path, task: str, mode: str, seed: int, estimator: str, extra: l
         f"rllm.algorithm.adv_estimator={estimator}",
         f"rllm.stepwise_advantage.mode={mode}",
         f"seed={seed}",
+        f"backend.seed={seed}",  # the model's initialisation and the sampler: a seed is a different run
         f"rllm.trainer.experiment_name={name}",
         f"hydra.run.dir={run_dir}",
         *extra,

@@ -87,8 +87,9 @@ def reference(episodes, observations, scheme, fn, gamma, w=1.0):
     keys_obs = [(keys_turn[i][0], observations[i]) for i in range(len(flat))] if observations else None
     G = [f[1] for f in flat]
     ep_adv = ref_groupwise([e[1] for e in episode], [e[0] for e in episode], fn)
-    if scheme == "turn_level":
-        return ref_groupwise(G, keys_turn, fn)
+    if scheme == "turn_level":  # a turn no other member of its group reached: the episode's advantage
+        cell = ref_groupwise(G, keys_turn, fn)
+        return [ep_adv[traj_of[i]] if keys_turn.count(keys_turn[i]) == 1 else cell[i] for i in range(len(flat))]
     if scheme == "broadcast":
         return [ep_adv[traj_of[i]] for i in range(len(flat))]
     if scheme == "gigpo":
@@ -141,13 +142,14 @@ def test_hand_computed_case():
     # group of 3: turn rewards (0.5, 0.5) / (0.0) / (0.5, 0.5, 0.5); returns (1, .5) / (0) / (1.5, 1, .5)
     turns = pack([[[0.5, 0.5], [0.0], [0.5, 0.5, 0.5]]], observations=[0, 1, 1, 0, 0, 2])
     adv, returns = turn_level_advantages(turns, rloo)
-    # turn 0: all three; turn 1: two; turn 2: one (baseline 0)
-    assert adv.tolist() == [0.25, -0.5, -1.25, 1.0, 0.5, 0.5]
+    # turn 0: all three; turn 1: two; turn 2: member 3 alone, so its episode advantage (rloo of
+    # the returns 1, 0, 1.5): 1.5 - 0.5 = 1.0 = G - (mean of the others' returns - its own past 1.0)
+    assert adv.tolist() == [0.25, -0.5, -1.25, 1.0, 0.5, 1.0]
     assert returns.tolist() == [1.0, 0.5, 0.0, 1.5, 1.0, 0.5]
     adv, _ = per_turn_index_advantages(turns, rloo)  # per index: (.25, -.5, .25), (0, 0), (.5); then sums to go
     assert adv.tolist() == [0.25, 0.0, -0.5, 0.75, 0.5, 0.5]
     adv, _ = turn_level_advantages(turns, rloo, gamma=0.5)  # returns (.75, .5) / (0) / (.875, .75, .5)
-    torch.testing.assert_close(adv, torch.tensor([0.3125, -0.25, -0.8125, 0.5, 0.25, 0.5], dtype=torch.float64))
+    torch.testing.assert_close(adv, torch.tensor([0.3125, -0.25, -0.8125, 0.5, 0.25, 1.0], dtype=torch.float64))
     # gigpo: state 0 = member 1's turn 0 and member 3's turns 0 and 1 (G = 1, 1.5, 1); state 1 =
     # member 1's turn 1 and member 2's turn 0 (G = .5, 0); state 2 = member 3's last turn alone
     adv, _ = gigpo_advantages(turns, rloo, step_advantage_w=0.5)
@@ -170,15 +172,15 @@ def test_turns_listed_in_any_trajectory_order():
     )
     assert turns.turn_index.tolist() == [0, 0, 0, 1, 1, 2]
     adv, _ = turn_level_advantages(turns, rloo)
-    assert adv.tolist() == [0.25, 1.0, -1.25, -0.5, 0.5, 0.5]
+    assert adv.tolist() == [0.25, 1.0, -1.25, -0.5, 0.5, 1.0]
 
 
 def test_groups_of_one_and_constant_turns():
     turns = pack([[[1.0, 2.0]], [[1.0], [1.0]]])
     adv, _ = turn_level_advantages(turns, rloo)
-    assert adv.tolist() == [3.0, 2.0, 0.0, 0.0]  # a group of one: baseline 0; equal returns: exactly 0
+    assert adv.tolist() == [3.0, 3.0, 0.0, 0.0]  # a group of one: its episode's advantage, R; equal returns: 0
     adv, _ = turn_level_advantages(turns, grpo)
-    torch.testing.assert_close(adv, torch.tensor([3.0, 2.0, 0.0, 0.0], dtype=torch.float64) / (1 + 1e-6))
+    torch.testing.assert_close(adv, torch.tensor([3.0, 3.0, 0.0, 0.0], dtype=torch.float64) / (1 + 1e-6))
 
 
 @pytest.mark.parametrize("gamma", [-0.1, 1.5, float("nan"), True, "1"])
@@ -258,7 +260,7 @@ def test_the_readme_example():
     turns = GroupedTurns.from_flat(rewards, torch.tensor([0, 0, 1, 2, 2, 2]), torch.tensor([0, 0, 0]), num_groups=1)
     advantages, returns = turn_level_advantages(turns, rloo, gamma=1.0)
     torch.testing.assert_close(returns, torch.tensor([1.0, 1.0, 0.0, 0.8, 0.9, 1.0]))
-    torch.testing.assert_close(advantages, torch.tensor([0.6, 0.1, -0.9, 0.3, -0.1, 1.0]))
+    torch.testing.assert_close(advantages, torch.tensor([0.6, 0.1, -0.9, 0.3, -0.1, 0.3]))  # turn 2 alone: 0.8 - 0.5
 
 
 def test_core_arguments_of_the_wrong_kind():

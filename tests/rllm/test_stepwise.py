@@ -73,10 +73,11 @@ def test_the_collector_writes_one_advantage_per_step():
     metrics = collect_reward_and_advantage_from_trajectory_groups(
         gs, AlgorithmConfig(estimator="rloo", stepwise_advantage_mode="turn_level")
     )
-    # group a: returns (1, .5) / (0) / (1.5, 1, .5): rloo per turn among the members still running
-    assert [[s.advantage for s in t.steps] for t in gs[0].trajectories] == [[0.25, -0.5], [-1.25], [1.0, 0.5, 0.5]]
-    # group b: turn rewards (-.25, 1) / (-.25, -.25, 0); returns (.75, 1) / (-.5, -.25, 0)
-    assert [[s.advantage for s in t.steps] for t in gs[1].trajectories] == [[1.25, 1.25], [-1.25, -1.25, 0.0]]
+    # group a: returns (1, .5) / (0) / (1.5, 1, .5): rloo per turn among the members still running;
+    # turn 2, which member 3 reached alone: its episode advantage, 1.5 - (1 + 0) / 2
+    assert [[s.advantage for s in t.steps] for t in gs[0].trajectories] == [[0.25, -0.5], [-1.25], [1.0, 0.5, 1.0]]
+    # group b: turn rewards (-.25, 1) / (-.25, -.25, 0); returns (.75, 1) / (-.5, -.25, 0); turn 2 alone: -.5 - .75
+    assert [[s.advantage for s in t.steps] for t in gs[1].trajectories] == [[1.25, 1.25], [-1.25, -1.25, -1.25]]
     assert metrics["turns/solver/mean"] == 2.2
     assert metrics["advantage/solver/max"] == 1.25
 

@@ -22,6 +22,7 @@ import math
 import numbers
 from collections.abc import Callable
 
+import torch
 from torch import Tensor
 
 from rllm_torch.core.errors import InvalidRewardsError, InvalidRewardTypeError
@@ -80,10 +81,16 @@ def turn_level_advantages(
     without std each turn's gradient is scaled by ``(|S_t| - 1) / |S_t|`` (no stopping penalty),
     and the std, as in GRPO, rescales each (group, turn).
 
-    Edge cases: a turn reached by one member of its group is a group of one for the estimator
-    (``rloo`` and ``grpo`` keep baseline 0: ``A = G``, resp. ``G / (1 + epsilon)``; still
-    unbiased); a group of one trajectory likewise on every turn. ``gamma = 0`` gives each turn
-    its own reward's advantage. Split groups across ranks: ``S_t`` is over every rank.
+    **A turn no other member reached** (``|S_t| = 1``: late turns, once most of the group has
+    stopped) has no one to compare with; a baseline of 0 there (``A = G``) would push up every
+    action of a lone survivor that ends well. It takes its trajectory's episode advantage
+    instead, the estimator on the group's episode returns (rLLM's ``broadcast``): with ``rloo``
+    and ``gamma = 1`` that is ``G_{i,t} - (mean_{j != i} R_j - R_{i,<t})``, a baseline made of
+    the other members' returns and ``i``'s own rewards before ``t``, so still unbiased (with
+    ``gamma < 1`` it is the undiscounted episode's advantage). A group of one trajectory thus
+    gets the estimator's singleton rule on every turn (``rloo``: ``A = R``).
+    ``gamma = 0`` gives each turn its own reward's advantage. Split groups across ranks: ``S_t``
+    is over every rank.
 
     Args:
         turns: the packed turns.
@@ -103,8 +110,15 @@ def turn_level_advantages(
     """
     _check_estimator(estimator)
     returns_M = turns.returns(_discount(gamma))
-    advantages_M, _ = estimator(turns.by_turn(returns_M))
-    return advantages_M, returns_M
+    cells = turns.by_turn(returns_M)
+    advantages_M, _ = estimator(cells)
+    alone = cells.layout.singletons()  # (group, turn) cells of one member, over every rank
+    if isinstance(alone, bool) and not alone:
+        return advantages_M, returns_M
+    episode_N, _ = estimator(turns.by_trajectory(turns.episode_returns()))
+    episode_M = episode_N[turns.trajectory_index].to(advantages_M.dtype)
+    alone_M = alone if isinstance(alone, bool) else cells.layout.expand(alone.reshape(-1)).reshape(-1)
+    return torch.where(alone_M, episode_M, advantages_M), returns_M
 
 
 def per_turn_index_advantages(
