@@ -20,6 +20,26 @@ LAYERS = [
     ("backends and rollouts", ("rllm_torch.backends", "rllm_torch.rollouts")),
     ("programs", ("rllm_torch.cli", "rllm_torch.train", "rllm_torch.configs")),
 ]
+#: Inside a package, its folders and top-level modules in ranks, bottom first: a module may import
+#: its own rank and those below, never one above (nor, outside a package's ``__init__``, the
+#: package's ``__init__``). A package not listed has no order inside it.
+UNITS = {
+    "rllm_torch.core": [
+        ("errors", "checks", "labels", "distributed", "moments", "segment"),
+        ("packing", "tokens", "turns"),
+        ("estimators", "losses"),
+    ],
+    "rllm_torch.trainer": [
+        ("schema", "model_defaults", "ranks"),
+        ("pipeline",),
+        ("state",),
+        ("runtime",),
+        ("workflow", "workflow_engine"),
+        ("logs",),
+        ("protocol",),
+        ("unified_trainer",),
+    ],
+}
 #: Packages of one layer that must not import each other.
 SIDE_BY_SIDE = ("rllm_torch.backends", "rllm_torch.rollouts")
 #: Third-party libraries each layer may import (the standard library is always allowed).
@@ -85,6 +105,52 @@ def _violations(path: Path) -> list[str]:
         elif layer_name in THIRD_PARTY and top not in sys.stdlib_module_names and top not in THIRD_PARTY[layer_name]:
             found.append(f"{module} ({layer_name}) imports {imported}")
     return found
+
+
+def _unit_rank(package: str, module: str) -> int | None:
+    """The rank in ``UNITS[package]`` of the unit holding ``module`` (None: the package's ``__init__``)."""
+    if module == package:
+        return None
+    unit = module[len(package) + 1 :].split(".")[0]
+    ranks = [i for i, units in enumerate(UNITS[package]) if unit in units]
+    assert ranks, f"{module}: {unit!r} has no rank in UNITS[{package!r}] (tests/test_layers.py); give it one"
+    return ranks[0]
+
+
+def _unit_violations(path: Path) -> list[str]:
+    module = _module_name(path)
+    found = []
+    for package in UNITS:
+        if not module.startswith(package + ".") or module == package:
+            continue
+        rank = _unit_rank(package, module)
+        for imported in _imports(path):
+            if not (imported == package or imported.startswith(package + ".")):
+                continue
+            other = _unit_rank(package, imported)
+            if other is None or other > rank:
+                what = "the package's __init__" if other is None else f"rank {other}"
+                found.append(f"{module} (rank {rank} of {package}) imports {imported} ({what}): an upward import")
+    return found
+
+
+def test_no_module_imports_a_folder_or_module_above_its_own_inside_a_layer():
+    violations = [v for path in MODULES for v in _unit_violations(path)]
+    assert not violations, "\n".join(violations)
+
+
+def test_the_folder_order_catches_an_upward_import(tmp_path):
+    # the same check on a planted module: the state importing the trainer loop is refused
+    planted = PACKAGE / "trainer" / "state.py"
+    text = planted.read_text() + "\nfrom rllm_torch.trainer.unified_trainer import UnifiedTrainer\n"
+    copy = tmp_path / "state.py"
+    copy.write_text(text)
+    original = _imports
+    try:
+        globals()["_imports"] = lambda path: original(copy if path == planted else path)
+        assert any("unified_trainer" in v for v in _unit_violations(planted))
+    finally:
+        globals()["_imports"] = original
 
 
 def test_no_module_imports_a_layer_above_its_own():

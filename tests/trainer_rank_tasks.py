@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from rllm_torch.backends.torch_backend.backend import TorchBackend
 from rllm_torch.rllm.types import Step, Trajectory, TrajectoryGroup
-from rllm_torch.trainer.runtime.ranks import RunRanks
+from rllm_torch.trainer.ranks import RunRanks
 from rllm_torch.trainer.schema import TrainConfig
 from rllm_torch.trainer.state import TrainerState
 

@@ -12,7 +12,7 @@ block, no traceback); 130 interrupted by Ctrl-C (SIGINT: at once, from the newes
 stopped by SIGTERM after the current step and its checkpoint (a second SIGTERM: at once).
 
 Under ``torchrun`` (``torchrun --nproc_per_node=N -m rllm_torch.train ...``, or the
-``rllm-torch-train`` script) the N processes are one run: see :mod:`rllm_torch.trainer.runtime.ranks`.
+``rllm-torch-train`` script) the N processes are one run: see :mod:`rllm_torch.trainer.ranks`.
 Rank 0 alone prints and writes the run directory.
 """
 
@@ -51,7 +51,7 @@ from rllm_torch.rollouts import build_task
 from rllm_torch.rollouts.single_turn import SingleTurnWorkflow
 from rllm_torch.rollouts.task import Task
 from rllm_torch.trainer.protocol import BackendProtocol
-from rllm_torch.trainer.runtime.ranks import RunRanks, init_run_ranks, shutdown, torchrun_world_size
+from rllm_torch.trainer.ranks import RunRanks, init_run_ranks, shutdown, torchrun_world_size
 from rllm_torch.trainer.runtime.stop import STOPPED_EXIT_STATUS, StopSignals, TrainingStopped
 from rllm_torch.trainer.unified_trainer import UnifiedTrainer
 

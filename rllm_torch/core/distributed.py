@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from rllm_torch.core import errors
+import rllm_torch.core.errors as errors
 from rllm_torch.core.errors import DistributedBatchError, DistributedSetupError
 
 __all__ = [

@@ -15,7 +15,7 @@ from omegaconf import DictConfig
 
 from rllm_torch.rllm.config import AlgorithmConfig
 from rllm_torch.trainer.pipeline.token_advantages import compute_token_advantages
-from rllm_torch.trainer.runtime.ranks import RunRanks
+from rllm_torch.trainer.ranks import RunRanks
 from rllm_torch.trainer.schema import typed_run_config
 from rllm_torch.trainer.state import TrainerState
 

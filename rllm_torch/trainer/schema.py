@@ -21,7 +21,6 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from rllm_torch.core.errors import ConfigError
-from rllm_torch.trainer.pipeline.compact_filtering import CompactFilteringFlags
 
 __all__ = [
     "TrainConfig",
@@ -30,11 +29,28 @@ __all__ = [
     "TaskConfig",
     "BackendConfig",
     "DataConfig",
+    "CompactFilteringFlags",
     "dataset_name",
     "default_experiment_name",
     "register_resolvers",
     "typed_run_config",
 ]
+
+
+@dataclass
+class CompactFilteringFlags:
+    """rLLM's ``rllm.compact_filtering`` switches, in one place: the schema's section, which
+    :class:`~rllm_torch.trainer.pipeline.compact_filtering.CompactFilteringConfig` extends with
+    ``mask_reasons`` and the checks."""
+
+    enable: bool = False
+    mask_max_prompt_length_exceeded: bool = False
+    mask_max_response_length_exceeded: bool = False
+    mask_env_done: bool = False
+    mask_max_turns_exceeded: bool = False
+    mask_timeout: bool = False
+    mask_unknown: bool = False
+    mask_error: bool = False
 
 
 @dataclass

@@ -16,7 +16,7 @@ One training step, in order::
 A run resumes from its newest complete checkpoint (``rllm.trainer.resume_mode=auto``, see
 :class:`~rllm_torch.trainer.runtime.run_checkpoint.RunCheckpointer`) and continues exactly where it stopped.
 
-On several processes (``ranks``, :class:`~rllm_torch.trainer.runtime.ranks.RunRanks`) every rank runs
+On several processes (``ranks``, :class:`~rllm_torch.trainer.ranks.RunRanks`) every rank runs
 this loop on its share of each step's prompts; every metric is that of the global batch (each
 stage reduces its own: sums of counts, means over every rank's items, the maximum of timings),
 and rank 0 alone prints, logs and writes checkpoints. A stage that finds nothing to train on
@@ -44,7 +44,7 @@ from rllm_torch.trainer.pipeline.settings import build_pipeline_configs
 from rllm_torch.trainer.pipeline.transform import transform_episodes_to_trajectory_groups
 from rllm_torch.trainer.pipeline.validation import validation_pass_metrics
 from rllm_torch.trainer.protocol import BackendProtocol
-from rllm_torch.trainer.runtime.ranks import RunRanks
+from rllm_torch.trainer.ranks import RunRanks
 from rllm_torch.trainer.runtime.run_checkpoint import RunCheckpointer
 from rllm_torch.trainer.runtime.stop import StopSignals, TrainingStopped
 from rllm_torch.trainer.schema import typed_run_config

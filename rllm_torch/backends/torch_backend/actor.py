@@ -33,7 +33,7 @@ from rllm_torch.backends.torch_backend.lora import (
 from rllm_torch.backends.torch_backend.micro_batches import release_host_memory
 from rllm_torch.backends.torch_backend.model import adamw, build_policy, enable_gradient_checkpointing
 from rllm_torch.core.errors import ConfigError, ModelNotFoundError
-from rllm_torch.trainer.runtime.ranks import RunRanks
+from rllm_torch.trainer.ranks import RunRanks
 
 __all__ = ["Actor", "PARALLELISMS", "wrap_ddp"]
 

@@ -20,7 +20,7 @@ reference and value passes run in the same micro-batches. ``backend.dtype=bfloat
 bf16 (float32 weights and optimizer state), ``backend.gradient_checkpointing`` recomputes block
 activations in the backward, ``model.lora.r`` trains LoRA adapters only.
 
-On several processes (``torchrun``, :class:`~rllm_torch.trainer.runtime.ranks.RunRanks`) each rank
+On several processes (``torchrun``, :class:`~rllm_torch.trainer.ranks.RunRanks`) each rank
 samples its share of every step's prompts with its own generator, and trains a
 ``DistributedDataParallel`` copy of the policy on the global loss (see
 :mod:`~rllm_torch.backends.torch_backend.update`).
@@ -72,8 +72,8 @@ from rllm_torch.core.errors import CheckpointError, ConfigError
 from rllm_torch.trainer.model_defaults import apply_model_defaults
 from rllm_torch.trainer.pipeline.token_batch import build_token_batch
 from rllm_torch.trainer.protocol import BackendProtocol
+from rllm_torch.trainer.ranks import RunRanks
 from rllm_torch.trainer.runtime.checkpoint import directory_digests, directory_matches, replace_directory
-from rllm_torch.trainer.runtime.ranks import RunRanks
 from rllm_torch.trainer.state import TrainerState
 
 __all__ = ["TorchBackend"]

@@ -32,7 +32,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from rllm_torch.core.errors import ConfigError
-from rllm_torch.trainer.runtime.ranks import RunRanks
+from rllm_torch.trainer.ranks import RunRanks
 
 __all__ = ["shard_policy", "gathered_weights", "sharded_state", "load_sharded_state", "full_model_state"]
 

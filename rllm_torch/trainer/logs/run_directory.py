@@ -11,8 +11,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rllm_torch.trainer.logs.tracking import Tracking
+from rllm_torch.trainer.ranks import RunRanks
 from rllm_torch.trainer.runtime.checkpoint import CheckpointInfo
-from rllm_torch.trainer.runtime.ranks import RunRanks
 from rllm_torch.trainer.workflow_engine import EpisodeLogger
 
 __all__ = ["run_loggers", "write_run_files"]

@@ -12,7 +12,7 @@ import torch
 
 from rllm_torch.core.distributed import gather_objects
 from rllm_torch.rllm.types import Episode, TerminationReason
-from rllm_torch.trainer.runtime.ranks import RunRanks
+from rllm_torch.trainer.ranks import RunRanks
 
 __all__ = ["stage_timer", "workflow_metrics"]
 

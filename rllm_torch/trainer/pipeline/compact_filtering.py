@@ -10,8 +10,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from rllm_torch.core.errors import ConfigError
 from rllm_torch.rllm.types import TerminationReason, parse_termination_reason
+from rllm_torch.trainer.schema import CompactFilteringFlags
 
-__all__ = ["CompactFilteringFlags", "CompactFilteringConfig"]
+__all__ = ["CompactFilteringConfig"]
 
 _FLAGS = {
     "mask_max_prompt_length_exceeded": TerminationReason.MAX_PROMPT_LENGTH_EXCEEDED,
@@ -22,21 +23,6 @@ _FLAGS = {
     "mask_unknown": TerminationReason.UNKNOWN,
     "mask_error": TerminationReason.ERROR,
 }
-
-
-@dataclass
-class CompactFilteringFlags:
-    """rLLM's ``rllm.compact_filtering`` switches, in one place: the Hydra schema uses this class
-    as it is; :class:`CompactFilteringConfig` adds ``mask_reasons`` and the checks."""
-
-    enable: bool = False
-    mask_max_prompt_length_exceeded: bool = False
-    mask_max_response_length_exceeded: bool = False
-    mask_env_done: bool = False
-    mask_max_turns_exceeded: bool = False
-    mask_timeout: bool = False
-    mask_unknown: bool = False
-    mask_error: bool = False
 
 
 @dataclass

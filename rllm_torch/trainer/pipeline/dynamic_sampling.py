@@ -25,7 +25,7 @@ from omegaconf import DictConfig
 from rllm_torch.core.errors import ConfigError, DistributedSetupError
 from rllm_torch.rllm.types import Episode, TrajectoryGroup
 from rllm_torch.trainer.pipeline.rejection_sampling import RejectionSamplingConfig, groups_with_signal
-from rllm_torch.trainer.runtime.ranks import RunRanks
+from rllm_torch.trainer.ranks import RunRanks
 
 __all__ = ["DynamicSamplingConfig", "DynamicSampler", "check_dynamic_sampling"]
 

@@ -9,7 +9,7 @@ from collections import defaultdict
 from math import comb
 
 from rllm_torch.rllm.types import Episode
-from rllm_torch.trainer.runtime.ranks import RunRanks
+from rllm_torch.trainer.ranks import RunRanks
 
 __all__ = ["unbiased_pass_at_k", "validation_pass_metrics"]
 

@@ -34,6 +34,7 @@ import torch.distributed.checkpoint as dcp
 from omegaconf import DictConfig
 
 from rllm_torch.core.errors import CheckpointError, CheckpointMismatchError, ConfigError
+from rllm_torch.trainer.ranks import RunRanks
 from rllm_torch.trainer.runtime.checkpoint import CheckpointInfo, CheckpointStore, read_manifest
 from rllm_torch.trainer.runtime.fingerprint import (
     check_fingerprint,
@@ -41,7 +42,6 @@ from rllm_torch.trainer.runtime.fingerprint import (
     resumable_changes,
     resumable_settings,
 )
-from rllm_torch.trainer.runtime.ranks import RunRanks
 from rllm_torch.trainer.state import TrainerState
 
 __all__ = ["RunCheckpointer", "capture_rng_states", "restore_rng_states", "RESUME_MODES"]
