@@ -10,6 +10,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Literal
 
 from rllm_torch.core.errors import ConfigError
+from rllm_torch.core.losses import IMPORTANCE_SAMPLING_LEVELS, LOSS_FNS, loss_options
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -19,9 +20,7 @@ __all__ = ["rLLMAdvantageEstimator", "AlgorithmConfig", "STEPWISE_MODES", "TURN_
 TURN_MODES = ("turn_level", "mt_grpo", "gigpo")  # the modes with one advantage per step
 STEPWISE_MODES = ("broadcast", *TURN_MODES)
 
-_LOSS_FNS = ("importance_sampling", "ppo", "cispo", "dro", "cross_entropy")
-_RATIO_LOSS_FNS = ("importance_sampling", "ppo", "cispo")  # the losses with an importance ratio
-_IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
+_RATIO_LOSS_FNS = tuple(n for n in LOSS_FNS if "importance_sampling_level" in loss_options(n))  # with a ratio
 _LR_SCHEDULES = ("linear", "cosine", "constant")
 
 
@@ -110,7 +109,7 @@ class AlgorithmConfig:
     stepwise_advantage_mode: Literal["broadcast", "per_step", "turn_level", "mt_grpo", "gigpo"] = "broadcast"
     norm_adv_by_std_in_grpo: bool = True
     use_precomputed_advantage: bool = False
-    loss_fn: Literal["importance_sampling", "ppo", "cispo", "dro", "cross_entropy"] | None = None
+    loss_fn: str | None = None  # one of rllm_torch.core.losses.LOSS_FNS
     lr_schedule: Literal["linear", "cosine", "constant"] = "constant"
     warmup_steps_ratio: float = 0.0
     epsilon: float = 1e-6
@@ -118,7 +117,7 @@ class AlgorithmConfig:
     gamma: float = 1.0
     lam: float = 1.0
     estimator_options: dict[str, dict[str, Any]] = field(default_factory=dict)
-    importance_sampling_level: Literal["token", "sequence"] = "token"
+    importance_sampling_level: str = "token"  # one of rllm_torch.core.losses.IMPORTANCE_SAMPLING_LEVELS
     normalize_by_steps: bool = False  # the stepwise options, after rLLM's fields (its positional order)
     stepwise_gamma: float = 1.0
     step_advantage_w: float = 1.0
@@ -150,8 +149,8 @@ class AlgorithmConfig:
                 raise ConfigError(f"{name} must be a bool, got {getattr(self, name)!r}.")
         self._check_stepwise()
         if self.loss_fn is not None:
-            _choice(self.loss_fn, _LOSS_FNS, "loss_fn")
-        _choice(self.importance_sampling_level, _IMPORTANCE_SAMPLING_LEVELS, "importance_sampling_level")
+            _choice(self.loss_fn, LOSS_FNS, "loss_fn")
+        _choice(self.importance_sampling_level, IMPORTANCE_SAMPLING_LEVELS, "importance_sampling_level")
         if self.importance_sampling_level == "sequence" and (self.loss_fn or "ppo") not in _RATIO_LOSS_FNS:
             raise ConfigError(
                 f"importance_sampling_level='sequence' (GSPO) sets the importance ratio of a ratio loss "

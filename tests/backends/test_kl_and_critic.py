@@ -13,10 +13,10 @@ from trainer_fakes import make_config
 from rllm_torch import AlgorithmConfig
 from rllm_torch.backends.torch_backend import TorchBackend, build_char_tokenizer
 from rllm_torch.backends.torch_backend.forward import token_log_probs
-from rllm_torch.backends.torch_backend.losses import kl_penalty
 from rllm_torch.backends.torch_backend.model import build_policy
 from rllm_torch.cli.train_command import run
 from rllm_torch.core.errors import ConfigError
+from rllm_torch.core.losses import kl_penalty
 from rllm_torch.trainer import TokenBatch, compute_token_advantages
 
 SMALL = (

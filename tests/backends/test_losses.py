@@ -9,7 +9,7 @@ from math import log
 import pytest
 import torch
 
-from rllm_torch.backends.torch_backend.losses import (
+from rllm_torch.core.losses import (
     AGG_MODES,
     LOSS_FNS,
     aggregate_loss,

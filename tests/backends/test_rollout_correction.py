@@ -11,13 +11,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rllm_torch.backends.torch_backend.losses import (
+from rllm_torch.core.errors import ConfigError
+from rllm_torch.core.losses import (
     TIS_MODES,
     importance_weight_stats,
     rollout_importance_weights,
     summarise_importance_weights,
 )
-from rllm_torch.core.errors import ConfigError
 
 
 def reference_weights(old, rollout, mask, mode, cap):

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from rllm_torch.backends.torch_backend.losses import (
+from rllm_torch.core.losses import (
     AGG_MODES,
     entropy_bonus,
     log_importance_ratio,

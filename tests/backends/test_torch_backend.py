@@ -248,7 +248,7 @@ def test_the_sequence_ratio_and_the_dual_clip_reach_the_backends_loss(monkeypatc
     another value in the second epoch), and the dual clip's cap is what ``actor/clip_fraction_lower``
     reports."""
     from rllm_torch.backends.torch_backend import update
-    from rllm_torch.backends.torch_backend.losses import policy_loss
+    from rllm_torch.core.losses import policy_loss
 
     calls = []
 

@@ -37,7 +37,7 @@ mini-batch beside the policy's.
 (:mod:`~rllm_torch.backends.torch_backend.vllm_rollout`), synced with the policy before a sampling
 phase that follows an optimizer step. ``rllm.algorithm.rollout_correction`` weights each token's
 loss by the truncated importance ratio of the old policy over the sampler
-(:mod:`~rllm_torch.backends.torch_backend.losses.rollout_correction`), or (``bypass_mode``) takes
+(:mod:`~rllm_torch.core.losses.rollout_correction`), or (``bypass_mode``) takes
 the sampler's log-probs as the old policy's.
 """
 

@@ -21,10 +21,10 @@ from torch import Tensor
 from transformers import AutoModelForTokenClassification, PreTrainedModel
 
 from rllm_torch.backends.torch_backend.forward import on_real_columns
-from rllm_torch.backends.torch_backend.losses import clipped_value_loss
 from rllm_torch.backends.torch_backend.model import adamw, compute_autocast, enable_gradient_checkpointing
 from rllm_torch.backends.torch_backend.pretrained import pretrained_dir
 from rllm_torch.core.errors import ConfigError
+from rllm_torch.core.losses import clipped_value_loss
 
 __all__ = ["Critic", "build_critic", "token_values"]
 

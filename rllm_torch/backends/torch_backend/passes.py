@@ -11,13 +11,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from rllm_torch.backends.torch_backend.losses import (
+from rllm_torch.backends.torch_backend.micro_batches import split_rows, stage_memory
+from rllm_torch.core.losses import (
     importance_weight_stats,
     kl_penalty,
     rollout_importance_weights,
     summarise_importance_weights,
 )
-from rllm_torch.backends.torch_backend.micro_batches import split_rows, stage_memory
 from rllm_torch.trainer.state import TrainerState
 
 __all__ = ["BatchPasses"]

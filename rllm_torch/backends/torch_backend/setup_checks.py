@@ -6,11 +6,11 @@ and the fix, raised before anything is trained."""
 
 from __future__ import annotations
 
-from rllm_torch.backends.torch_backend.losses import AGG_MODES, KL_ESTIMATORS, LOSS_FNS, TIS_MODES
 from rllm_torch.backends.torch_backend.model import check_context, context_length
 from rllm_torch.backends.torch_backend.tokenizer import encode_prompts, require_chat_template
 from rllm_torch.backends.torch_backend.vllm_setup import ENGINES, check_max_model_len
 from rllm_torch.core.errors import ConfigError
+from rllm_torch.core.losses import AGG_MODES, KL_ESTIMATORS, LOSS_FNS, TIS_MODES
 
 __all__ = ["SettingsChecks"]
 

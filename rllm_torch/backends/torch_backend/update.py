@@ -16,14 +16,14 @@ import torch
 from torch import Tensor
 from transformers import get_scheduler
 
-from rllm_torch.backends.torch_backend.losses import (
+from rllm_torch.backends.torch_backend.micro_batches import gradient_sync, stage_memory
+from rllm_torch.core.losses import (
     aggregate_loss,
     entropy_bonus,
     kl_penalty,
     loss_normaliser,
     policy_loss,
 )
-from rllm_torch.backends.torch_backend.micro_batches import gradient_sync, stage_memory
 from rllm_torch.trainer.state import TrainerState
 
 __all__ = ["PolicyUpdate"]

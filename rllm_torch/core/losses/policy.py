@@ -6,26 +6,33 @@ policy before the update; no gradient), ``advantages`` (A, one value per token: 
 advantage times the response mask, or a precomputed per-token value), ``response_mask`` (1 on
 trained tokens). ``ρ = exp(log π_θ - log π_old)`` is the importance ratio and ``sg`` stops the
 gradient. Each function builds the per-token loss ``ℓ[n, t]`` below and reduces it with
-:func:`~rllm_torch.backends.torch_backend.losses.aggregation.aggregate_loss` (``loss_agg_mode``,
+:func:`~rllm_torch.core.losses.aggregation.aggregate_loss` (``loss_agg_mode``,
 ``horizon``), and returns ``(loss, stats)``: the scalar and a dict of detached 0-d diagnostics
 (token means over the mask). On-policy (ρ = 1) every loss has the gradient ``-A ∇ log π``.
 ``normaliser`` (optional) is the token or sequence count the aggregation divides by, for a
-data-parallel rank the global one (:func:`~rllm_torch.backends.torch_backend.losses.aggregation.loss_normaliser`).
+data-parallel rank the global one (:func:`~rllm_torch.core.losses.aggregation.loss_normaliser`).
 The ratio losses (``ppo``, ``importance_sampling``, ``cispo``) take ``importance_sampling_level``:
 ``"token"`` (ρ per token) or ``"sequence"`` (GSPO's length-normalised sequence ratio, one ρ per
-row: :func:`~rllm_torch.backends.torch_backend.losses.ratio.log_importance_ratio`).
+row: :func:`~rllm_torch.core.losses.ratio.log_importance_ratio`).
 """
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
+from functools import cache
+from typing import Any
+
 import torch
 from torch import Tensor
 
-from rllm_torch.backends.torch_backend.losses.aggregation import aggregate_loss, token_mean
-from rllm_torch.backends.torch_backend.losses.ratio import IMPORTANCE_SAMPLING_LEVELS, dual_clip, log_importance_ratio
+from rllm_torch.core.losses.aggregation import aggregate_loss, token_mean
+from rllm_torch.core.losses.ratio import IMPORTANCE_SAMPLING_LEVELS, dual_clip, log_importance_ratio
 
 __all__ = [
     "LOSS_FNS",
+    "POLICY_LOSSES",
+    "loss_options",
     "ppo_clip_loss",
     "importance_sampling_loss",
     "cispo_loss",
@@ -33,9 +40,6 @@ __all__ = [
     "cross_entropy_loss",
     "policy_loss",
 ]
-
-LOSS_FNS = ("ppo", "importance_sampling", "cispo", "dro", "cross_entropy")
-_RATIO_LOSSES = ("ppo", "importance_sampling", "cispo")  # the losses that take importance_sampling_level
 
 
 def _kl_stats(log_ratio_NT: Tensor, response_mask: Tensor) -> dict[str, Tensor]:
@@ -64,7 +68,7 @@ def ppo_clip_loss(
     ``clip_fraction_lower`` (share capped by the dual clip, with ``clip_ratio_c``) and ``approx_kl``.
 
     Source: Schulman et al. 2017, arXiv:1707.06347, eq. 7; asymmetric ε_low/ε_high as DAPO
-    (arXiv:2503.14476); dual clip and the sequence ratio: :mod:`~rllm_torch.backends.torch_backend.losses.ratio`.
+    (arXiv:2503.14476); dual clip and the sequence ratio: :mod:`~rllm_torch.core.losses.ratio`.
     Example: on-policy, ``A = 2`` on one token gives ``ℓ = -2``.
     """
     ratio_NT = log_importance_ratio(log_probs, old_log_probs, response_mask, importance_sampling_level).exp()
@@ -190,28 +194,55 @@ def cross_entropy_loss(
     return loss, stats
 
 
+#: Every policy loss by its ``rllm.algorithm.loss_fn`` name: the one list of loss names.
+POLICY_LOSSES: dict[str, Callable[..., tuple[Tensor, dict[str, Tensor]]]] = {
+    "ppo": ppo_clip_loss,
+    "importance_sampling": importance_sampling_loss,
+    "cispo": cispo_loss,
+    "dro": dro_loss,
+    "cross_entropy": cross_entropy_loss,
+}
+LOSS_FNS = tuple(POLICY_LOSSES)
+#: Options that turn a feature on: given to a loss without the feature, a value other than this
+#: one would be dropped silently, so it is refused instead. Other options a loss does not take
+#: (another loss's tuning) are ignored.
+_OFF = {"importance_sampling_level": "token", "clip_ratio_c": None}
+
+
+@cache
+def loss_options(name: str) -> frozenset[str]:
+    """The keyword options of the loss ``name`` (its signature's keyword-only parameters).
+
+    Raises:
+        ValueError: ``name`` is not one of :data:`LOSS_FNS`.
+    """
+    if name not in POLICY_LOSSES:
+        raise ValueError(f"loss {name!r} is not one of {LOSS_FNS}.")
+    parameters = inspect.signature(POLICY_LOSSES[name]).parameters.values()
+    return frozenset(p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY)
+
+
 def policy_loss(
     name: str,
     log_probs: Tensor,
     old_log_probs: Tensor,
     advantages: Tensor,
     response_mask: Tensor,
-    *,
-    clip_ratio_low: float = 0.2,
-    clip_ratio_high: float = 0.2,
-    clip_ratio_c: float | None = None,
-    importance_sampling_level: str = "token",
-    beta: float = 0.05,
-    loss_agg_mode: str = "token-mean",
-    horizon: int | None = None,
-    normaliser: Tensor | None = None,
+    **options: Any,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Dispatch on ``name`` (one of :data:`LOSS_FNS`); each loss takes the options it uses.
+    """The loss ``name`` (one of :data:`LOSS_FNS`), given the options its signature takes.
+
+    ``options`` may hold any loss's options (``clip_ratio_low``, ``beta``, ``loss_agg_mode``,
+    ...): each loss receives those it declares and ignores another loss's tuning; an option
+    that switches a feature on (``importance_sampling_level="sequence"``, ``clip_ratio_c``)
+    given to a loss without that feature is refused. ``cross_entropy`` takes no
+    ``old_log_probs``.
 
     Raises:
         ValueError: an unknown loss name, aggregation mode or ``importance_sampling_level``;
             ``importance_sampling_level="sequence"`` or ``clip_ratio_c`` with a loss that has no
             such ratio or clip (``dro``, ``cross_entropy``; ``clip_ratio_c``: ``ppo`` only).
+        TypeError: an option no loss takes.
 
     Example (one token, on-policy, log π = -1, A = 2: ``-ρA = -2`` for the ratio losses,
     ``-A log π = 2`` for the log-likelihood ones):
@@ -220,28 +251,21 @@ def policy_loss(
         >>> [policy_loss(name, logp, logp, adv, mask)[0].item() for name in LOSS_FNS]
         [-2.0, -2.0, 2.0, 2.0, 2.0]
     """
-    if importance_sampling_level not in IMPORTANCE_SAMPLING_LEVELS:
-        log_importance_ratio(log_probs, old_log_probs, response_mask, importance_sampling_level)  # raises
-    if importance_sampling_level != "token" and name not in _RATIO_LOSSES:
-        raise ValueError(
-            f"importance_sampling_level={importance_sampling_level!r} needs an importance ratio; loss {name!r} has none "
-            f"(use one of {_RATIO_LOSSES}, or importance_sampling_level='token')."
-        )
-    if clip_ratio_c is not None and name != "ppo":
-        raise ValueError(f"clip_ratio_c (dual-clip PPO) applies to loss 'ppo' only, not {name!r}; leave it unset.")
-    agg = {"loss_agg_mode": loss_agg_mode, "horizon": horizon, "normaliser": normaliser}
-    clip = {"clip_ratio_low": clip_ratio_low, "clip_ratio_high": clip_ratio_high}
-    level = {"importance_sampling_level": importance_sampling_level}
-    if name == "ppo":
-        return ppo_clip_loss(
-            log_probs, old_log_probs, advantages, response_mask, clip_ratio_c=clip_ratio_c, **clip, **level, **agg
-        )
-    if name == "importance_sampling":
-        return importance_sampling_loss(log_probs, old_log_probs, advantages, response_mask, **level, **agg)
-    if name == "cispo":
-        return cispo_loss(log_probs, old_log_probs, advantages, response_mask, **clip, **level, **agg)
-    if name == "dro":
-        return dro_loss(log_probs, old_log_probs, advantages, response_mask, beta=beta, **agg)
-    if name == "cross_entropy":
-        return cross_entropy_loss(log_probs, advantages, response_mask, **agg)
-    raise ValueError(f"loss {name!r} is not one of {LOSS_FNS}.")
+    takes = loss_options(name)
+    known = frozenset().union(*map(loss_options, LOSS_FNS))
+    if unknown := sorted(set(options) - known):
+        raise TypeError(f"policy_loss got options no loss takes: {unknown}; the losses take {sorted(known)}.")
+    level = options.get("importance_sampling_level", "token")
+    if level not in IMPORTANCE_SAMPLING_LEVELS:
+        log_importance_ratio(log_probs, old_log_probs, response_mask, level)  # raises, naming the levels
+    for option, off in _OFF.items():
+        if option not in takes and options.get(option, off) != off:
+            takers = ", ".join(repr(n) for n in LOSS_FNS if option in loss_options(n))
+            raise ValueError(
+                f"{option}={options[option]!r}: loss {name!r} has none; it applies to {takers} only "
+                f"(leave it at {off!r}, or use one of those losses)."
+            )
+    chosen = {k: v for k, v in options.items() if k in takes}
+    if name == "cross_entropy":  # a log-likelihood loss: no old policy
+        return cross_entropy_loss(log_probs, advantages, response_mask, **chosen)
+    return POLICY_LOSSES[name](log_probs, old_log_probs, advantages, response_mask, **chosen)

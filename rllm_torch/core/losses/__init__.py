@@ -3,29 +3,33 @@
 estimators to a reference policy (``kl``), the critic's value loss (``value``) and the rollout
 correction's importance weights (``rollout_correction``): pure tensor math."""
 
-from rllm_torch.backends.torch_backend.losses.aggregation import AGG_MODES, aggregate_loss, loss_normaliser, token_mean
-from rllm_torch.backends.torch_backend.losses.entropy import entropy_bonus
-from rllm_torch.backends.torch_backend.losses.kl import KL_ESTIMATORS, canonical_kl_name, kl_penalty
-from rllm_torch.backends.torch_backend.losses.policy import (
+from rllm_torch.core.losses.aggregation import AGG_MODES, aggregate_loss, loss_normaliser, token_mean
+from rllm_torch.core.losses.entropy import entropy_bonus
+from rllm_torch.core.losses.kl import KL_ESTIMATORS, canonical_kl_name, kl_penalty
+from rllm_torch.core.losses.policy import (
     LOSS_FNS,
+    POLICY_LOSSES,
     cispo_loss,
     cross_entropy_loss,
     dro_loss,
     importance_sampling_loss,
+    loss_options,
     policy_loss,
     ppo_clip_loss,
 )
-from rllm_torch.backends.torch_backend.losses.ratio import IMPORTANCE_SAMPLING_LEVELS, dual_clip, log_importance_ratio
-from rllm_torch.backends.torch_backend.losses.rollout_correction import (
+from rllm_torch.core.losses.ratio import IMPORTANCE_SAMPLING_LEVELS, dual_clip, log_importance_ratio
+from rllm_torch.core.losses.rollout_correction import (
     TIS_MODES,
     importance_weight_stats,
     rollout_importance_weights,
     summarise_importance_weights,
 )
-from rllm_torch.backends.torch_backend.losses.value import clipped_value_loss
+from rllm_torch.core.losses.value import clipped_value_loss
 
 __all__ = [
     "LOSS_FNS",
+    "POLICY_LOSSES",
+    "loss_options",
     "AGG_MODES",
     "KL_ESTIMATORS",
     "kl_penalty",

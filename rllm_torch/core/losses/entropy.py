@@ -17,7 +17,7 @@ import math
 import torch
 from torch import Tensor
 
-from rllm_torch.backends.torch_backend.losses.aggregation import aggregate_loss, token_mean
+from rllm_torch.core.losses.aggregation import aggregate_loss, token_mean
 
 __all__ = ["entropy_bonus"]
 
@@ -40,7 +40,7 @@ def entropy_bonus(
         response_mask: ``[N, T]``, 1 on trained tokens; the same mask as the policy loss.
         entropy_coeff: the weight, a finite number ``>= 0`` (0: no bonus, the term is 0).
         loss_agg_mode, horizon, normaliser: as the policy loss's
-            (:func:`~rllm_torch.backends.torch_backend.losses.aggregation.aggregate_loss`), so that
+            (:func:`~rllm_torch.core.losses.aggregation.aggregate_loss`), so that
             the bonus and the loss share one scale, also across data-parallel ranks.
 
     Returns:

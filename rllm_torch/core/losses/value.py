@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from rllm_torch.backends.torch_backend.losses.aggregation import aggregate_loss, token_mean
+from rllm_torch.core.losses.aggregation import aggregate_loss, token_mean
 
 __all__ = ["clipped_value_loss"]
 
