@@ -30,7 +30,7 @@ UNITS = {
         ("estimators", "losses"),
     ],
     "rllm_torch.trainer": [
-        ("schema", "model_defaults", "ranks"),
+        ("schema", "resolvers", "model_defaults", "ranks", "config_checks"),
         ("pipeline",),
         ("state",),
         ("runtime",),

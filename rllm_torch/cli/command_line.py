@@ -19,7 +19,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ValidationError
 
 from rllm_torch.core.errors import ConfigError, RLLMTorchError
-from rllm_torch.trainer.schema import TrainConfig, register_resolvers
+from rllm_torch.trainer.resolvers import register_resolvers
+from rllm_torch.trainer.schema import TrainConfig
 
 __all__ = [
     "ERROR_EXIT_STATUS",

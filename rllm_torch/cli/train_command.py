@@ -45,11 +45,11 @@ from rllm_torch.cli.command_line import (
     report_error,
     resume_point,
 )
-from rllm_torch.cli.config_checks import check_run_config
 from rllm_torch.core.errors import ConfigError, DistributedTimeoutError, RLLMTorchError, UnknownBackendError
 from rllm_torch.rollouts import build_task
 from rllm_torch.rollouts.single_turn import SingleTurnWorkflow
 from rllm_torch.rollouts.task import Task
+from rllm_torch.trainer.config_checks import check_run_config
 from rllm_torch.trainer.protocol import BackendProtocol
 from rllm_torch.trainer.ranks import RunRanks, init_run_ranks, shutdown, torchrun_world_size
 from rllm_torch.trainer.runtime.stop import STOPPED_EXIT_STATUS, StopSignals, TrainingStopped

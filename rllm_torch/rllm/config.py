@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
-import math
-import numbers
+import functools
 import warnings
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from rllm_torch.core.errors import ConfigError
+from rllm_torch.core.estimators.scaling import check_correction, check_discount, check_epsilon, check_flag
 from rllm_torch.core.losses import IMPORTANCE_SAMPLING_LEVELS, LOSS_FNS, loss_options
+from rllm_torch.rllm.settings import check_value, declared, setting
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-__all__ = ["rLLMAdvantageEstimator", "AlgorithmConfig", "STEPWISE_MODES", "TURN_MODES"]
+__all__ = ["rLLMAdvantageEstimator", "AlgorithmConfig", "STEPWISE_MODES", "TURN_MODES", "RUN_OPTIONS"]
 
 TURN_MODES = ("turn_level", "mt_grpo", "gigpo")  # the modes with one advantage per step
 STEPWISE_MODES = ("broadcast", *TURN_MODES)
@@ -61,41 +63,62 @@ def _estimator_name(value: object, where: str) -> rLLMAdvantageEstimator | str:
     return rLLMAdvantageEstimator(value) if value in builtin else value
 
 
-def _choice(value: object, choices: tuple, where: str) -> Any:
-    if value not in choices:
-        raise ConfigError(f"{where} must be one of {', '.join(map(repr, choices))}; got {value!r}.")
+def _flag(name: str) -> Callable[[Any], bool]:
+    return functools.partial(check_flag, name=name)
+
+
+def _discount(name: str) -> Callable[[Any], float]:
+    return functools.partial(check_discount, name=name)
+
+
+def _estimator_options(value: object) -> dict[str, dict[str, Any]]:
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, dict) for k, v in value.items()):
+        raise ConfigError(
+            "estimator_options must map estimator names to {option: value} dicts, e.g. "
+            f"rllm.algorithm.estimator_options.pass_at_k.k=2; got {value!r}."
+        )
     return value
+
+
+def _builtin_estimator_options() -> dict[str, dict[str, Any]]:
+    from rllm_torch.rllm.registry import builtin_estimator_options  # the registry imports this module
+
+    return builtin_estimator_options()
 
 
 @dataclass
 class AlgorithmConfig:
-    """Algorithm parameters of a training run (rLLM's ``AlgorithmConfig``, with three additions:
-    ``epsilon``, ``std_correction`` and custom estimator names kept as given).
+    """Algorithm parameters of a training run (rLLM's ``AlgorithmConfig``, with additions: the
+    run-wide estimator options ``epsilon``, ``std_correction``, ``gamma``, ``lam``, each
+    estimator's ``estimator_options``, GSPO's ``importance_sampling_level``, the stepwise
+    options, and custom estimator names kept as given).
+
+    Every field is declared once (:func:`~rllm_torch.rllm.settings.setting`): its default, help,
+    run config key (:meth:`from_config` reads it, the trainer's typed config is built from it),
+    its check (run here, at construction) and whether every estimator call gets it
+    (``run_wide``: :attr:`estimator_kwargs`). The attribute list below is that declaration's help.
 
     Attributes:
         use_rllm: ignored; kept for rLLM configs (a ``True`` value warns that it does nothing).
         estimator: default estimator: an ``rLLMAdvantageEstimator`` or a registered custom name.
         estimator_map: group role → estimator name, overriding ``estimator`` for that role.
         stepwise_advantage_mode: how a multi-step trajectory's steps are credited
-            (:mod:`rllm_torch.rllm.stepwise`): ``"broadcast"`` (the trajectory advantage goes to
-            every step), ``"turn_level"``, ``"mt_grpo"`` or ``"gigpo"``; rLLM's ``"per_step"``
-            is deprecated and becomes ``"broadcast"`` with a ``DeprecationWarning``.
+            (:mod:`rllm_torch.rllm.stepwise`): ``"broadcast"``, ``"turn_level"``, ``"mt_grpo"``
+            or ``"gigpo"``; rLLM's ``"per_step"`` becomes ``"broadcast"`` with a ``DeprecationWarning``.
         norm_adv_by_std_in_grpo: divide GRPO advantages by the group std (False: Dr. GRPO).
         use_precomputed_advantage: use ``step.advantage`` written by the workflow instead of an
             estimator; steps missing one get 0.
-        loss_fn: policy loss: importance_sampling, ppo, cispo, dro, cross_entropy, or None.
+        loss_fn: policy loss, one of :data:`~rllm_torch.core.losses.LOSS_FNS`, or None.
         lr_schedule: linear, cosine or constant.
         warmup_steps_ratio: fraction of the steps used for warm-up, in ``[0, 1]``.
         epsilon: added to the std in GRPO / REINFORCE++ baseline / PRPO denominators.
         std_correction: 0 = population std (rLLM), 1 = sample std (verl).
-        gamma: discount of the token-level estimators (``reinforce_plus_plus``, ``gae``), in
-            ``[0, 1]`` (verl's ``algorithm.gamma``).
+        gamma: discount of the token-level estimators, in ``[0, 1]`` (verl's ``algorithm.gamma``).
         lam: GAE's ``lambda``, in ``[0, 1]`` (verl's ``algorithm.lam``).
         estimator_options: estimator name → ``{option: value}``, the options of that estimator
             beyond the run-wide ones (e.g. ``{"pass_at_k": {"k": 2}, "gae": {"whiten": False}}``).
-        importance_sampling_level: the importance ratio of the ratio losses (ppo,
-            importance_sampling, cispo): ``"token"``, or ``"sequence"`` (GSPO's length-normalised
-            sequence ratio; TRL's name).
+        importance_sampling_level: the importance ratio of the ratio losses: ``"token"``, or
+            ``"sequence"`` (GSPO's length-normalised sequence ratio; TRL's name).
         normalize_by_steps: broadcast only: divide each step's advantage by its trajectory's
             number of steps (rLLM's ``rllm.stepwise_advantage.normalize_by_steps``).
         stepwise_gamma: the discount per turn of the turn modes' returns, in ``[0, 1]``
@@ -103,26 +126,128 @@ class AlgorithmConfig:
         step_advantage_w: GiGPO's weight of the step advantage (verl-agent's name).
     """
 
-    use_rllm: bool = False
-    estimator: rLLMAdvantageEstimator | str = rLLMAdvantageEstimator.GRPO
-    estimator_map: dict[str, rLLMAdvantageEstimator | str] = field(default_factory=dict)
-    stepwise_advantage_mode: Literal["broadcast", "per_step", "turn_level", "mt_grpo", "gigpo"] = "broadcast"
-    norm_adv_by_std_in_grpo: bool = True
-    use_precomputed_advantage: bool = False
-    loss_fn: str | None = None  # one of rllm_torch.core.losses.LOSS_FNS
-    lr_schedule: Literal["linear", "cosine", "constant"] = "constant"
-    warmup_steps_ratio: float = 0.0
-    epsilon: float = 1e-6
-    std_correction: int = 0
-    gamma: float = 1.0
-    lam: float = 1.0
-    estimator_options: dict[str, dict[str, Any]] = field(default_factory=dict)
-    importance_sampling_level: str = "token"  # one of rllm_torch.core.losses.IMPORTANCE_SAMPLING_LEVELS
-    normalize_by_steps: bool = False  # the stepwise options, after rLLM's fields (its positional order)
-    stepwise_gamma: float = 1.0
-    step_advantage_w: float = 1.0
+    use_rllm: bool = setting(
+        False,
+        "ignored (kept for rLLM configs)",
+        key="rllm.algorithm.use_rllm",
+        aliases=("rllm.stepwise_advantage.use_rllm",),
+        resumable=True,  # read by nothing
+        check=_flag("use_rllm"),
+    )
+    estimator: rLLMAdvantageEstimator | str = setting(
+        rLLMAdvantageEstimator.GRPO,
+        "a registered estimator name",
+        key="rllm.algorithm.adv_estimator",
+        aliases=("algorithm.adv_estimator",),
+        schema_type=str,
+        schema_default="grpo",
+    )
+    estimator_map: dict[str, rLLMAdvantageEstimator | str] = setting(
+        help="group role -> estimator", factory=dict, key="rllm.algorithm.estimator_map", schema_type=dict[str, str]
+    )
+    stepwise_advantage_mode: str = setting(
+        "broadcast",
+        "broadcast | turn_level | mt_grpo | gigpo (rllm_torch.rllm.stepwise); per_step: deprecated",
+        key="rllm.stepwise_advantage.mode",
+        choices=(*STEPWISE_MODES, "per_step"),
+    )
+    norm_adv_by_std_in_grpo: bool = setting(
+        True,
+        "False: Dr. GRPO",
+        key="rllm.algorithm.norm_adv_by_std_in_grpo",
+        aliases=("rllm.stepwise_advantage.norm_adv_by_std_in_grpo",),
+        check=_flag("norm_adv_by_std_in_grpo"),
+        run_wide=True,
+    )
+    use_precomputed_advantage: bool = setting(
+        False,
+        "keep the workflow's step.advantage for groups that have one",
+        key="rllm.algorithm.use_precomputed_advantage",
+        check=_flag("use_precomputed_advantage"),
+    )
+    loss_fn: str | None = setting(
+        None, " | ".join(LOSS_FNS), key="rllm.algorithm.loss_fn", choices=LOSS_FNS, schema_default="ppo"
+    )
+    lr_schedule: str = setting(
+        "constant",
+        "constant | linear | cosine",
+        key="rllm.algorithm.lr_schedule",
+        choices=_LR_SCHEDULES,
+        resumable=True,
+    )
+    warmup_steps_ratio: float = setting(
+        0.0,
+        "share of the steps that warm the learning rate up",
+        key="rllm.algorithm.warmup_steps_ratio",
+        minimum=0,
+        maximum=1,
+        resumable=True,
+    )
+    epsilon: float = setting(
+        1e-6, "added to the std in the denominators", key="rllm.algorithm.epsilon", check=check_epsilon, run_wide=True
+    )
+    std_correction: int = setting(
+        0,
+        "0 population std (rLLM), 1 sample std (verl)",
+        key="rllm.algorithm.std_correction",
+        check=check_correction,
+        run_wide=True,
+    )
+    gamma: float = setting(
+        1.0,
+        "discount of the token-level estimators (reinforce_plus_plus, gae), in [0, 1]",
+        key="rllm.algorithm.gamma",
+        aliases=("algorithm.gamma",),
+        check=_discount("gamma"),
+        run_wide=True,
+    )
+    lam: float = setting(
+        1.0,
+        "GAE's lambda, in [0, 1]",
+        key="rllm.algorithm.lam",
+        aliases=("algorithm.lam",),
+        check=_discount("lam"),
+        run_wide=True,
+    )
+    # estimator -> its own options; the typed config lists the built-ins' (so that they can be set
+    # without "+": rllm.algorithm.estimator_options.pass_at_k.k=4); a custom estimator's take "+"
+    estimator_options: dict[str, dict[str, Any]] = setting(
+        help="estimator -> {option: value}",
+        factory=dict,
+        key="rllm.algorithm.estimator_options",
+        check=_estimator_options,
+        schema_type=dict[str, Any],
+        schema_factory=_builtin_estimator_options,
+    )
+    importance_sampling_level: str = setting(
+        "token",
+        "token | sequence (GSPO's sequence ratio; the ratio losses)",
+        key="rllm.algorithm.importance_sampling_level",
+        choices=IMPORTANCE_SAMPLING_LEVELS,
+    )
+    normalize_by_steps: bool = setting(  # the stepwise options, after rLLM's fields (its positional order)
+        False,
+        "broadcast: divide each step's advantage by its trajectory's steps (rLLM)",
+        key="rllm.stepwise_advantage.normalize_by_steps",
+        check=_flag("normalize_by_steps"),
+    )
+    stepwise_gamma: float = setting(
+        1.0,
+        "discount per turn of the turn modes' returns (rllm.algorithm.gamma is per token)",
+        key="rllm.stepwise_advantage.gamma",
+        minimum=0,
+        maximum=1,
+    )
+    step_advantage_w: float = setting(
+        1.0,
+        "gigpo: weight of the step advantage (verl-agent's name)",
+        key="rllm.stepwise_advantage.step_advantage_w",
+        finite=True,
+    )
 
     def __post_init__(self) -> None:
+        for name, declaration in declared(AlgorithmConfig).items():
+            setattr(self, name, check_value(getattr(self, name), declaration, declaration.key))
         self.estimator = _estimator_name(self.estimator, "estimator")
         if not isinstance(self.estimator_map, dict):
             raise ConfigError(
@@ -131,7 +256,6 @@ class AlgorithmConfig:
         self.estimator_map = {
             role: _estimator_name(name, f"estimator_map[{role!r}]") for role, name in self.estimator_map.items()
         }
-        _choice(self.stepwise_advantage_mode, (*STEPWISE_MODES, "per_step"), "rllm.stepwise_advantage.mode")
         if self.stepwise_advantage_mode == "per_step":
             warnings.warn(
                 "The `per_step` mode is deprecated in the unified trainer and is set to `broadcast`. "
@@ -144,69 +268,22 @@ class AlgorithmConfig:
             warnings.warn(
                 "`use_rllm` is ignored: rllm_torch always uses the rLLM estimators.", DeprecationWarning, stacklevel=3
             )
-        for name in ("norm_adv_by_std_in_grpo", "use_precomputed_advantage", "use_rllm", "normalize_by_steps"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"{name} must be a bool, got {getattr(self, name)!r}.")
-        self._check_stepwise()
-        if self.loss_fn is not None:
-            _choice(self.loss_fn, LOSS_FNS, "loss_fn")
-        _choice(self.importance_sampling_level, IMPORTANCE_SAMPLING_LEVELS, "importance_sampling_level")
-        if self.importance_sampling_level == "sequence" and (self.loss_fn or "ppo") not in _RATIO_LOSS_FNS:
-            raise ConfigError(
-                f"importance_sampling_level='sequence' (GSPO) sets the importance ratio of a ratio loss "
-                f"({', '.join(_RATIO_LOSS_FNS)}); loss_fn={self.loss_fn!r} has none. Pick one of those, or leave the level 'token'."
-            )
-        _choice(self.lr_schedule, _LR_SCHEDULES, "lr_schedule")
-        if (
-            isinstance(self.warmup_steps_ratio, bool)
-            or not isinstance(self.warmup_steps_ratio, numbers.Real)
-            or not 0 <= self.warmup_steps_ratio <= 1
-        ):
-            raise ConfigError(f"warmup_steps_ratio must be a number in [0, 1], got {self.warmup_steps_ratio!r}.")
-        if isinstance(self.epsilon, bool) or not isinstance(self.epsilon, numbers.Real) or not self.epsilon >= 0:
-            raise ConfigError(f"epsilon must be a non-negative number, got {self.epsilon!r}.")
-        if isinstance(self.std_correction, bool) or not isinstance(self.std_correction, int) or self.std_correction < 0:
-            raise ConfigError(
-                f"std_correction must be a non-negative int (0 = population std, 1 = sample std), got {self.std_correction!r}."
-            )
-        for name in ("gamma", "lam"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value <= 1:
-                raise ConfigError(f"rllm.algorithm.{name} must be a number in [0, 1] (1: no discount), got {value!r}.")
-        if not isinstance(self.estimator_options, dict) or not all(
-            isinstance(k, str) and isinstance(v, dict) for k, v in self.estimator_options.items()
-        ):
-            raise ConfigError(
-                "estimator_options must map estimator names to {option: value} dicts, e.g. "
-                f"rllm.algorithm.estimator_options.pass_at_k.k=2; got {self.estimator_options!r}."
-            )
-
-    def _check_stepwise(self) -> None:
         if self.normalize_by_steps and self.stepwise_advantage_mode != "broadcast":
             raise ConfigError(
                 "rllm.stepwise_advantage.normalize_by_steps divides by the trajectory's number of steps, which the policy "
                 f"chooses: it applies to mode=broadcast only, not {self.stepwise_advantage_mode!r}."
             )
-        value = self.stepwise_gamma
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value <= 1:
+        if self.importance_sampling_level == "sequence" and (self.loss_fn or "ppo") not in _RATIO_LOSS_FNS:
             raise ConfigError(
-                f"rllm.stepwise_advantage.gamma must be a number in [0, 1] (1: no discount), got {value!r}."
+                f"importance_sampling_level='sequence' (GSPO) sets the importance ratio of a ratio loss "
+                f"({', '.join(_RATIO_LOSS_FNS)}); loss_fn={self.loss_fn!r} has none. Pick one of those, or leave the level 'token'."
             )
-        value = self.step_advantage_w
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-            raise ConfigError(f"rllm.stepwise_advantage.step_advantage_w must be a finite number, got {value!r}.")
 
     @property
     def estimator_kwargs(self) -> dict[str, Any]:
         """The run-wide options every estimator call gets; each estimator takes those it declares
         (see ``compute_advantages``)."""
-        return {
-            "norm_adv_by_std_in_grpo": self.norm_adv_by_std_in_grpo,
-            "epsilon": self.epsilon,
-            "std_correction": self.std_correction,
-            "gamma": self.gamma,
-            "lam": self.lam,
-        }
+        return {name: getattr(self, name) for name in RUN_OPTIONS}
 
     def estimator_call_kwargs(self, estimator: rLLMAdvantageEstimator | str) -> dict[str, Any]:
         """``compute_advantages``' keywords for ``estimator``: the run-wide options and its own
@@ -222,13 +299,13 @@ class AlgorithmConfig:
     def from_config(cls, config: DictConfig) -> AlgorithmConfig:
         """Build from an OmegaConf config with rLLM's keys.
 
-        Read keys (each optional, defaults as the dataclass): ``rllm.algorithm.adv_estimator``
-        (or rLLM's top-level ``algorithm.adv_estimator``), ``rllm.algorithm.{estimator_map,
-        norm_adv_by_std_in_grpo, use_precomputed_advantage, loss_fn, importance_sampling_level, lr_schedule,
-        warmup_steps_ratio, epsilon, episilon (deprecated), std_correction, gamma, lam,
-        estimator_options}`` (``gamma`` and ``lam`` also as verl's top-level ``algorithm.*``),
-        ``rllm.stepwise_advantage.{mode, normalize_by_steps, gamma, step_advantage_w,
-        norm_adv_by_std_in_grpo, use_rllm}``.
+        Each field is read from its declared key, else its aliases (each optional; absent: the
+        field's default): ``rllm.algorithm.adv_estimator`` (or rLLM's top-level
+        ``algorithm.adv_estimator``), ``rllm.algorithm.<field>`` for most, ``gamma`` and ``lam``
+        also as verl's top-level ``algorithm.*``, ``rllm.stepwise_advantage.{mode,
+        normalize_by_steps, gamma, step_advantage_w}`` (and rLLM's older
+        ``rllm.stepwise_advantage.{norm_adv_by_std_in_grpo, use_rllm}``), and the deprecated
+        ``rllm.algorithm.episilon``.
 
         Raises:
             ValueError: the same key is given in two places with different values, or a value is invalid.
@@ -243,35 +320,18 @@ class AlgorithmConfig:
             value = next(iter(found.values()), None)
             return OmegaConf.to_container(value) if isinstance(value, DictConfig) else value
 
-        epsilon = pick("rllm.algorithm.epsilon")
+        given = {name: pick(s.key, *s.aliases) for name, s in declared(cls).items()}
         episilon = pick("rllm.algorithm.episilon")
         if episilon is not None:
             warnings.warn("`episilon` is deprecated; use `rllm.algorithm.epsilon`.", DeprecationWarning, stacklevel=2)
-            if epsilon is not None and epsilon != episilon:
+            if given["epsilon"] is not None and given["epsilon"] != episilon:
                 raise ConfigError(
-                    f"rllm.algorithm.epsilon={epsilon!r} and the deprecated episilon={episilon!r} differ; keep only epsilon."
+                    f"rllm.algorithm.epsilon={given['epsilon']!r} and the deprecated episilon={episilon!r} differ; keep only epsilon."
                 )
-            epsilon = episilon
-        given = {
-            "estimator": pick("rllm.algorithm.adv_estimator", "algorithm.adv_estimator"),
-            "estimator_map": pick("rllm.algorithm.estimator_map"),
-            "stepwise_advantage_mode": pick("rllm.stepwise_advantage.mode"),
-            "normalize_by_steps": pick("rllm.stepwise_advantage.normalize_by_steps"),
-            "stepwise_gamma": pick("rllm.stepwise_advantage.gamma"),
-            "step_advantage_w": pick("rllm.stepwise_advantage.step_advantage_w"),
-            "norm_adv_by_std_in_grpo": pick(
-                "rllm.algorithm.norm_adv_by_std_in_grpo", "rllm.stepwise_advantage.norm_adv_by_std_in_grpo"
-            ),
-            "use_rllm": pick("rllm.stepwise_advantage.use_rllm"),
-            "use_precomputed_advantage": pick("rllm.algorithm.use_precomputed_advantage"),
-            "loss_fn": pick("rllm.algorithm.loss_fn"),
-            "importance_sampling_level": pick("rllm.algorithm.importance_sampling_level"),
-            "lr_schedule": pick("rllm.algorithm.lr_schedule"),
-            "warmup_steps_ratio": pick("rllm.algorithm.warmup_steps_ratio"),
-            "epsilon": epsilon,
-            "std_correction": pick("rllm.algorithm.std_correction"),
-            "gamma": pick("rllm.algorithm.gamma", "algorithm.gamma"),
-            "lam": pick("rllm.algorithm.lam", "algorithm.lam"),
-            "estimator_options": pick("rllm.algorithm.estimator_options"),
-        }
+            given["epsilon"] = episilon
         return cls(**{name: value for name, value in given.items() if value is not None})  # absent: the defaults
+
+
+#: The run-wide estimator options: the ``run_wide`` settings of :class:`AlgorithmConfig`, which every
+#: estimator call gets (each estimator takes those its signature names).
+RUN_OPTIONS: tuple[str, ...] = tuple(name for name, s in declared(AlgorithmConfig).items() if s.run_wide)

@@ -5,7 +5,7 @@ its outputs checked for shape, dtype and device.
 
 Options reach an estimator by name: ``compute_advantages(batch, "pass_at_k", k=2)``, or from a
 run's config, ``rllm.algorithm.estimator_options.pass_at_k.k=2``. The run-wide options
-(:data:`~rllm_torch.rllm.registry.RUN_OPTIONS`: ``norm_adv_by_std_in_grpo``, ``epsilon``, ``std_correction``, ``gamma``,
+(:data:`~rllm_torch.rllm.config.RUN_OPTIONS`: ``norm_adv_by_std_in_grpo``, ``epsilon``, ``std_correction``, ``gamma``,
 ``lam``, given to every estimator by the trainer) are passed to an estimator only if its
 signature names them (or takes ``**kwargs``); any other option must be one the estimator
 takes, else :class:`~rllm_torch.core.errors.ConfigError` lists the ones it does.
@@ -13,6 +13,8 @@ takes, else :class:`~rllm_torch.core.errors.ConfigError` lists the ones it does.
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import warnings
 from collections.abc import Callable
 from enum import Enum
@@ -28,13 +30,17 @@ from rllm_torch.core.errors import (
     InvalidRewardTypeError,
     RLLMTorchError,
 )
-from rllm_torch.core.estimators.scaling import check_correction, check_discount, check_epsilon, check_flag
 from rllm_torch.core.packing import GroupedRewards
 from rllm_torch.core.segment import accumulation_dtype
 from rllm_torch.core.tokens import TokenRewards
-from rllm_torch.rllm.registry import RUN_OPTIONS, Registration, registered_name, registration
+from rllm_torch.rllm.config import RUN_OPTIONS, AlgorithmConfig
+from rllm_torch.rllm.registry import Registration, registered_name, registration
+from rllm_torch.rllm.settings import declared, default_of
 
 __all__ = ["get_rllm_adv_estimator", "get_tensor_adv_estimator", "compute_advantages"]
+
+_RUN_DECLARATIONS = {name: declared(AlgorithmConfig)[name] for name in RUN_OPTIONS}
+_RUN_DEFAULTS = {f.name: default_of(f) for f in dataclasses.fields(AlgorithmConfig) if f.name in RUN_OPTIONS}
 
 
 def get_rllm_adv_estimator(name: str | Enum) -> Callable:
@@ -100,14 +106,8 @@ def get_tensor_adv_estimator(name: str | Enum) -> Callable[[GroupedRewards], tup
 
 
 def _checked_run_options(options: dict[str, object]) -> dict[str, object]:
-    checks = {
-        "norm_adv_by_std_in_grpo": lambda v: check_flag(v, "norm_adv_by_std_in_grpo"),
-        "epsilon": check_epsilon,
-        "std_correction": check_correction,
-        "gamma": lambda v: check_discount(v, "gamma"),
-        "lam": lambda v: check_discount(v, "lam"),
-    }
-    return {k: checks[k](v) for k, v in options.items()}
+    """The run-wide options, each through its declared check (``AlgorithmConfig``'s)."""
+    return {k: _RUN_DECLARATIONS[k].check(v) for k, v in options.items()}
 
 
 def _options_for(entry: Registration, name: str, run_options: dict[str, object], options: dict[str, object]) -> dict:
@@ -131,11 +131,6 @@ def compute_advantages(
     batch: GroupedRewards | TokenRewards,
     estimator: str | Enum,
     *,
-    norm_adv_by_std_in_grpo: bool = True,
-    epsilon: float = 1e-6,
-    std_correction: int = 0,
-    gamma: float = 1.0,
-    lam: float = 1.0,
     episilon: float | None = None,
     **options: object,
 ) -> tuple[Tensor, Tensor]:
@@ -183,19 +178,14 @@ def compute_advantages(
         EstimatorOutputError: a custom estimator returned something else than a pair with one
             value per trajectory (per token, for a token-level one).
     """
+    run_options = {name: options.pop(name, default) for name, default in _RUN_DEFAULTS.items()}
     if episilon is not None:
         warnings.warn("`episilon` is deprecated; use `epsilon`.", DeprecationWarning, stacklevel=2)
-        if epsilon not in (1e-6, episilon):  # 1e-6: the default, so not given
+        epsilon = run_options["epsilon"]
+        if epsilon not in (_RUN_DEFAULTS["epsilon"], episilon):  # the default: not given
             raise ConfigError(f"got epsilon={epsilon!r} and the deprecated episilon={episilon!r}; pass only epsilon.")
-        epsilon = episilon
+        run_options["epsilon"] = episilon
     checked = batch.process_group is not None and getattr(batch, "validated", False)
-    run_options = dict(
-        norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
-        epsilon=epsilon,
-        std_correction=std_correction,
-        gamma=gamma,
-        lam=lam,
-    )
     try:
         entry = registration(estimator)
         name = registered_name(estimator)
@@ -294,3 +284,16 @@ def _pack_array_pair(out: object, batch: GroupedRewards, name: str, dtype: torch
                 f"estimator {name!r} returned {what} that do not match the groups: {exc}"
             ) from exc
     return packed[0], packed[1]
+
+
+# compute_advantages' signature shows the run-wide options, read from their one declaration
+compute_advantages.__signature__ = inspect.signature(compute_advantages).replace(
+    parameters=[
+        *list(inspect.signature(compute_advantages).parameters.values())[:2],
+        *(
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default)
+            for name, default in _RUN_DEFAULTS.items()
+        ),
+        *list(inspect.signature(compute_advantages).parameters.values())[2:],
+    ]
+)

@@ -27,6 +27,7 @@ from rllm_torch.core.errors import (
     EstimatorRegistrationError,
     UnknownEstimatorError,
 )
+from rllm_torch.rllm.config import RUN_OPTIONS
 
 __all__ = [
     "register_rllm_adv_estimator",
@@ -38,14 +39,12 @@ __all__ = [
     "registration",
     "registered_name",
     "register_builtin",
+    "builtin_estimator_options",
 ]
 
 EstimatorForm = Literal["arrays", "tensors", "tokens"]
 _FORMS = ("arrays", "tensors", "tokens")
 _FORM_HELP = "'arrays' (rLLM per-group arrays), 'tensors' (GroupedRewards) or 'tokens' (TokenRewards)"
-
-# Options a run gives every estimator call; each estimator receives those its signature names.
-RUN_OPTIONS = ("norm_adv_by_std_in_grpo", "epsilon", "std_correction", "gamma", "lam")
 
 
 @dataclass(frozen=True)
@@ -60,6 +59,7 @@ class Registration:
 
 
 _REGISTRY: dict[str, Registration] = {}
+_BUILTINS: list[str] = []  # in registration order
 
 
 def registered_name(name: object) -> str:
@@ -148,6 +148,25 @@ def register_builtin(
         _add(name, tensor_fn, form, None)
     else:
         _add(name, arrays_fn, "arrays", tensor_fn)
+    _BUILTINS.append(registered_name(name))
+
+
+def builtin_estimator_options() -> dict[str, dict[str, object]]:
+    """``{built-in name: {option: default}}`` of the built-ins that take options beyond the
+    run-wide ones (read from their signatures): what the typed run config lists under
+    ``rllm.algorithm.estimator_options``, so each can be set without Hydra's ``+``."""
+    out = {}
+    for name in _BUILTINS:
+        entry = _REGISTRY[name]
+        parameters = inspect.signature(entry.tensor_fn or entry.fn).parameters.values()
+        own = {
+            p.name: p.default
+            for p in parameters
+            if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in RUN_OPTIONS
+        }
+        if own:
+            out[name] = own
+    return out
 
 
 def registered_estimator_names() -> list[str]:

@@ -12,7 +12,7 @@ from typing import Any
 from rllm_torch.core.errors import ConfigError, DatasetFormatError, DatasetNotFoundError
 from rllm_torch.rollouts.single_turn import RewardFn
 from rllm_torch.rollouts.task import Task, alphabet_of, exact_match_reward
-from rllm_torch.trainer.schema import dataset_name
+from rllm_torch.trainer.resolvers import dataset_name
 
 __all__ = ["load_rows", "load_reward_fn", "file_task"]
 
@@ -159,7 +159,7 @@ def load_reward_fn(spec: str) -> RewardFn:
 def file_task(task_config: Any) -> Task:
     """Rows from ``task_config.train_path`` and ``val_path`` (None: no validation) with
     ``prompt_key``, ``answer_key``, ``reward_fn``; ``data_source`` (a row's own wins) is the
-    :func:`~rllm_torch.trainer.schema.dataset_name` of the training file, for both splits: they are one dataset."""
+    :func:`~rllm_torch.trainer.resolvers.dataset_name` of the training file, for both splits: they are one dataset."""
     if not task_config.train_path:
         raise ConfigError("task.name=file needs task.train_path (a .jsonl or .parquet file).")
     keys = {"prompt_key": task_config.prompt_key, "answer_key": task_config.answer_key}

@@ -35,10 +35,11 @@ from omegaconf import DictConfig
 
 from rllm_torch.rllm.collect import collect_reward_and_advantage_from_trajectory_groups
 from rllm_torch.rllm.types import Episode
+from rllm_torch.trainer.config_checks import check_run_config
 from rllm_torch.trainer.logs.run_directory import run_loggers, write_run_files
 from rllm_torch.trainer.logs.step_metrics import stage_timer, workflow_metrics
 from rllm_torch.trainer.logs.summary import StepPlan, plan_steps, startup_summary
-from rllm_torch.trainer.pipeline.dynamic_sampling import DynamicSampler, DynamicSamplingConfig, check_dynamic_sampling
+from rllm_torch.trainer.pipeline.dynamic_sampling import DynamicSampler, DynamicSamplingConfig
 from rllm_torch.trainer.pipeline.rejection_sampling import apply_rejection_sampling_and_filtering
 from rllm_torch.trainer.pipeline.settings import build_pipeline_configs
 from rllm_torch.trainer.pipeline.transform import transform_episodes_to_trajectory_groups
@@ -108,11 +109,11 @@ class UnifiedTrainer:
         self.config, self.rllm_config = config, config.rllm
         self.traj_grouping_hook = traj_grouping_hook
         self.traj_group_adv_estimator_map = traj_group_adv_estimator_map or {}
+        check_run_config(config, self.ranks.world_size, estimator_map=self.traj_group_adv_estimator_map)
         pipeline = build_pipeline_configs(config, self.traj_group_adv_estimator_map)
         self.cf_config, self.transform_config = pipeline.compact_filtering, pipeline.transform
         self.rs_config, self.algorithm_config = pipeline.rejection_sampling, pipeline.algorithm
         self.dynamic_sampler = DynamicSampler(DynamicSamplingConfig.from_config(config))
-        check_dynamic_sampling(self.dynamic_sampler.config, self.rs_config, self.ranks)
         self.backend = backend_cls(config=config, ranks=self.ranks, **(backend_args or {}))
         self.backend.validate_config()
         self.backend.validate_prompts([t for ds in (train_dataset, val_dataset) if isinstance(ds, list) for t in ds])
@@ -136,8 +137,7 @@ class UnifiedTrainer:
             reward_timeout_s=wf.reward_timeout_s,
             episode_logger=self.episode_logger,
         )
-        self.tokenizer = getattr(self.backend, "tokenizer", None)
-        self.val_history: list[tuple[int, dict[str, float]]] = []
+        self.tokenizer, self.val_history = getattr(self.backend, "tokenizer", None), []
 
     def fit(self) -> None:
         """Train (sync entry point; runs :meth:`fit_async` in a new event loop)."""

@@ -20,7 +20,7 @@ from rllm_torch.backends.torch_backend import pretrained
 from rllm_torch.cli.train_command import run
 from rllm_torch.core.errors import ConfigError, ModelNotFoundError
 from rllm_torch.trainer.model_defaults import FROM_SCRATCH, PRETRAINED
-from rllm_torch.trainer.schema import package_file
+from rllm_torch.trainer.resolvers import package_file
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("gguf") is None or importlib.util.find_spec("accelerate") is None,

@@ -7,8 +7,8 @@ import pytest
 from hydra import compose, initialize_config_module
 
 from rllm_torch.cli.command_line import register_configs
-from rllm_torch.cli.config_checks import check_run_config
 from rllm_torch.core.errors import ConfigError
+from rllm_torch.trainer.config_checks import check_run_config
 
 
 def compose_train(*overrides: str):
@@ -82,17 +82,15 @@ def test_the_loss_options_are_checked_against_the_loss():
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ({"importance_sampling_level": "sentence"}, r"importance_sampling_level must be one of 'token', 'sequence'"),
+        ({"importance_sampling_level": "sentence"}, r"importance_sampling_level='sentence' is not one of \('token', 'sequence'\)"),
         ({"importance_sampling_level": "sequence", "loss_fn": "dro"}, r"loss_fn='dro' has none"),
         ({"importance_sampling_level": "sequence", "loss_fn": "cross_entropy"}, r"loss_fn='cross_entropy' has none"),
     ],
 )
 def test_a_bad_importance_sampling_level_stops_the_run_at_start_up(settings, message):
-    from rllm_torch.trainer.pipeline.settings import build_pipeline_configs
-
     overrides = [f"rllm.algorithm.{k}={v}" for k, v in settings.items()]
     with pytest.raises(ConfigError, match=message):
-        build_pipeline_configs(compose_train(*overrides))
+        check_run_config(compose_train(*overrides))
 
 
 def test_dynamic_sampling_is_refused_on_more_than_one_process_and_its_cap_must_be_positive():

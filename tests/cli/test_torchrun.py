@@ -56,7 +56,7 @@ def test_two_processes_are_one_run_whose_rank_0_writes_each_step_once(tmp_path):
     [
         ("data.train_batch_size=1", "2 processes for data.train_batch_size=1 prompts per step"),
         ("data.train_batch_size=7", "data.train_batch_size=7 is not divisible by the world size 2"),
-        ("backend.parallelism=tensor", "backend.parallelism='tensor' is not known to the torch backend"),
+        ("backend.parallelism=tensor", "backend.parallelism='tensor' is not one of ('ddp', 'fsdp')"),
         ("backend.device=cuda", "backend.device=cuda but CUDA is not available on this machine"),
     ],
 )

@@ -99,10 +99,10 @@ def test_labels_that_are_none_or_unhashable():
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        ("stepwise_advantage_mode", "per_token", r"rllm\.stepwise_advantage\.mode must be one of"),
-        ("loss_fn", "ppo2", "loss_fn must be one of"),
-        ("lr_schedule", "exp", "lr_schedule must be one of"),
-        ("warmup_steps_ratio", 1.5, "warmup_steps_ratio must be a number in"),
+        ("stepwise_advantage_mode", "per_token", r"rllm\.stepwise_advantage\.mode='per_token' is not one of"),
+        ("loss_fn", "ppo2", r"rllm\.algorithm\.loss_fn='ppo2' is not one of"),
+        ("lr_schedule", "exp", r"rllm\.algorithm\.lr_schedule='exp' is not one of"),
+        ("warmup_steps_ratio", 1.5, r"rllm\.algorithm\.warmup_steps_ratio=1.5 is out of range; it must be in \[0, 1\]"),
         ("epsilon", -1e-6, "epsilon must be a non-negative"),
         ("std_correction", 0.5, "std_correction must be a non-negative int"),
         ("norm_adv_by_std_in_grpo", "true", "norm_adv_by_std_in_grpo must be a bool"),

@@ -128,8 +128,8 @@ def test_observations_compare_by_content():
 @pytest.mark.parametrize(
     "key, value, match",
     [
-        ("mode", "per_turn", r"rllm\.stepwise_advantage\.mode must be one of 'broadcast', 'turn_level'"),
-        ("gamma", 1.5, r"rllm\.stepwise_advantage\.gamma must be a number in \[0, 1\]"),
+        ("mode", "per_turn", r"rllm\.stepwise_advantage\.mode='per_turn' is not one of \('broadcast', 'turn_level'"),
+        ("gamma", 1.5, r"rllm\.stepwise_advantage\.gamma=1.5 is out of range; it must be in \[0, 1\]"),
         ("gamma", -0.1, r"rllm\.stepwise_advantage\.gamma"),
         ("step_advantage_w", float("nan"), r"rllm\.stepwise_advantage\.step_advantage_w"),
     ],

@@ -8,10 +8,10 @@ import pytest
 from omegaconf import OmegaConf
 from trainer_fakes import make_config
 
-from rllm_torch.cli.config_checks import check_run_config
 from rllm_torch.core.errors import ConfigError
 from rllm_torch.rollouts.catalog import build_task
 from rllm_torch.rollouts.reverse import positional_match_reward, reverse_problems
+from rllm_torch.trainer.config_checks import check_run_config
 
 
 @pytest.mark.parametrize(

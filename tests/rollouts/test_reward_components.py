@@ -21,7 +21,7 @@ from rllm_torch.rollouts import build_task
 from rllm_torch.rollouts.arithmetic import one_digit_format_reward
 from rllm_torch.rollouts.single_turn import SingleTurnWorkflow
 from rllm_torch.trainer import compute_token_advantages
-from rllm_torch.trainer.pipeline.settings import build_pipeline_configs
+from rllm_torch.trainer.config_checks import check_run_config
 from rllm_torch.trainer.pipeline.token_batch import build_token_batch
 
 COMPONENTS = [[[1.0, 1.0], [0.0, 1.0], [0.0, 0.0]], [[1.0, 1.0], [1.0, 0.0], [0.0, 1.0]], [[0.0, 1.0], [0.0, 1.0]]]
@@ -118,9 +118,9 @@ def test_a_run_asking_for_gdpo_stops_at_start_up_without_two_reward_functions():
         "rllm.algorithm.adv_estimator=gdpo", "rllm.algorithm.estimator_options.gdpo.reward_weights=[1.0]"
     )
     with pytest.raises(ConfigError, match="estimator 'gdpo'.*one reward function"):
-        build_pipeline_configs(one_weight)
+        check_run_config(one_weight)
     bad = compose_train(
         "rllm.algorithm.adv_estimator=grpo", "rllm.algorithm.estimator_options.grpo.scale_rewards=batches"
     )
     with pytest.raises(ConfigError, match="scale_rewards must be 'group'"):
-        build_pipeline_configs(bad)
+        check_run_config(bad)

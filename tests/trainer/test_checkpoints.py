@@ -217,7 +217,7 @@ def test_resume_mode_disable_in_a_directory_with_checkpoints_refuses_to_mix_two_
 @pytest.mark.parametrize(
     "key, value",
     [
-        ("task.max_digits", "9"),
+        ("task.max_sum", "5"),
         ("task.apply_chat_template", "true"),
         ("model.pad_token", "x"),
         ("task.dataset", "basic_arithmetic"),  # two reasoning-gym datasets in one directory

@@ -33,8 +33,8 @@ def test_every_setting_is_fingerprinted_or_declared_resumable_and_no_table_names
     fingerprinted, resumable = set(fingerprint.FINGERPRINT_KEYS), set(fingerprint.RESUMABLE_KEYS)
     unclassified = sorted(settings - fingerprinted - resumable)
     assert not unclassified, (
-        f"settings neither fingerprinted nor resumable: {unclassified}; add each to FINGERPRINT_KEYS or "
-        "RESUMABLE_KEYS in rllm_torch/trainer/runtime/fingerprint.py (one line each)"
+        f"settings neither fingerprinted nor resumable: {unclassified}; declare each with setting(...) in "
+        "rllm_torch/trainer/schema.py (resumable=True if a resumed run may change it)"
     )
     assert not fingerprinted & resumable, sorted(fingerprinted & resumable)
     assert not (fingerprinted | resumable) - settings, sorted((fingerprinted | resumable) - settings)

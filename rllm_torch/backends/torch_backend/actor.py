@@ -35,9 +35,7 @@ from rllm_torch.backends.torch_backend.model import adamw, build_policy, enable_
 from rllm_torch.core.errors import ConfigError, ModelNotFoundError
 from rllm_torch.trainer.ranks import RunRanks
 
-__all__ = ["Actor", "PARALLELISMS", "wrap_ddp"]
-
-PARALLELISMS = ("ddp", "fsdp")
+__all__ = ["Actor", "wrap_ddp"]
 
 
 def wrap_ddp(module: torch.nn.Module, ranks: RunRanks, device: torch.device) -> torch.nn.Module:
@@ -74,25 +72,11 @@ class Actor:
         self.config, self.settings, self.tokenizer = config, config.backend, tokenizer
         self.device, self.ranks, self.compute_dtype = device, ranks, compute_dtype
         self.parallelism = self.settings.parallelism
-        if self.parallelism not in PARALLELISMS:
-            raise ConfigError(
-                f"backend.parallelism={self.parallelism!r} is not known to the torch backend; choose from {PARALLELISMS}."
-            )
-        if self.parallelism == "fsdp" and not ranks.distributed:
-            raise ConfigError(
-                "backend.parallelism=fsdp shards the policy over the processes of a torchrun launch, and this run is one "
-                "process: launch it with torchrun --nproc_per_node=N, or leave backend.parallelism=ddp."
-            )
         self.sharded = ranks.distributed and self.parallelism == "fsdp"
         self.base = build_policy(config.model, tokenizer, seed=self.settings.seed).to(device)
         algorithm = config.rllm.algorithm
         self.has_reference = bool(algorithm.use_kl_loss or algorithm.use_kl_in_reward)
         lora = config.model.lora
-        if lora.r > 0 and self.sharded:
-            raise ConfigError(
-                "model.lora.r > 0 with backend.parallelism=fsdp is not supported: the adapters are small, use "
-                "backend.parallelism=ddp (or model.lora.r=0 to shard the whole model)."
-            )
         # the reference is copied before checkpointing or adapters change the model; with LoRA and no
         # model.ref_path it is the model itself with its adapters disabled
         own_reference = self.has_reference and (lora.r == 0 or config.model.ref_path is not None)

@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, PreTrain
 
 from rllm_torch.backends.torch_backend.pretrained import pretrained_dir
 from rllm_torch.core.errors import ConfigError, ModelNotFoundError
+from rllm_torch.trainer.schema import ARCHITECTURES, COMPUTE_DTYPES
 
 __all__ = [
     "build_policy",
@@ -22,12 +23,10 @@ __all__ = [
     "adamw",
     "context_length",
     "check_context",
-    "ARCHITECTURES",
     "DTYPES",
 ]
 
-ARCHITECTURES = ("gpt2", "llama")
-DTYPES = ("float32", "bfloat16")
+DTYPES = COMPUTE_DTYPES  # backend.dtype, declared in the schema
 
 
 def build_policy(

@@ -1,16 +1,16 @@
-"""The torch backend's start-up checks (:class:`SettingsChecks`, a part of
-:class:`~rllm_torch.backends.torch_backend.backend.TorchBackend`): the loss, KL, critic, sampler
-and rollout-correction settings, and every task prompt against the model's context, the
-micro-batch budget and the task's answers. Each failure is a ``ConfigError`` naming the setting
-and the fix, raised before anything is trained."""
+"""The torch backend's start-up checks that need its model and tokenizer (:class:`SettingsChecks`,
+a part of :class:`~rllm_torch.backends.torch_backend.backend.TorchBackend`): a chat template, and
+every task prompt against the model's context, the micro-batch budget and the task's answers.
+The settings themselves are checked before the model is built
+(:func:`~rllm_torch.trainer.config_checks.check_run_config`). Each failure is a ``ConfigError``
+naming the setting and the fix, raised before anything is trained."""
 
 from __future__ import annotations
 
 from rllm_torch.backends.torch_backend.model import check_context, context_length
 from rllm_torch.backends.torch_backend.tokenizer import encode_prompts, require_chat_template
-from rllm_torch.backends.torch_backend.vllm_setup import ENGINES, check_max_model_len
+from rllm_torch.backends.torch_backend.vllm_setup import check_max_model_len
 from rllm_torch.core.errors import ConfigError
-from rllm_torch.core.losses import AGG_MODES, KL_ESTIMATORS, LOSS_FNS, TIS_MODES
 
 __all__ = ["SettingsChecks"]
 
@@ -18,27 +18,17 @@ __all__ = ["SettingsChecks"]
 class SettingsChecks:
     """``validate_config`` and ``validate_prompts`` of :class:`~rllm_torch.backends.torch_backend.backend.TorchBackend`.
 
-    Reads the backend's ``config``, ``settings`` (``config.backend``), ``loss_fn``,
-    ``loss_agg_mode``, ``loss_agg_horizon``, ``actor``, ``critic``, ``tokenizer``,
+    Reads the backend's ``config``, ``settings`` (``config.backend``), ``tokenizer``,
     ``tokenizer_from_path``, ``apply_chat_template``, ``answer_in_response`` and ``model``.
     """
 
     def validate_config(self) -> None:
-        if self.loss_fn not in LOSS_FNS:
-            raise ConfigError(f"rllm.algorithm.loss_fn={self.loss_fn!r}: the torch backend implements {LOSS_FNS}.")
-        if self.loss_agg_mode not in AGG_MODES:
-            raise ConfigError(f"rllm.algorithm.loss_agg_mode={self.loss_agg_mode!r} is not one of {AGG_MODES}.")
-        if self.loss_agg_horizon < 1 or self.settings.dro_beta < 0:
-            raise ConfigError(
-                f"rllm.algorithm.loss_agg_horizon must be >= 1 and backend.dro_beta >= 0, got {self.loss_agg_horizon} and {self.settings.dro_beta}."
-            )
-        self._validate_kl_and_critic()
-        self._validate_rollout_engine_and_correction()
-        rollout = self.config.rllm.rollout
-        if rollout.n < 1 or rollout.n_val < 1 or rollout.max_new_tokens < 1:
-            raise ConfigError(
-                f"rllm.rollout.n, n_val and max_new_tokens must be >= 1, got {rollout.n}, {rollout.n_val}, {rollout.max_new_tokens}."
-            )
+        """What a run config's check (:func:`~rllm_torch.trainer.config_checks.check_run_config`)
+        cannot see before the model is loaded: a chat template the tokenizer does not have.
+
+        Raises:
+            ConfigError: ``task.apply_chat_template=true`` with a tokenizer without one.
+        """
         if self.apply_chat_template:
             require_chat_template(self.tokenizer)
 
@@ -88,58 +78,3 @@ class SettingsChecks:
                     f"would cut every such response short; set rllm.rollout.max_new_tokens to {lengths[longest] + 1} or "
                     "more (the answer and the end token)."
                 )
-
-    def _validate_rollout_engine_and_correction(self) -> None:
-        """The sampler (``backend.rollout``) and ``rllm.algorithm.rollout_correction`` (issue 18)."""
-        engine, correction = self.settings.rollout.engine, self.config.rllm.algorithm.rollout_correction
-        if engine not in ENGINES:
-            raise ConfigError(f"backend.rollout.engine={engine!r} is not one of {ENGINES}.")
-        key = "rllm.algorithm.rollout_correction"
-        if correction.tis_mode is not None and correction.tis_mode not in TIS_MODES:
-            raise ConfigError(f"{key}.tis_mode={correction.tis_mode!r} is not null or one of {TIS_MODES}.")
-        if not correction.tis_cap >= 1.0:
-            raise ConfigError(
-                f"{key}.tis_cap={correction.tis_cap} must be >= 1 (a cap below 1 truncates every on-policy token)."
-            )
-        if correction.tis_mode is not None and correction.bypass_mode:
-            raise ConfigError(
-                f"{key}.tis_mode={correction.tis_mode!r} with bypass_mode=true: the old policy is then the sampler, so every "
-                "weight is exactly 1; set bypass_mode=false (recompute the old log-probs) or tis_mode=null."
-            )
-        if engine == "vllm" and self.actor.lora:
-            raise ConfigError(
-                "backend.rollout.engine=vllm with model.lora.r > 0 is not supported yet (the engine is synced with the "
-                "model's own weights, not merged adapters); use backend.rollout.engine=hf, or model.lora.r=0."
-            )
-        if correction.tis_mode is not None and self.loss_fn == "dro":
-            raise ConfigError(
-                f"{key}.tis_mode with rllm.algorithm.loss_fn=dro: the weights scale the advantage term, and DRO's quadratic "
-                "term is not linear in it; use another loss_fn, or tis_mode=null."
-            )
-
-    def _validate_kl_and_critic(self) -> None:
-        algorithm = self.config.rllm.algorithm
-        if self.config.model.ref_path is not None and not self.actor.has_reference:
-            raise ConfigError(
-                f"model.ref_path={self.config.model.ref_path!r} is set but no KL term uses a reference policy; set "
-                "rllm.algorithm.use_kl_loss=true or use_kl_in_reward=true, or leave model.ref_path unset."
-            )
-        for key in ("kl_loss_type", "kl_penalty"):
-            if algorithm[key] not in KL_ESTIMATORS:
-                raise ConfigError(f"rllm.algorithm.{key}={algorithm[key]!r} is not one of {KL_ESTIMATORS}.")
-        estimators = {algorithm.adv_estimator, *dict(algorithm.estimator_map).values()}
-        uses_values = any(getattr(e, "value", e) == "gae" for e in estimators)
-        if uses_values and self.critic is None:
-            raise ConfigError(
-                "rllm.algorithm.adv_estimator=gae needs the critic's values: set backend.critic.enable=true "
-                "(a value model of the policy's architecture, trained with backend.critic.lr)."
-            )
-        if self.critic is not None and not uses_values:
-            raise ConfigError(
-                f"backend.critic.enable=true but no estimator uses a critic (estimators: {sorted(map(str, estimators))}); "
-                "use rllm.algorithm.adv_estimator=gae, or set backend.critic.enable=false."
-            )
-        if self.critic is not None and self.actor.sharded:
-            raise ConfigError(
-                "backend.critic.enable=true with backend.parallelism=fsdp is not supported yet; use backend.parallelism=ddp."
-            )

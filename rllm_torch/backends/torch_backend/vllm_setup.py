@@ -19,6 +19,7 @@ import torch
 from transformers import PreTrainedModel
 
 from rllm_torch.core.errors import ConfigError
+from rllm_torch.trainer.schema import ROLLOUT_ENGINES
 
 __all__ = [
     "ENGINES",
@@ -36,7 +37,7 @@ __all__ = [
     "global_rng_kept",
 ]
 
-ENGINES = ("hf", "vllm")
+ENGINES = ROLLOUT_ENGINES  # backend.rollout.engine, declared in the schema
 #: KV-cache bytes of a CPU engine when ``backend.rollout.kv_cache_memory_bytes`` is null: vLLM's
 #: own CPU default reserves a share of the machine's memory, too much beside a trainer.
 CPU_KV_CACHE_BYTES = 256 * 2**20

@@ -22,14 +22,12 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig
 
-from rllm_torch.core.errors import ConfigError, DistributedSetupError
+from rllm_torch.core.errors import ConfigError
 from rllm_torch.rllm.types import Episode, TrajectoryGroup
 from rllm_torch.trainer.pipeline.rejection_sampling import RejectionSamplingConfig, groups_with_signal
-from rllm_torch.trainer.ranks import RunRanks
+from rllm_torch.trainer.schema import GROUP_SIGNAL_METRICS
 
-__all__ = ["DynamicSamplingConfig", "DynamicSampler", "check_dynamic_sampling"]
-
-_METRICS = ("reward", "is_correct")
+__all__ = ["DynamicSamplingConfig", "DynamicSampler"]
 
 
 @dataclass
@@ -54,9 +52,9 @@ class DynamicSamplingConfig:
     uniform_reward_tolerance: float = 1e-6
 
     def __post_init__(self) -> None:
-        if self.metric not in _METRICS:
+        if self.metric not in GROUP_SIGNAL_METRICS:
             raise ConfigError(
-                f"rllm.algorithm.filter_groups.metric must be one of {', '.join(map(repr, _METRICS))} (verl's 'acc' is "
+                f"rllm.algorithm.filter_groups.metric must be one of {', '.join(map(repr, GROUP_SIGNAL_METRICS))} (verl's 'acc' is "
                 f"'is_correct'), got {self.metric!r}."
             )
         for name in ("max_num_gen_batches", "target_prompts"):
@@ -149,27 +147,6 @@ class DynamicSampler:
             "batch/dynamic_sampling/prompts_short": float(short),
         }
         return [e for e in drawn if e.task_id in chosen], drawn, metrics
-
-
-def check_dynamic_sampling(config: DynamicSamplingConfig, rejection: RejectionSamplingConfig, ranks: RunRanks) -> None:
-    """Dynamic sampling runs on one process, without episode-mode rejection sampling (both
-    would accumulate groups, each by its own rule).
-
-    Raises:
-        ConfigError: with ``rllm.rejection_sample.enable``. DistributedSetupError: on several processes.
-    """
-    if not config.enable:
-        return
-    if rejection.mode == "episode":
-        raise ConfigError(
-            "rllm.algorithm.filter_groups.enable=true and rllm.rejection_sample.enable=true both accumulate groups; "
-            "enable one (dynamic sampling fills each step with prompts that have signal)."
-        )
-    if ranks.distributed:
-        raise DistributedSetupError(
-            "rllm.algorithm.filter_groups.enable=true is not supported on more than one process: each rank would "
-            "draw its own number of extra batches. Run it on one process, or disable it."
-        )
 
 
 def _task_ids(groups: list[TrajectoryGroup]) -> list:

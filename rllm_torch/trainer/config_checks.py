@@ -1,0 +1,262 @@
+"""The one place that checks a run config (:func:`check_run_config`), before anything is built:
+every setting against its declaration (bounds, choices, its own check: :mod:`~rllm_torch.trainer.schema`,
+:class:`~rllm_torch.rllm.config.AlgorithmConfig`), then the rules between settings: the
+estimators and their options, the loss, the KL terms and the critic, the sampler and rollout
+correction, the filters, the task's own keys and what a launch of ``world_size`` processes can
+honour. Each failure names the setting and the fix. The command line calls it before it loads
+data or starts the process group, and :class:`~rllm_torch.trainer.unified_trainer.UnifiedTrainer`
+before it builds its backend, so a run from Python is checked the same way.
+
+What needs the loaded model or tokenizer (prompt lengths, a chat template) is the backend's
+(``validate_config`` / ``validate_prompts``); what needs the task's data, the command line's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from omegaconf import OmegaConf
+
+from rllm_torch.core.errors import ConfigError, DistributedSetupError, InvalidRewardsError, InvalidRewardTypeError
+from rllm_torch.core.packing import GroupedRewards
+from rllm_torch.core.tokens import TokenRewards
+from rllm_torch.rllm.config import AlgorithmConfig
+from rllm_torch.rllm.dispatch import compute_advantages
+from rllm_torch.rllm.registry import is_token_level
+from rllm_torch.rllm.settings import check_value, walk
+from rllm_torch.rllm.stepwise import check_stepwise_estimator
+from rllm_torch.trainer.schema import TaskConfig, TrainConfig, typed_run_config
+
+__all__ = ["check_run_config", "check_values", "check_world_size", "check_estimator_call", "TASK_ONLY_KEYS"]
+
+# Keys only some tasks read; any other task would silently ignore them.
+FILE_TASK_KEYS = ("train_path", "val_path", "prompt_key", "answer_key", "reward_fn")
+DIGIT_KEYS = ("min_digits", "max_digits")
+GUESS_KEYS = ("max_number", "max_turns", "turn_cost", "style")
+TASK_ONLY_KEYS = {"file": FILE_TASK_KEYS, "reverse": DIGIT_KEYS, "word_addition": DIGIT_KEYS, "guess": GUESS_KEYS}
+
+
+def check_run_config(config: Any, world_size: int = 1, *, estimator_map: dict | None = None) -> None:
+    """Every start-up check of a run config (a composed ``rllm-torch-train`` config, or any
+    subset of its keys, typed over the schema first).
+
+    Args:
+        config: the run config.
+        world_size: the processes of the launch (torchrun's ``WORLD_SIZE``).
+        estimator_map: group role -> estimator, over ``rllm.algorithm.estimator_map`` (the
+            trainer's ``traj_group_adv_estimator_map``).
+
+    Raises:
+        ConfigError: a setting out of its range or choices, or two settings that cannot go
+            together; the message names them and the fix.
+        UnknownEstimatorError: an estimator that is not registered.
+        DistributedSetupError: see :func:`check_world_size`.
+    """
+    config = typed_run_config(config)
+    check_values(config)
+    _check_task_keys(config.task)
+    _check_algorithm(config, estimator_map)
+    _check_loss_kl_and_critic(config)
+    _check_sampler_and_correction(config)
+    _check_filters(config)
+    check_world_size(config, world_size)
+
+
+def check_values(config: Any) -> None:
+    """Each setting the config has (and is not None) against its declaration.
+
+    Raises:
+        ConfigError: naming the first setting out of its range or choices, its value and what it
+            may be (with the schema default as an example of a valid value).
+    """
+    defaults = OmegaConf.structured(TrainConfig)
+    for key, declaration, _ in walk(TrainConfig):
+        value = OmegaConf.select(config, key, default=None)
+        if value is None:
+            continue
+        plain = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+        check_value(plain, declaration, key, example=OmegaConf.select(defaults, key, default=None))
+
+
+def _check_task_keys(task_config: Any) -> None:
+    """Keys of one task (:data:`TASK_ONLY_KEYS`) set to other than their defaults for another task."""
+    defaults = TaskConfig()
+    readers: dict[str, list[str]] = {}
+    for owner, keys in TASK_ONLY_KEYS.items():
+        for key in keys:
+            readers.setdefault(key, []).append(owner)
+    for key, owners in readers.items():
+        value = task_config[key]
+        if task_config.name in owners or value == getattr(defaults, key):
+            continue
+        hint = "to use your own data" if owners == ["file"] else f"for the {' or '.join(owners)} task"
+        raise ConfigError(
+            f"task.{key}={value!r} is not used by task.name={task_config.name!r} (only task={' or task='.join(owners)} "
+            f"reads it); add task={owners[0]} {hint}, or drop task.{key}."
+        )
+
+
+def _check_algorithm(config: Any, estimator_map: dict | None) -> None:
+    """The algorithm's own rules (``AlgorithmConfig``), then each estimator: registered, runnable
+    in the stepwise mode, and called once with the run's options on a synthetic group."""
+    rllm = config.rllm
+    try:
+        algorithm = AlgorithmConfig.from_config(config)
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"invalid rllm config: {exc}") from exc
+    names = {algorithm.estimator, *algorithm.estimator_map.values(), *(estimator_map or {}).values()}
+    for name in names:
+        is_token_level(name)  # UnknownEstimatorError for a name that is not registered
+        check_stepwise_estimator(name, algorithm.stepwise_advantage_mode)
+        check_estimator_call(name, algorithm, rllm.rollout.n)
+        if getattr(name, "value", name) == "gdpo" and rllm.algorithm.use_kl_in_reward:
+            raise ConfigError(
+                "estimator gdpo normalises each reward function's rewards (Trajectory.reward_components), and the KL "
+                "penalty of rllm.algorithm.use_kl_in_reward=true comes off the scalar reward: it would not reach gdpo's "
+                "advantages. Use rllm.algorithm.use_kl_loss=true for a KL term with gdpo."
+            )
+
+
+def check_estimator_call(name: object, algorithm: AlgorithmConfig, group_size: int) -> None:
+    """Run estimator ``name`` once with the run's options on a synthetic group of ``group_size``
+    binary rewards (one correct; as reward components too, one column per ``reward_weights``
+    entry or two; token-level estimators: responses of two tokens, zero values), so an option it
+    does not take, a missing or out-of-range option (``pass_at_k``'s ``k`` above
+    ``rllm.rollout.n``) stops the run at start-up instead of at the first step.
+
+    Raises:
+        ConfigError: naming the estimator, the option keys and the estimator's own message.
+    """
+    kwargs = algorithm.estimator_call_kwargs(name)
+    n = max(int(group_size), 1)
+    if is_token_level(name):
+        rewards = torch.zeros(n, 2)
+        rewards[0, 1] = 1.0
+        batch = TokenRewards(rewards, torch.ones(n, 2), values=torch.zeros(n, 2))
+    else:
+        rewards = torch.zeros(1, n, dtype=torch.float64)
+        rewards[0, 0] = 1.0
+        columns = kwargs.get("reward_weights")  # gdpo's: one column per reward function, else two
+        columns = len(columns) if isinstance(columns, (list, tuple)) else 2
+        components = rewards[..., None].expand(1, n, columns)
+        batch = GroupedRewards.from_padded(rewards, weights=torch.ones(1, n), reward_components=components)
+    label = getattr(name, "value", name)
+    try:
+        compute_advantages(batch, name, **kwargs)
+    except (ConfigError, InvalidRewardsError, InvalidRewardTypeError) as exc:
+        raise ConfigError(
+            f"estimator {label!r} with its options (rllm.algorithm.estimator_options.{label}, and the run-wide "
+            f"gamma/lam/epsilon/std_correction) fails on a group of rllm.rollout.n={n} rewards: {exc}"
+        ) from exc
+
+
+def _check_loss_kl_and_critic(config: Any) -> None:
+    algorithm, backend = config.rllm.algorithm, config.backend
+    loss_fn = algorithm.loss_fn or "ppo"
+    if backend.clip_ratio_c is not None and loss_fn != "ppo":
+        raise ConfigError(
+            f"backend.clip_ratio_c={backend.clip_ratio_c} is dual-clip PPO's cap, and rllm.algorithm.loss_fn={loss_fn!r} "
+            "has no such clip: drop backend.clip_ratio_c, or use rllm.algorithm.loss_fn=ppo."
+        )
+    if config.model.ref_path is not None and not (algorithm.use_kl_loss or algorithm.use_kl_in_reward):
+        raise ConfigError(
+            f"model.ref_path={config.model.ref_path!r} is set but no KL term uses a reference policy; set "
+            "rllm.algorithm.use_kl_loss=true or use_kl_in_reward=true, or leave model.ref_path unset."
+        )
+    estimators = {algorithm.adv_estimator, *dict(algorithm.estimator_map).values()}
+    uses_values = "gae" in estimators
+    if uses_values and not backend.critic.enable:
+        raise ConfigError(
+            "rllm.algorithm.adv_estimator=gae needs the critic's values: set backend.critic.enable=true "
+            "(a value model of the policy's architecture, trained with backend.critic.lr)."
+        )
+    if backend.critic.enable and not uses_values:
+        raise ConfigError(
+            f"backend.critic.enable=true but no estimator uses a critic (estimators: {sorted(estimators)}); "
+            "use rllm.algorithm.adv_estimator=gae, or set backend.critic.enable=false."
+        )
+
+
+def _check_sampler_and_correction(config: Any) -> None:
+    """The sampler (``backend.rollout``) and ``rllm.algorithm.rollout_correction``."""
+    correction, key = config.rllm.algorithm.rollout_correction, "rllm.algorithm.rollout_correction"
+    if correction.tis_mode is not None and correction.bypass_mode:
+        raise ConfigError(
+            f"{key}.tis_mode={correction.tis_mode!r} with bypass_mode=true: the old policy is then the sampler, so every "
+            "weight is exactly 1; set bypass_mode=false (recompute the old log-probs) or tis_mode=null."
+        )
+    if config.backend.rollout.engine == "vllm" and config.model.lora.r > 0:
+        raise ConfigError(
+            "backend.rollout.engine=vllm with model.lora.r > 0 is not supported yet (the engine is synced with the "
+            "model's own weights, not merged adapters); use backend.rollout.engine=hf, or model.lora.r=0."
+        )
+    if correction.tis_mode is not None and (config.rllm.algorithm.loss_fn or "ppo") == "dro":
+        raise ConfigError(
+            f"{key}.tis_mode with rllm.algorithm.loss_fn=dro: the weights scale the advantage term, and DRO's quadratic "
+            "term is not linear in it; use another loss_fn, or tis_mode=null."
+        )
+
+
+def _check_filters(config: Any) -> None:
+    rllm = config.rllm
+    if rllm.rejection_sample.multiplier != 1 and not rllm.rejection_sample.enable:
+        raise ConfigError(
+            f"rllm.rejection_sample.multiplier={rllm.rejection_sample.multiplier} needs rllm.rejection_sample.enable=true."
+        )
+    if rllm.algorithm.filter_groups.enable and rllm.rejection_sample.enable:
+        raise ConfigError(
+            "rllm.algorithm.filter_groups.enable=true and rllm.rejection_sample.enable=true both accumulate groups; "
+            "enable one (dynamic sampling fills each step with prompts that have signal)."
+        )
+
+
+def check_world_size(config: Any, world_size: int) -> None:
+    """Settings a run of ``world_size`` processes cannot honour (checked before the process group
+    is set up, so every rank raises the same error and none waits for the others).
+
+    Raises:
+        DistributedSetupError: more ranks than prompts per step, a ``data.train_batch_size`` not
+            divisible by the world size, episode-mode rejection sampling (it accumulates per
+            rank, so the ranks would disagree on when a batch is released) or dynamic sampling
+            (each rank would draw its own number of batches) on several processes.
+        ConfigError: ``backend.parallelism=fsdp`` on one process, or with LoRA or a critic.
+    """
+    batch = config.data.train_batch_size
+    if world_size > batch:
+        raise DistributedSetupError(
+            f"{world_size} processes for data.train_batch_size={batch} prompts per step: each rank needs at least one; "
+            f"launch at most {batch} processes or raise data.train_batch_size."
+        )
+    if batch % world_size:
+        raise DistributedSetupError(
+            f"data.train_batch_size={batch} is not divisible by the world size {world_size}: every rank takes an equal "
+            f"share of each step's prompts; use a multiple of {world_size} (e.g. {batch - batch % world_size or world_size})."
+        )
+    if world_size > 1 and config.rllm.algorithm.filter_groups.enable:
+        raise DistributedSetupError(
+            "rllm.algorithm.filter_groups.enable=true (dynamic sampling) is not supported on more than one process: each "
+            "rank would draw its own number of extra batches. Run it on one process, or disable it."
+        )
+    if world_size > 1 and config.rllm.rejection_sample.enable:
+        raise DistributedSetupError(
+            "rllm.rejection_sample.enable=true is not supported on more than one process: it accumulates groups per rank, "
+            "so the ranks would release batches at different steps. Run it on one process, or disable it."
+        )
+    if config.backend.parallelism != "fsdp":
+        return
+    if world_size == 1:
+        raise ConfigError(
+            "backend.parallelism=fsdp shards the policy over the processes of a torchrun launch, and this run is one "
+            "process: launch it with torchrun --nproc_per_node=N, or leave backend.parallelism=ddp."
+        )
+    if config.model.lora.r > 0:
+        raise ConfigError(
+            "model.lora.r > 0 with backend.parallelism=fsdp is not supported: the adapters are small, use "
+            "backend.parallelism=ddp (or model.lora.r=0 to shard the whole model)."
+        )
+    if config.backend.critic.enable:
+        raise ConfigError(
+            "backend.critic.enable=true with backend.parallelism=fsdp is not supported yet; use backend.parallelism=ddp."
+        )
