@@ -30,7 +30,8 @@ from rllm_torch import (
     collect_reward_and_advantage_from_trajectory_groups,
     compute_advantages,
 )
-from rllm_torch.rllm.collect import pack_role_rewards
+from rllm_torch.core.packing import GroupedRewards
+from rllm_torch.rllm.collect import role_batch
 from rllm_torch.rllm.metrics import difficulty_metrics, summary_metrics
 
 NUM_TRAJECTORIES, GROUP_SIZE = 65_536, 8
@@ -118,17 +119,20 @@ def best_of(fn, groups, repeats: int) -> float:
 
 def phases(groups: list[TrajectoryGroup], config: AlgorithmConfig, repeats: int) -> dict[str, float]:
     """Our collector's phases, timed one by one (best of ``repeats``)."""
-    batch, trajs = pack_role_rewards(groups)
+    described, steps = role_batch(groups, [False] * len(groups), "broadcast")
+    sizes = described.group_sizes
+    batch = GroupedRewards.from_padded(described.scores.view(len(sizes), sizes[0]), validate=False)
     adv_N, _ = compute_advantages(batch, "grpo", **config.estimator_kwargs)
-    adv_list = adv_N.tolist()
+    adv_list = adv_N[described.step_trajectory].tolist()
 
     def write():
-        for traj, adv in zip(trajs, adv_list, strict=True):
-            for step in traj.steps:
-                step.advantage = adv
+        for step, adv in zip(steps, adv_list, strict=True):
+            step.advantage = adv
 
     timed = {
-        "pack rewards (Python attribute reads + one tensor)": lambda: pack_role_rewards(groups),
+        "describe the groups as tensors (Python attribute reads + a few tensors)": lambda: role_batch(
+            groups, [False] * len(groups), "broadcast"
+        ),
         "estimator call (tensor GRPO)": lambda: compute_advantages(batch, "grpo", **config.estimator_kwargs),
         "advantages to Python (one tolist)": lambda: adv_N.tolist(),
         "metrics (summary + difficulty)": lambda: (

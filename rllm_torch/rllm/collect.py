@@ -1,5 +1,7 @@
-"""rLLM's ``collect_reward_and_advantage_from_trajectory_groups``, tensorized: per role, every
-group is packed once and the role's estimator runs once on the packed rewards.
+"""rLLM's ``collect_reward_and_advantage_from_trajectory_groups``, tensorized: the groups are
+described once as tensors (:func:`role_batch`), the per-role rule
+(:func:`~rllm_torch.rllm.role_plan.compute_role_advantages`, the trainer's too) packs each role's
+groups once and runs its estimator once, and each step gets its advantage back.
 
 Two modes per group, as rLLM decides them:
 
@@ -31,24 +33,18 @@ from collections import defaultdict
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from rllm_torch.core.checks import all_rewards_are_numbers, check_reward
-from rllm_torch.core.distributed import ONE_PROCESS, agree_across_ranks, gather_objects, resolve_process_group
-from rllm_torch.core.errors import (
-    InvalidRewardsError,
-    InvalidRewardTypeError,
-    RLLMTorchError,
-)
-from rllm_torch.core.packing import GroupedRewards
-from rllm_torch.core.turns import GroupedTurns
+from rllm_torch.core.distributed import ONE_PROCESS, resolve_process_group
+from rllm_torch.core.errors import InvalidRewardsError, InvalidRewardTypeError, RLLMTorchError
 from rllm_torch.rllm.config import TURN_MODES, AlgorithmConfig
-from rllm_torch.rllm.metrics import difficulty_metrics, summary_metrics
-from rllm_torch.rllm.roles import outcome_estimator, reward_components_tensor, role_advantages
-from rllm_torch.rllm.stepwise import ObservationIds, check_stepwise_estimator, role_turn_advantages, turn_rewards
+from rllm_torch.rllm.metrics import summary_metrics
+from rllm_torch.rllm.role_plan import RoleBatch, compute_role_advantages
+from rllm_torch.rllm.roles import reward_components_tensor
+from rllm_torch.rllm.stepwise import ObservationIds, turn_rewards
 from rllm_torch.rllm.types import Step, Trajectory, TrajectoryGroup
 
-__all__ = ["collect_reward_and_advantage_from_trajectory_groups", "pack_role_rewards", "pack_role_turns"]
+__all__ = ["collect_reward_and_advantage_from_trajectory_groups", "role_batch"]
 
 
 def _where(group: TrajectoryGroup, traj: Trajectory, step_index: int | None = None) -> str:
@@ -63,92 +59,6 @@ def _locate_bad_reward(groups: list[TrajectoryGroup]) -> None:
         for traj in group.trajectories:
             if traj.is_trained():
                 check_reward(traj.reward, _where(group, traj))
-
-
-def pack_role_rewards(
-    groups: list[TrajectoryGroup], *, process_group: dist.ProcessGroup | None = None
-) -> tuple[GroupedRewards, list[Trajectory]]:
-    """Pack the trajectory rewards of some groups as float64 tensors, in one go (with a
-    ``process_group``: this rank's share of a rank-local batch, unchecked across ranks). Only
-    trained trajectories (:meth:`Trajectory.is_trained`) are packed: an untrained one takes no
-    part in its group's statistics (a group left with one member follows the singleton rule; one
-    left with none is empty).
-
-    Returns:
-        ``(batch, trajectories)``: the :class:`~rllm_torch.GroupedRewards` (dense ``[G, K]`` view
-        when every group has ``K`` members, else ragged) and the trained trajectories in its flat
-        order.
-
-    Raises:
-        InvalidRewardsError: a reward is None; ``reward_components`` on some trajectories and
-        not others, or of different lengths. InvalidRewardTypeError: a reward is not a real
-        number or bool (a list, array or tensor, even of one element; a string). All name the
-        task id and the trajectory.
-    """
-    members = [[t for t in g.trajectories if t.is_trained()] for g in groups]
-    pairs = [(g, t) for g, group_members in zip(groups, members, strict=True) for t in group_members]
-    trajs = [t for _, t in pairs]
-    values = [t.reward for t in trajs]
-    if not all_rewards_are_numbers(values):  # a list, array, string, None...: never read as a number
-        _locate_bad_reward(groups)
-    rewards_N = torch.from_numpy(np.array(values, dtype=np.float64)).reshape(len(values))
-    lengths_N = torch.tensor([t.trained_tokens() for t in trajs], dtype=torch.float64).reshape(len(trajs))
-    components_NR = reward_components_tensor(pairs)
-    sizes = [len(group_members) for group_members in members]
-    common = (
-        dict(validate=False)
-        if process_group is None
-        else dict(validate=False, process_group=process_group, local_groups=True)
-    )
-    if sizes and sizes[0] > 0 and sizes.count(sizes[0]) == len(sizes):
-        shape = (len(sizes), sizes[0])
-        extra = {} if components_NR is None else {"reward_components": components_NR.view(*shape, -1)}
-        return GroupedRewards.from_padded(
-            rewards_N.view(shape), weights=lengths_N.view(shape), **extra, **common
-        ), trajs
-    group_index_N = torch.repeat_interleave(
-        torch.arange(len(sizes)), torch.tensor(sizes, dtype=torch.int64), output_size=len(trajs)
-    )
-    batch = GroupedRewards.from_flat(
-        rewards_N, group_index_N, num_groups=len(sizes), weights=lengths_N, reward_components=components_NR, **common
-    )
-    return batch, trajs
-
-
-def pack_role_turns(groups: list[TrajectoryGroup], mode: str) -> tuple[GroupedTurns, list[Trajectory]]:
-    """Pack the turns of some groups' trained trajectories (one turn per step, float64 turn
-    rewards of :func:`~rllm_torch.rllm.stepwise.turn_rewards`, each step's trained tokens as its
-    weight, and for ``gigpo`` its observation id), on this process.
-
-    Returns:
-        ``(turns, trajectories)``: the turns, and the trained trajectories in their order.
-
-    Raises:
-        InvalidRewardsError / InvalidRewardTypeError / InvalidTrajectoryError: see ``turn_rewards``
-        and :class:`~rllm_torch.rllm.stepwise.ObservationIds`; the message names the task and step.
-    """
-    observation_ids = ObservationIds() if mode == "gigpo" else None
-    rewards, traj_index, group_index, weights, observations, trajs = [], [], [], [], [], []
-    for g, group in enumerate(groups):
-        for traj in (t for t in group.trajectories if t.is_trained()):
-            rewards += turn_rewards(traj, _where(group, traj), mode)
-            traj_index += [len(trajs)] * len(traj.steps)
-            weights += [float(step.response_mask_tensor().sum()) for step in traj.steps]
-            if observation_ids is not None:
-                observations += [
-                    observation_ids(s.observation, _where(group, traj, i)) for i, s in enumerate(traj.steps)
-                ]
-            trajs.append(traj)
-            group_index.append(g)
-    turns = GroupedTurns.from_flat(
-        torch.tensor(rewards, dtype=torch.float64),
-        torch.tensor(traj_index, dtype=torch.int64),
-        torch.tensor(group_index, dtype=torch.int64),
-        num_groups=len(groups),
-        observation_index=None if observation_ids is None else torch.tensor(observations, dtype=torch.int64),
-        weights=torch.tensor(weights, dtype=torch.float64),
-    )
-    return turns, trajs
 
 
 def _precomputed_values(group: TrajectoryGroup, missing: list[str]) -> list[tuple[Step, list]]:
@@ -196,9 +106,10 @@ def collect_reward_and_advantage_from_trajectory_groups(
 ) -> dict[str, float]:
     """Compute every step's advantage in place and return reward/advantage metrics.
 
-    See the module docstring for the two modes. RL groups of one role are packed into one
-    :class:`~rllm_torch.GroupedRewards` (float64) and the role's estimator is called once
-    (:func:`~rllm_torch.compute_advantages` with ``algorithm_config.estimator_call_kwargs``).
+    See the module docstring for the two modes. The per-role rule is
+    :func:`~rllm_torch.rllm.role_plan.compute_role_advantages` (the trainer's token batch runs
+    the same one); this function describes the groups to it as tensors (:func:`role_batch`)
+    and writes what it returns on the steps.
 
     Args:
         groups: trajectory groups; ``group_role`` picks the estimator.
@@ -225,97 +136,124 @@ def collect_reward_and_advantage_from_trajectory_groups(
             without a reward (or, for ``gigpo``, without an observation).
         TypeError: a precomputed step advantage of an unsupported type.
         UnknownEstimatorError: a role's estimator (from ``estimator_map`` or the default) is not registered.
+        ConfigError: a token-level estimator (the collector gives one advantage per trajectory).
         Messages name the task id, the trajectory name and the step index.
 
     Source: rLLM ``rllm/experimental/common/advantage.py``.
     """
     group = resolve_process_group(process_group)
-    mode = algorithm_config.stepwise_advantage_mode
-    rl_groups, pre_groups = defaultdict(list), defaultdict(list)
-    use_pre = algorithm_config.use_precomputed_advantage
-    for g in groups:
-        has_pre = use_pre and any(s.advantage is not None for t in g.trajectories for s in t.steps)
-        (pre_groups if has_pre else rl_groups)[g.group_role].append(g)
-
+    mode = algorithm_config.stepwise_advantage_mode if collect_advantage else "broadcast"
+    pre = [
+        algorithm_config.use_precomputed_advantage
+        and any(s.advantage is not None for t in g.trajectories for s in t.steps)
+        for g in groups
+    ]
     # every check that reads this rank's data runs before the first collective
-    error, estimators, packed, token_writes, pre_tokens, turns = None, {}, {}, [], {}, {}
+    error, batch, steps, token_writes, pre_tokens = None, None, [], [], {}
     try:
         if collect_advantage:
-            roles = {*algorithm_config.estimator_map, *rl_groups}
-            estimators = {role: outcome_estimator(role, algorithm_config) for role in roles}
-            for estimator in estimators.values():
-                check_stepwise_estimator(estimator, mode)
+            pre_groups = defaultdict(list)
+            for g, p in zip(groups, pre, strict=True):
+                if p:
+                    pre_groups[g.group_role].append(g)
             token_writes, pre_tokens = _precomputed_writes(pre_groups)
-        packed = {role: pack_role_rewards(role_groups, process_group=group) for role, role_groups in rl_groups.items()}
-        if collect_advantage and mode in TURN_MODES:
-            turns = {role: pack_role_turns(role_groups, mode) for role, role_groups in rl_groups.items()}
+        batch, steps = role_batch(groups, pre, mode)
     except (RLLMTorchError, ValueError, TypeError) as exc:
         if group is None:
             raise
         error = exc
-    rl_roles, pre_roles = sorted(rl_groups), sorted(pre_tokens)
-    if group is not None:  # the roles of every rank, and every rank's error on every rank
-        everyone = agree_across_ranks(group, error, {"rl": rl_roles, "pre": pre_roles}, must_match=())
-        rl_roles = sorted({role for facts in everyone for role in facts["rl"]})
-        pre_roles = sorted({role for facts in everyone for role in facts["pre"]})
-        for role in set(rl_roles) - set(packed):
-            packed[role] = pack_role_rewards([], process_group=group)
-            if collect_advantage and mode in TURN_MODES:
-                turns[role] = pack_role_turns([], mode)
-            if collect_advantage:
-                estimators[role] = outcome_estimator(role, algorithm_config)
-
-    metrics: dict[str, float] = {}
-    advantages_by_role: dict[str, torch.Tensor] = {}
-    writes: list[tuple[list[Trajectory], list[float]]] = []
-    step_writes: list[tuple[list[Trajectory], list[Trajectory], list[float]]] = []  # turn modes
-    for role in rl_roles:
-        batch, trajs = packed[role]
-        if not collect_advantage:  # validation: the rewards only
-            if group is not None or batch.num_trajectories:
-                metrics |= summary_metrics(batch.rewards, f"reward/{role}", process_group=group)
-            continue
-        untrained = [t for g in rl_groups.get(role, []) for t in g.trajectories if not t.is_trained()]
-        if mode in TURN_MODES:
-            adv_M, role_metrics = role_turn_advantages(
-                turns[role][0].rank_local(group), role, estimators[role], algorithm_config, process_group=group
-            )
-            if count := sum(gather_objects(len(untrained), group)):
-                role_metrics[f"advantage/{role}/num_untrained"] = float(count)
-            metrics |= role_metrics | difficulty_metrics(batch, f"difficulty/{role}")
-            advantages_by_role[role] = adv_M.double()
-            step_writes.append((untrained, turns[role][1], adv_M.tolist()))
-            continue
-        adv_N, role_metrics = role_advantages(
-            batch,
-            role,
-            estimators[role],
-            algorithm_config,
-            num_untrained=len(untrained),
-            process_group=group,
-            difficulty=True,
-        )
-        metrics |= role_metrics
-        advantages_by_role[role] = adv_N.double()
-        writes += [(untrained, [0.0] * len(untrained)), (trajs, adv_N.tolist())]
-    for role in pre_roles if collect_advantage else []:  # over its tokens, and its RL trajectories if it has both
-        parts = [a for a in (advantages_by_role.get(role), pre_tokens.get(role)) if a is not None]
+    if batch is None:  # this rank failed: an empty batch, so that it meets the others' collectives
+        batch, steps = role_batch([], [], mode)
+    result = compute_role_advantages(
+        batch,
+        algorithm_config,
+        process_group=group,
+        difficulty=True,
+        outcome_only=True,
+        rewards_only=not collect_advantage,
+        input_error=error,
+    )
+    metrics = result.metrics
+    if not collect_advantage:
+        return metrics
+    for role in result.precomputed_roles:  # over its tokens, and its RL trajectories if it has both
+        parts = [a for a in (result.by_role.get(role), pre_tokens.get(role)) if a is not None]
         adv_all = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
         if group is not None or adv_all.numel():
             metrics |= summary_metrics(adv_all, f"advantage/{role}", fraction_zero=True, process_group=group)
-    per_step = algorithm_config.normalize_by_steps  # rLLM's: each step's share of its trajectory's advantage
-    for trajs, adv_list in writes:
-        for traj, adv in zip(trajs, adv_list, strict=True):
-            for step in traj.steps:
-                step.advantage = adv / len(traj.steps) if per_step else adv
-    for untrained, trajs, adv_list in step_writes:  # turn modes: one advantage per step
-        for step in (step for traj in untrained for step in traj.steps):
-            step.advantage = 0.0
-        for step, adv in zip((step for traj in trajs for step in traj.steps), adv_list, strict=True):
-            step.advantage = adv
+    for step, adv in zip(steps, result.steps.tolist(), strict=True):
+        step.advantage = adv
     for step, value in token_writes:
         step.advantage = value
     return metrics
+
+
+def role_batch(groups: list[TrajectoryGroup], precomputed: list[bool], mode: str) -> tuple[RoleBatch, list[Step]]:
+    """The groups as the per-role rule reads them (:class:`~rllm_torch.rllm.role_plan.RoleBatch`,
+    float64 scores) and the steps whose advantage it gives, in its step order: every step of
+    every trajectory of the RL groups (``precomputed[g]``: the group keeps its own). In a turn
+    ``mode``, each trained trajectory's turn rewards (:func:`~rllm_torch.rllm.stepwise.turn_rewards`),
+    each step's trained tokens and, for ``gigpo``, its observation id.
+
+    Raises:
+        InvalidRewardsError / InvalidRewardTypeError / InvalidTrajectoryError: a trained
+            trajectory's reward is not a real number, ``reward_components`` differ between
+            trajectories, or a turn mode's step rewards or observations are missing; the message
+            names the task, the trajectory and the step.
+    """
+    turn_mode = mode in TURN_MODES
+    observation_ids = ObservationIds() if mode == "gigpo" else None
+    pairs, tokens, steps, step_counts, step_rewards, step_weights, observations = [], [], [], [], [], [], []
+    members, sizes = [], []  # per group
+    for g, group in enumerate(groups):
+        trajectories = group.trajectories if not precomputed[g] else []
+        size = 0
+        for traj in trajectories:
+            trained_tokens = traj.trained_tokens()  # > 0: Trajectory.is_trained()
+            size += trained_tokens > 0
+            pairs.append((group, traj))
+            tokens.append(trained_tokens)
+            steps.extend(traj.steps)
+            step_counts.append(len(traj.steps))
+            if turn_mode:
+                step_rewards += (
+                    turn_rewards(traj, _where(group, traj), mode) if trained_tokens else [0.0] * len(traj.steps)
+                )
+                step_weights += [float(step.response_mask_tensor().sum()) for step in traj.steps]
+            if observation_ids is not None:
+                observations += [
+                    observation_ids(s.observation, _where(group, traj, i)) if trained_tokens else 0
+                    for i, s in enumerate(traj.steps)
+                ]
+        members.append(len(trajectories))
+        sizes.append(size)
+    trained = [n > 0 for n in tokens]
+    group_index = torch.repeat_interleave(torch.arange(len(groups)), torch.tensor(members, dtype=torch.int64))
+    step_trajectory = torch.repeat_interleave(torch.arange(len(pairs)), torch.tensor(step_counts, dtype=torch.int64))
+    values = [t.reward if is_trained else 0.0 for (_, t), is_trained in zip(pairs, trained, strict=True)]
+    if not all_rewards_are_numbers(values):  # a list, array, string, None...: never read as a number
+        _locate_bad_reward(groups)
+    trained_pairs = [pair for pair, is_trained in zip(pairs, trained, strict=True) if is_trained]
+    components = reward_components_tensor(trained_pairs)
+    if components is not None:  # untrained trajectories' rows are not read
+        full = components.new_zeros(len(pairs), components.shape[1])
+        full[torch.tensor(trained, dtype=torch.bool)] = components
+        components = full
+    batch = RoleBatch(
+        scores=torch.from_numpy(np.array(values, dtype=np.float64)).reshape(len(values)),
+        group_index=group_index.reshape(len(pairs)),
+        group_roles=[g.group_role for g in groups],
+        step_trajectory=step_trajectory.reshape(len(steps)),
+        trained=torch.tensor(trained, dtype=torch.bool),
+        weights=torch.tensor(tokens, dtype=torch.float64).reshape(len(pairs)),
+        reward_components=components,
+        group_precomputed=list(precomputed),
+        group_sizes=sizes,
+        step_rewards=torch.tensor(step_rewards, dtype=torch.float64) if turn_mode else None,
+        step_weights=torch.tensor(step_weights, dtype=torch.float64) if turn_mode else None,
+        step_observation=torch.tensor(observations, dtype=torch.int64) if observation_ids is not None else None,
+    )
+    return batch, steps
 
 
 def _precomputed_writes(

@@ -1,14 +1,8 @@
-"""One role's advantages: the per-role step of rLLM's advantage collection, written once for its
-two callers, the collector (:func:`~rllm_torch.rllm.collect.collect_reward_and_advantage_from_trajectory_groups`,
-on trajectory objects) and the trainer's token batch
-(:func:`~rllm_torch.trainer.pipeline.token_advantages.compute_token_advantages`, on tensors).
-
-Each caller packs a role's *trained* trajectories (those with a trained token,
-:meth:`~rllm_torch.rllm.types.Trajectory.is_trained`) into one
-:class:`~rllm_torch.core.packing.GroupedRewards`; :func:`role_advantages` runs the role's
-estimator once on it and returns the role's metrics. An untrained trajectory takes no part in
-the statistics, gets advantage 0 (the caller writes it) and is counted in
-``advantage/{role}/num_untrained``.
+"""One role's pieces of the per-role rule (:mod:`~rllm_torch.rllm.role_plan`): which estimator a
+role runs (:func:`role_estimator`, :func:`outcome_estimator`), the estimator once on a role's
+packed *trained* trajectories with its metrics (:func:`role_advantages`; an untrained trajectory
+takes no part, gets advantage 0 and is counted in ``advantage/{role}/num_untrained``), and the
+trajectories' reward components as one tensor (:func:`reward_components_tensor`).
 """
 
 from __future__ import annotations

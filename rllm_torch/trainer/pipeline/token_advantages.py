@@ -1,28 +1,25 @@
-"""The default advantage step of a training backend, on the trainer's :class:`TokenBatch`:
-each role's estimator once on its packed trajectories
-(:func:`~rllm_torch.rllm.roles.role_advantages`, the same per-role step the collector runs),
-broadcast to the rows' response tokens; token-level estimators on the role's ``[R, T]`` rows;
-precomputed groups kept as the workflow wrote them.
+"""The default advantage step of a training backend, on the trainer's :class:`TokenBatch`: the
+per-role rule (:func:`~rllm_torch.rllm.role_plan.compute_role_advantages`, the collector's too)
+on the batch described as tensors (:func:`role_batch`), its per-step advantages broadcast to the
+rows' response tokens; token-level estimators on their role's ``[R, T]`` rows; precomputed
+groups kept as the workflow wrote them.
 """
 
 from __future__ import annotations
 
 import torch
 
-from rllm_torch.core.distributed import ONE_PROCESS, agree_across_ranks, gather_objects, resolve_process_group
+from rllm_torch.core.distributed import ONE_PROCESS, resolve_process_group
 from rllm_torch.core.errors import ConfigError
-from rllm_torch.core.packing import GroupedRewards
 from rllm_torch.core.tokens import TokenRewards, broadcast_to_tokens
-from rllm_torch.core.turns import GroupedTurns
 from rllm_torch.rllm.config import TURN_MODES, AlgorithmConfig
 from rllm_torch.rllm.dispatch import compute_advantages
 from rllm_torch.rllm.metrics import summary_metrics
-from rllm_torch.rllm.registry import is_token_level
-from rllm_torch.rllm.roles import role_advantages, role_estimator
-from rllm_torch.rllm.stepwise import role_turn_advantages
+from rllm_torch.rllm.role_plan import RoleBatch, compute_role_advantages
+from rllm_torch.rllm.roles import role_estimator
 from rllm_torch.trainer.pipeline.token_batch import TokenBatch
 
-__all__ = ["compute_token_advantages", "token_level_rewards", "outcome_scores", "trained_token_counts"]
+__all__ = ["compute_token_advantages", "role_batch", "token_level_rewards", "outcome_scores", "trained_token_counts"]
 
 
 def _keep_precomputed(batch: TokenBatch, pre_G: list[bool], pre_roles: list[str], group) -> dict[str, float]:
@@ -142,59 +139,6 @@ def _token_level_role(
     return metrics
 
 
-def _role_remap(batch: TokenBatch, role: str, pre_G: list[bool]) -> tuple[torch.Tensor, int]:
-    """``([G] int64, count)``: each group's index among the ``count`` RL groups of ``role``, -1
-    for the others (built from the host lists: no sync)."""
-    role_groups = [g for g, (r, p) in enumerate(zip(batch.group_roles, pre_G, strict=True)) if r == role and not p]
-    remap_G = torch.full((batch.num_groups,), -1, dtype=torch.int64, device=batch.rewards.device)
-    remap_G[role_groups] = torch.arange(len(role_groups), device=remap_G.device)
-    return remap_G, len(role_groups)
-
-
-def _turn_role(
-    batch: TokenBatch,
-    role: str,
-    estimator: object,
-    algorithm_config: AlgorithmConfig,
-    pre_G: list[bool],
-    trained_N: torch.Tensor,
-    group: object,
-) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
-    """A turn mode's advantages of one role: ``(rows, adv_rows, metrics)``, the rows of the
-    role's trained RL trajectories (each a turn, in order) and each one's advantage. A row's turn
-    reward is its step's minus its summed ``reward_penalty``; its weight its trained tokens."""
-    gigpo = algorithm_config.stepwise_advantage_mode == "gigpo"
-    if batch.turn_rewards is None or (gigpo and batch.observation_index is None):
-        raise ConfigError(
-            f"rllm.stepwise_advantage.mode={algorithm_config.stepwise_advantage_mode!r} needs each step's reward "
-            "(and gigpo its observation): build the batch with build_token_batch(..., stepwise_mode=<the mode>), "
-            "which fills TokenBatch.turn_rewards and observation_index."
-        )
-    remap_G, num_groups = _role_remap(batch, role, pre_G)
-    keep_N = (remap_G[batch.group_index] >= 0) & trained_N
-    untrained = int(((remap_G[batch.group_index] >= 0) & ~trained_N).sum())
-    dense_N = torch.cumsum(keep_N.long(), 0) - 1  # the kept trajectories, renumbered 0..n-1
-    row_traj_R = _row_trajectories(batch)
-    rows = torch.nonzero(keep_N[row_traj_R]).squeeze(1)
-    rewards_M = batch.turn_rewards[rows]
-    if batch.reward_penalty is not None:
-        rewards_M = rewards_M - (batch.reward_penalty[rows] * batch.response_mask[rows]).sum(-1).to(rewards_M.dtype)
-    turns = GroupedTurns.from_flat(
-        rewards_M,
-        dense_N[row_traj_R[rows]],
-        remap_G[batch.group_index[keep_N]],
-        num_groups=num_groups,
-        observation_index=None if batch.observation_index is None else batch.observation_index[rows],
-        weights=batch.response_mask[rows].sum(-1).to(torch.float64),
-        process_group=ONE_PROCESS if group is None else group,
-        local_groups=group is not None,
-    )
-    adv_M, metrics = role_turn_advantages(turns, role, estimator, algorithm_config, process_group=group)
-    if count := sum(gather_objects(untrained, group)):
-        metrics[f"advantage/{role}/num_untrained"] = float(count)
-    return rows, adv_M, metrics
-
-
 def compute_token_advantages(
     batch: TokenBatch, algorithm_config: AlgorithmConfig, *, process_group: object = ONE_PROCESS
 ) -> dict[str, float]:
@@ -241,73 +185,49 @@ def compute_token_advantages(
         UnknownEstimatorError: a role's estimator is not registered.
     """
     group = resolve_process_group(process_group)
-    pre_G = batch.group_precomputed or [False] * batch.num_groups
-    roles = sorted({r for r, p in zip(batch.group_roles, pre_G, strict=True) if not p})
-    pre_roles = sorted({r for r, p in zip(batch.group_roles, pre_G, strict=True) if p})
-    if group is not None:
-        everyone = agree_across_ranks(group, None, {"rl": roles, "pre": pre_roles}, must_match=())
-        roles = sorted({r for facts in everyone for r in facts["rl"]})
-        pre_roles = sorted({r for facts in everyone for r in facts["pre"]})
-    ranks = {} if group is None else {"process_group": group, "local_groups": True}
-    trained_N = _trained_trajectories(batch)
-    all_trained = bool(trained_N.all())  # one host sync
-    scores_N, lengths_N = outcome_scores(batch), trained_token_counts(batch)
-    adv_N = torch.zeros_like(batch.rewards)
-    metrics: dict[str, float] = {}
-    estimators = {role: role_estimator(role, algorithm_config) for role in roles}
-    token_roles = [role for role in roles if is_token_level(estimators[role])]
-    if algorithm_config.stepwise_advantage_mode in TURN_MODES:
-        row_adv_R = torch.zeros(batch.input_ids.shape[0], dtype=torch.float64, device=batch.rewards.device)
-        for role in roles:
-            rows, adv_M, role_metrics = _turn_role(
-                batch, role, estimators[role], algorithm_config, pre_G, trained_N, group
-            )
-            row_adv_R = row_adv_R.index_copy(0, rows, adv_M.to(row_adv_R.dtype))
-            metrics |= role_metrics
-        batch.advantages = broadcast_to_tokens(row_adv_R, batch.response_mask)
-        if pre_roles:
-            metrics |= _keep_precomputed(batch, pre_G, pre_roles, group)
-        return metrics
-    for role in roles:
-        if role in token_roles:
-            continue
-        components_N = batch.reward_components
-        if len(roles) == 1 and not any(pre_G) and all_trained:
-            rows_N, rewards_N, weights_N = None, scores_N, lengths_N
-            group_index_N, num_groups, untrained = batch.group_index, batch.num_groups, 0
-        else:
-            remap_G, num_groups = _role_remap(batch, role, pre_G)
-            in_role_N = remap_G[batch.group_index] >= 0
-            untrained = int((in_role_N & ~trained_N).sum())
-            rows_N = torch.nonzero(in_role_N & trained_N).squeeze(1)  # untrained: out of the statistics, advantage 0
-            rewards_N, weights_N = scores_N[rows_N], lengths_N[rows_N]
-            group_index_N = remap_G[batch.group_index[rows_N]]
-            components_N = None if components_N is None else components_N[rows_N]
-        packed = GroupedRewards.from_flat(
-            rewards_N,
-            group_index_N,
-            num_groups=num_groups,
-            weights=weights_N,
-            reward_components=components_N,
-            validate=False,
-            **ranks,
+    mode = algorithm_config.stepwise_advantage_mode
+    if mode in TURN_MODES and (batch.turn_rewards is None or (mode == "gigpo" and batch.observation_index is None)):
+        raise ConfigError(
+            f"rllm.stepwise_advantage.mode={mode!r} needs each step's reward (and gigpo its observation): build the "
+            "batch with build_token_batch(..., stepwise_mode=<the mode>), which fills TokenBatch.turn_rewards and "
+            "observation_index."
         )
-        role_adv_N, role_metrics = role_advantages(
-            packed, role, estimators[role], algorithm_config, num_untrained=untrained, process_group=group
-        )
-        metrics |= role_metrics
-        role_adv_N = role_adv_N.to(adv_N.dtype)
-        adv_N = role_adv_N if rows_N is None else adv_N.index_copy(0, rows_N, role_adv_N)
-    row_adv_R = adv_N if batch.row_index is None else adv_N[batch.row_index]
-    if algorithm_config.normalize_by_steps:  # rLLM's: each step's share of its trajectory's advantage
-        row_traj_R = _row_trajectories(batch)
-        row_adv_R = row_adv_R / torch.bincount(row_traj_R, minlength=adv_N.shape[0]).to(row_adv_R.dtype)[row_traj_R]
-    batch.advantages = broadcast_to_tokens(row_adv_R, batch.response_mask)  # float32 tokens; float64 statistics above
-    for role in token_roles:
-        estimator = estimators[role]
-        in_role = [r == role and not p for r, p in zip(batch.group_roles, pre_G, strict=True)]
-        kwargs = algorithm_config.estimator_call_kwargs(estimator)
-        metrics |= _token_level_role(batch, estimator, in_role, scores_N, kwargs, group, role)
-    if pre_roles:
-        metrics |= _keep_precomputed(batch, pre_G, pre_roles, group)
+    result = compute_role_advantages(role_batch(batch), algorithm_config, process_group=group)
+    metrics = result.metrics
+    batch.advantages = broadcast_to_tokens(result.steps, batch.response_mask)  # float32 tokens; float64 statistics
+    if result.token_level_roles:
+        scores_N = outcome_scores(batch)
+        pre_G = batch.group_precomputed or [False] * batch.num_groups
+        for role in result.token_level_roles:
+            estimator = role_estimator(role, algorithm_config)
+            in_role = [r == role and not p for r, p in zip(batch.group_roles, pre_G, strict=True)]
+            kwargs = algorithm_config.estimator_call_kwargs(estimator)
+            metrics |= _token_level_role(batch, estimator, in_role, scores_N, kwargs, group, role)
+    if result.precomputed_roles:
+        pre_G = batch.group_precomputed or [False] * batch.num_groups
+        metrics |= _keep_precomputed(batch, pre_G, result.precomputed_roles, group)
     return metrics
+
+
+def role_batch(batch: TokenBatch) -> RoleBatch:
+    """The token batch as the per-role rule reads it (:class:`~rllm_torch.rllm.role_plan.RoleBatch`):
+    each trajectory's score (:func:`outcome_scores`) and trained token count, each row a step; in
+    a turn mode each row's turn reward minus its summed ``reward_penalty``, its trained tokens and
+    its observation id."""
+    row_traj_R = _row_trajectories(batch)
+    step_rewards = batch.turn_rewards
+    if step_rewards is not None and batch.reward_penalty is not None:
+        step_rewards = step_rewards - (batch.reward_penalty * batch.response_mask).sum(-1).to(step_rewards.dtype)
+    return RoleBatch(
+        scores=outcome_scores(batch),
+        group_index=batch.group_index,
+        group_roles=batch.group_roles,
+        step_trajectory=row_traj_R,
+        trained=_trained_trajectories(batch),
+        weights=trained_token_counts(batch),
+        reward_components=batch.reward_components,
+        group_precomputed=batch.group_precomputed,
+        step_rewards=step_rewards,
+        step_weights=None if batch.turn_rewards is None else batch.response_mask.sum(-1).to(torch.float64),
+        step_observation=batch.observation_index,
+    )

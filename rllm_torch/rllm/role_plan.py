@@ -1,0 +1,291 @@
+"""The per-role rule of rLLM's advantage step, written once for its two callers: the collector
+(:func:`~rllm_torch.rllm.collect.collect_reward_and_advantage_from_trajectory_groups`, on
+trajectory objects) and the trainer's token batch
+(:func:`~rllm_torch.trainer.pipeline.token_advantages.compute_token_advantages`, on tensors).
+Each caller keeps only its adapter: it describes its batch as plain tensors (:class:`RoleBatch`)
+and writes the per-step advantages :func:`compute_role_advantages` returns where its steps live.
+
+The rule, for the RL groups of each role (``group_role``; groups with precomputed advantages and
+roles whose estimator is token-level are the caller's, see :class:`RoleAdvantages`):
+
+1. the roles are agreed across ranks (every rank computes every role, in one order) and any
+   rank's input error is raised on every rank;
+2. the role's estimator is ``estimator_map[role]``, else ``estimator``
+   (:func:`~rllm_torch.rllm.roles.role_estimator`), with the run's options;
+3. its trained trajectories (:meth:`~rllm_torch.rllm.types.Trajectory.is_trained`) are packed
+   once (a dense ``[G, K]`` view when the caller knows every group has ``K`` of them) and the
+   estimator runs once; an untrained trajectory takes no part and gets 0
+   (``advantage/{role}/num_untrained`` counts them);
+4. ``broadcast`` gives each step its trajectory's advantage (divided by its number of steps
+   with ``normalize_by_steps``); a turn mode gives each step its own
+   (:func:`~rllm_torch.rllm.stepwise.role_turn_advantages`);
+5. the role's ``reward/*``, ``advantage/*`` (and ``turns/*``, ``difficulty/*``) metrics, over
+   every rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from rllm_torch.core.distributed import agree_across_ranks, gather_objects
+from rllm_torch.core.packing import GroupedRewards
+from rllm_torch.core.turns import GroupedTurns
+from rllm_torch.rllm.config import TURN_MODES, AlgorithmConfig
+from rllm_torch.rllm.metrics import difficulty_metrics, summary_metrics
+from rllm_torch.rllm.registry import is_token_level
+from rllm_torch.rllm.roles import outcome_estimator, role_advantages, role_estimator
+from rllm_torch.rllm.stepwise import check_stepwise_estimator, role_turn_advantages
+
+__all__ = ["RoleBatch", "RoleAdvantages", "compute_role_advantages"]
+
+
+@dataclass
+class RoleBatch:
+    """A batch's trajectories and steps as the per-role rule reads them (tensors on one device).
+
+    ``N`` trajectories in ``G`` groups, ``M`` steps; a trajectory's steps in order.
+
+    Attributes:
+        scores: ``[N]`` float64 the score each trajectory's estimator sees (its reward, minus a
+            KL penalty in the reward).
+        group_index: ``[N]`` int64 group of each trajectory, ``0 .. G-1``, groups in order.
+        group_roles: ``G`` host strs: each group's role.
+        step_trajectory: ``[M]`` int64 trajectory of each step.
+        trained: ``[N]`` bool, whether a trajectory has a trained token; None: all do.
+        weights: ``[N]`` float64 each trajectory's trained tokens (``opo``'s lengths), or None.
+        reward_components: ``[N, R]`` float64 (``gdpo``), or None.
+        group_precomputed: ``G`` host bools: a group whose steps carry precomputed advantages
+            (the caller keeps them); None: none does.
+        group_sizes: ``G`` host ints, each group's trained trajectories, when the caller knows
+            them without a device sync (they pick the dense ``[G, K]`` view); None: unknown.
+        step_rewards, step_weights, step_observation: ``[M]`` each step's turn reward, trained
+            tokens and observation id (``gigpo``): the turn modes' input, None in ``broadcast``.
+    """
+
+    scores: Tensor
+    group_index: Tensor
+    group_roles: list[str]
+    step_trajectory: Tensor
+    trained: Tensor | None = None
+    weights: Tensor | None = None
+    reward_components: Tensor | None = None
+    group_precomputed: list[bool] | None = None
+    group_sizes: list[int] | None = None
+    step_rewards: Tensor | None = None
+    step_weights: Tensor | None = None
+    step_observation: Tensor | None = None
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.group_roles)
+
+    def rl_groups(self, role: str) -> list[int]:
+        """The groups of ``role`` without precomputed advantages (host ints, in order)."""
+        pre = self.group_precomputed or [False] * self.num_groups
+        return [g for g, (r, p) in enumerate(zip(self.group_roles, pre, strict=True)) if r == role and not p]
+
+
+@dataclass
+class RoleAdvantages:
+    """What :func:`compute_role_advantages` gives back.
+
+    Attributes:
+        steps: ``[M]`` float64 each step's advantage; 0 for untrained trajectories and for the
+            groups the caller handles (precomputed, token-level roles).
+        metrics: every RL role's metrics (Python floats, over every rank).
+        by_role: each RL role's advantages as its metrics summarised them (one per trained
+            trajectory in ``broadcast``, one per step in a turn mode).
+        token_level_roles: the roles whose estimator is token-level (the caller runs them on its
+            tokens; the collector refuses them).
+        precomputed_roles: the roles with precomputed groups on some rank.
+    """
+
+    steps: Tensor
+    metrics: dict[str, float] = field(default_factory=dict)
+    by_role: dict[str, Tensor] = field(default_factory=dict)
+    token_level_roles: list[str] = field(default_factory=list)
+    precomputed_roles: list[str] = field(default_factory=list)
+
+
+def compute_role_advantages(
+    batch: RoleBatch,
+    config: AlgorithmConfig,
+    *,
+    process_group: object = None,
+    difficulty: bool = False,
+    outcome_only: bool = False,
+    rewards_only: bool = False,
+    input_error: Exception | None = None,
+) -> RoleAdvantages:
+    """The per-role rule (module docstring) on one rank's batch.
+
+    Args:
+        batch: this rank's trajectories and steps (an empty batch on a rank without any).
+        config: the estimators, the stepwise mode and the options.
+        process_group: None (one process) or the resolved ``ProcessGroup`` whose ranks hold the
+            rest of the batch (rank-local groups); every rank must call.
+        difficulty: also the ``difficulty/{role}/*`` metrics (the collector's).
+        outcome_only: refuse a token-level estimator (the collector: one advantage per trajectory).
+        rewards_only: the ``reward/{role}/*`` metrics only, no estimator (validation).
+        input_error: this rank's error while describing its batch: raised on every rank.
+
+    Raises:
+        UnknownEstimatorError: a role's estimator is not registered. ConfigError: a token-level
+        estimator with ``outcome_only``, or one the stepwise mode cannot run. What the estimator
+        raises on its input. Under a process group, each of these on every rank.
+    """
+    roles, pre_roles, error, estimators = _roles(batch), _precomputed_roles(batch), input_error, {}
+    try:
+        if not rewards_only and error is None:
+            estimators = {role: _estimator(role, config, outcome_only) for role in {*config.estimator_map, *roles}}
+    except (ValueError, TypeError) as exc:
+        if process_group is None:
+            raise
+        error = exc
+    if process_group is not None:  # the roles of every rank, and every rank's error on every rank
+        everyone = agree_across_ranks(process_group, error, {"rl": roles, "pre": pre_roles}, must_match=())
+        roles = sorted({role for facts in everyone for role in facts["rl"]})
+        pre_roles = sorted({role for facts in everyone for role in facts["pre"]})
+        if not rewards_only:
+            estimators |= {role: _estimator(role, config, outcome_only) for role in set(roles) - set(estimators)}
+    elif error is not None:
+        raise error
+    out = RoleAdvantages(torch.zeros(batch.step_trajectory.shape[0], dtype=torch.float64, device=batch.scores.device))
+    out.precomputed_roles = pre_roles
+    trained_N = batch.trained if batch.trained is not None else torch.ones_like(batch.group_index, dtype=torch.bool)
+    all_trained = batch.trained is None or bool(trained_N.all())  # one host sync
+    adv_N = torch.zeros_like(batch.scores, dtype=torch.float64)
+    for role in roles:
+        if not rewards_only and is_token_level(estimators[role]):
+            out.token_level_roles.append(role)
+            continue
+        rows_N, packed, untrained = _pack_role(batch, role, trained_N, all_trained, len(roles) == 1, process_group)
+        if rewards_only:
+            if process_group is not None or packed.num_trajectories:
+                out.metrics |= summary_metrics(packed.rewards, f"reward/{role}", process_group=process_group)
+            continue
+        if config.stepwise_advantage_mode in TURN_MODES:
+            steps_M, adv_M, metrics = _turn_role(batch, role, rows_N, estimators[role], config, process_group)
+            if count := sum(gather_objects(untrained, process_group)):
+                metrics[f"advantage/{role}/num_untrained"] = float(count)
+            if difficulty:
+                metrics |= difficulty_metrics(packed, f"difficulty/{role}")
+            out.steps = (
+                out.steps.index_copy(0, steps_M, adv_M.to(torch.float64)) if steps_M is not None else adv_M.double()
+            )
+            out.by_role[role], out.metrics = adv_M.double(), out.metrics | metrics
+            continue
+        role_adv, metrics = role_advantages(
+            packed,
+            role,
+            estimators[role],
+            config,
+            num_untrained=untrained,
+            process_group=process_group,
+            difficulty=difficulty,
+        )
+        role_adv = role_adv.to(torch.float64)
+        adv_N = role_adv if rows_N is None else adv_N.index_copy(0, rows_N, role_adv)
+        out.by_role[role], out.metrics = role_adv, out.metrics | metrics
+    if rewards_only or config.stepwise_advantage_mode in TURN_MODES:
+        return out
+    steps_M = adv_N[batch.step_trajectory]
+    if config.normalize_by_steps:  # rLLM's: each step's share of its trajectory's advantage
+        counts_N = torch.bincount(batch.step_trajectory, minlength=adv_N.shape[0]).to(steps_M.dtype)
+        steps_M = steps_M / counts_N[batch.step_trajectory]
+    out.steps = steps_M
+    return out
+
+
+def _roles(batch: RoleBatch) -> list[str]:
+    pre = batch.group_precomputed or [False] * batch.num_groups
+    return sorted({r for r, p in zip(batch.group_roles, pre, strict=True) if not p})
+
+
+def _precomputed_roles(batch: RoleBatch) -> list[str]:
+    pre = batch.group_precomputed or [False] * batch.num_groups
+    return sorted({r for r, p in zip(batch.group_roles, pre, strict=True) if p})
+
+
+def _estimator(role: str, config: AlgorithmConfig, outcome_only: bool):
+    estimator = outcome_estimator(role, config) if outcome_only else role_estimator(role, config)
+    check_stepwise_estimator(estimator, config.stepwise_advantage_mode)
+    return estimator
+
+
+def _pack_role(
+    batch: RoleBatch, role: str, trained_N: Tensor, all_trained: bool, only_role: bool, process_group: object
+) -> tuple[Tensor | None, GroupedRewards, int]:
+    """``(rows_N, packed, untrained)``: the role's trained RL trajectories (``rows_N`` None: all of
+    the batch's, in its order, with no selection and no host sync), packed once, and this rank's
+    count of the role's untrained ones."""
+    ranks = {} if process_group is None else {"process_group": process_group, "local_groups": True}
+    groups = batch.rl_groups(role)
+    sizes = None if batch.group_sizes is None else [batch.group_sizes[g] for g in groups]
+    if only_role and all_trained and len(groups) == batch.num_groups:
+        rows_N, group_index_N, untrained = None, batch.group_index, 0
+    else:
+        remap_G = torch.full((batch.num_groups,), -1, dtype=torch.int64, device=batch.group_index.device)
+        remap_G[groups] = torch.arange(len(groups), device=remap_G.device)
+        in_role_N = remap_G[batch.group_index] >= 0
+        untrained = int((in_role_N & ~trained_N).sum())
+        rows_N = torch.nonzero(in_role_N & trained_N).squeeze(1)  # untrained: out of the statistics, advantage 0
+        group_index_N = remap_G[batch.group_index[rows_N]]
+
+    def pick(x: Tensor | None) -> Tensor | None:
+        return x if x is None or rows_N is None else x[rows_N]
+
+    scores_N, weights_N, components_NR = pick(batch.scores), pick(batch.weights), pick(batch.reward_components)
+    if sizes and sizes[0] > 0 and sizes.count(sizes[0]) == len(sizes):  # every group has K trained members
+        shape = (len(sizes), sizes[0])
+        extra = {} if components_NR is None else {"reward_components": components_NR.view(*shape, -1)}
+        weights = None if weights_N is None else weights_N.view(shape)
+        packed = GroupedRewards.from_padded(scores_N.view(shape), weights=weights, validate=False, **extra, **ranks)
+    else:
+        packed = GroupedRewards.from_flat(
+            scores_N,
+            group_index_N,
+            num_groups=len(groups),
+            weights=weights_N,
+            reward_components=components_NR,
+            validate=False,
+            **ranks,
+        )
+    return rows_N, packed, untrained
+
+
+def _turn_role(
+    batch: RoleBatch, role: str, rows_N: Tensor | None, estimator, config: AlgorithmConfig, process_group: object
+) -> tuple[Tensor | None, Tensor, dict[str, float]]:
+    """A turn mode's advantages of one role: ``(steps, adv, metrics)``, the steps of the role's
+    trained RL trajectories (None: every step of the batch) and each one's advantage."""
+    groups = batch.rl_groups(role)
+    if rows_N is None:
+        steps_M, trajectory_M, group_N = None, batch.step_trajectory, batch.group_index
+        num_trajectories = batch.group_index.shape[0]
+    else:
+        dense_N = torch.full_like(batch.group_index, -1)
+        dense_N[rows_N] = torch.arange(rows_N.shape[0], device=rows_N.device)  # the role's trajectories, renumbered
+        steps_M = torch.nonzero(dense_N[batch.step_trajectory] >= 0).squeeze(1)
+        trajectory_M = dense_N[batch.step_trajectory[steps_M]]
+        remap_G = torch.full((batch.num_groups,), -1, dtype=torch.int64, device=batch.group_index.device)
+        remap_G[groups] = torch.arange(len(groups), device=remap_G.device)
+        group_N, num_trajectories = remap_G[batch.group_index[rows_N]], rows_N.shape[0]
+
+    def pick(x: Tensor | None) -> Tensor | None:
+        return x if x is None or steps_M is None else x[steps_M]
+
+    turns = GroupedTurns.from_flat(
+        pick(batch.step_rewards),
+        trajectory_M,
+        group_N,
+        num_groups=len(groups),
+        observation_index=pick(batch.step_observation),
+        weights=pick(batch.step_weights),
+    ).rank_local(process_group)
+    del num_trajectories
+    adv_M, metrics = role_turn_advantages(turns, role, estimator, config, process_group=process_group)
+    return steps_M, adv_M, metrics
