@@ -193,3 +193,18 @@ def test_a_module_over_360_lines_says_in_its_docstring_why():
         if lines > 360 and "**Length.**" not in (ast.get_docstring(ast.parse(text)) or ""):
             too_long.append(f"{_module_name(path)}: {lines} lines and no **Length.** paragraph in its docstring")
     assert not too_long, "\n".join(too_long)
+
+
+def test_the_backend_holds_its_parts_and_inherits_only_the_protocol():
+    # parts held, not mixed in: every class the backend is built from is a base it names in its
+    # MRO on purpose (the protocol), and its passes and update are objects it holds
+    from rllm_torch.backends.torch_backend.backend import TorchBackend
+    from rllm_torch.backends.torch_backend.passes import BatchPasses
+    from rllm_torch.backends.torch_backend.update import PolicyUpdater
+    from rllm_torch.trainer.protocol import BackendProtocol
+
+    assert [c.__name__ for c in TorchBackend.__mro__] == ["TorchBackend", "BackendProtocol", "ABC", "object"]
+    assert BackendProtocol in TorchBackend.__bases__
+    source = (PACKAGE / "backends" / "torch_backend" / "backend.py").read_text()
+    assert "BatchPasses(" in source and "PolicyUpdater(" in source
+    assert BatchPasses.__bases__ == (object,) and PolicyUpdater.__bases__ == (object,)

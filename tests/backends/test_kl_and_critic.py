@@ -94,7 +94,7 @@ def _token_batch(backend, rows=3, width=6):
 def _loss_and_grads(backend, batch):
     rows = torch.arange(batch.input_ids.shape[0])
     backend.model.zero_grad()
-    loss, stats = backend._micro_batch_loss(batch, rows, backend._global_normaliser(batch.response_mask))
+    loss, stats = backend.updater.micro_batch_loss(batch, rows, backend.updater.global_normaliser(batch.response_mask))
     loss.backward()
     return loss.detach(), stats, [p.grad.clone() for p in backend.model.parameters()]
 

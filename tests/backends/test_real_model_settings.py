@@ -243,7 +243,9 @@ def test_the_entropy_bonus_is_minus_its_coefficient_times_the_token_mean_entropy
 
     def loss_and_grads(backend):
         backend.model.zero_grad()
-        loss, stats = backend._micro_batch_loss(batch, rows, backend._global_normaliser(batch.response_mask))
+        loss, stats = backend.updater.micro_batch_loss(
+            batch, rows, backend.updater.global_normaliser(batch.response_mask)
+        )
         loss.backward()
         return loss.detach(), stats, {k: p.grad.clone() for k, p in backend.model.named_parameters()}
 

@@ -158,7 +158,7 @@ def _backend_step(dotlist: list[str], *, recompute_old: bool = False):
         if recompute_old:
             with torch.no_grad():
                 rows = torch.arange(state.backend_batch.input_ids.shape[0])
-                state.backend_batch.old_log_probs = backend._log_probs(
+                state.backend_batch.old_log_probs = backend.passes.log_probs(
                     backend.actor.scorer, state.backend_batch, [rows]
                 )
         await backend.compute_advantages(state, AlgorithmConfigFrom(config))

@@ -82,7 +82,10 @@ def test_the_loss_options_are_checked_against_the_loss():
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ({"importance_sampling_level": "sentence"}, r"importance_sampling_level='sentence' is not one of \('token', 'sequence'\)"),
+        (
+            {"importance_sampling_level": "sentence"},
+            r"importance_sampling_level='sentence' is not one of \('token', 'sequence'\)",
+        ),
         ({"importance_sampling_level": "sequence", "loss_fn": "dro"}, r"loss_fn='dro' has none"),
         ({"importance_sampling_level": "sequence", "loss_fn": "cross_entropy"}, r"loss_fn='cross_entropy' has none"),
     ],

@@ -3,42 +3,21 @@
 and trained on :class:`~rllm_torch.trainer.pipeline.token_batch.TokenBatch` tensors with the loss
 ``rllm.algorithm.loss_fn`` aggregated by ``loss_agg_mode``, AdamW and gradient clipping.
 
-The class is written by concern: this module builds the backend (model, tokenizer, critic) and
-runs the sampling phase and the checkpoints; its start-up checks are
-:class:`~rllm_torch.backends.torch_backend.setup_checks.SettingsChecks`, the passes before an
-update (old, reference and value log-probs, KL in the reward, rollout correction)
-:class:`~rllm_torch.backends.torch_backend.passes.BatchPasses`, and the update
-:class:`~rllm_torch.backends.torch_backend.update.PolicyUpdate`.
+The backend holds its parts, each built with explicit inputs: the policy
+(:class:`~rllm_torch.backends.torch_backend.actor.Actor`), the critic, the sampler, the
+micro-batching (:class:`~rllm_torch.backends.torch_backend.passes.MicroBatcher`), the passes
+before an update (old, reference and value log-probs, KL in the reward, rollout correction:
+:class:`~rllm_torch.backends.torch_backend.passes.BatchPasses`) and the update
+(:class:`~rllm_torch.backends.torch_backend.update.PolicyUpdater`); this module builds them and
+runs the sampling phase and the checkpoints. Its prompt checks are
+:func:`~rllm_torch.backends.torch_backend.setup_checks.check_prompts`.
 
-**Memory.** Log-probs never form ``[N, T, V]`` logits: the model's body runs on the rows and only
-the trained response positions reach the output head, in chunks (:mod:`.logprobs`). Each
-mini-batch is split into micro-batches of at most ``backend.micro_batch_tokens`` padded tokens
-(rows of similar length together), whose gradients accumulate before the optimizer step; the
-loss of every micro-batch is divided by the mini-batch's global token (or sequence) count, so
-the accumulated gradient is the one-batch gradient for every ``loss_agg_mode``. The old-log-prob,
-reference and value passes run in the same micro-batches. ``backend.dtype=bfloat16`` computes in
-bf16 (float32 weights and optimizer state), ``backend.gradient_checkpointing`` recomputes block
-activations in the backward, ``model.lora.r`` trains LoRA adapters only.
-
-On several processes (``torchrun``, :class:`~rllm_torch.trainer.ranks.RunRanks`) each rank
-samples its share of every step's prompts with its own generator, and trains a
-``DistributedDataParallel`` copy of the policy on the global loss (see
-:mod:`~rllm_torch.backends.torch_backend.update`).
-
-With ``rllm.algorithm.use_kl_loss`` or ``use_kl_in_reward`` a frozen **reference policy** gives
-``ref_log_probs`` next to the old log-probs; the KL to it is a loss term (``kl_loss_coef`` times
-``kl_loss_type``, aggregated by ``loss_agg_mode``) or a per-token penalty on the rewards
-(``kl_coef`` times ``kl_penalty``). With ``backend.critic.enable`` (``adv_estimator=gae``) a
-**critic** (:mod:`~rllm_torch.backends.torch_backend.critic`) gives each response token's value,
-and is trained on the GAE returns with the clipped value loss and its own AdamW, one step per
-mini-batch beside the policy's.
-
-``backend.rollout.engine=vllm`` samples through a colocated vLLM engine
-(:mod:`~rllm_torch.backends.torch_backend.vllm_rollout`), synced with the policy before a sampling
-phase that follows an optimizer step. ``rllm.algorithm.rollout_correction`` weights each token's
-loss by the truncated importance ratio of the old policy over the sampler
-(:mod:`~rllm_torch.core.losses.rollout_correction`), or (``bypass_mode``) takes
-the sampler's log-probs as the old policy's.
+Where each concern is told in full: memory (chunked log-probs, micro-batches, bf16, activation
+checkpointing, LoRA) in :mod:`.logprobs`, :mod:`.micro_batches` and :mod:`.actor`; the ranks
+(each samples its share of every step's prompts and trains a ``DistributedDataParallel`` or FSDP2
+copy on the global loss) in :mod:`.update`; the reference policy and the KL terms, the critic,
+and rollout correction in :mod:`.passes`, :mod:`.critic` and
+:mod:`~rllm_torch.core.losses.rollout_correction`; the vLLM engine in :mod:`.vllm_rollout`.
 """
 
 from __future__ import annotations
@@ -60,15 +39,15 @@ from rllm_torch.backends.torch_backend.data import TaskDataLoader
 from rllm_torch.backends.torch_backend.forward import causal_lm
 from rllm_torch.backends.torch_backend.logprobs import default_chunk_tokens
 from rllm_torch.backends.torch_backend.model import bf16_supported, resolve_compute_dtype, resolve_device
-from rllm_torch.backends.torch_backend.passes import BatchPasses
+from rllm_torch.backends.torch_backend.passes import BatchPasses, MicroBatcher
 from rllm_torch.backends.torch_backend.pretrained import pretrained_dir
 from rllm_torch.backends.torch_backend.rollout import SamplingParams, TorchRolloutEngine
 from rllm_torch.backends.torch_backend.sampling import default_rollout_batch_size
-from rllm_torch.backends.torch_backend.setup_checks import SettingsChecks
-from rllm_torch.backends.torch_backend.tokenizer import has_saved_tokenizer, load_tokenizer
-from rllm_torch.backends.torch_backend.update import PolicyUpdate
+from rllm_torch.backends.torch_backend.setup_checks import check_prompts
+from rllm_torch.backends.torch_backend.tokenizer import has_saved_tokenizer, load_tokenizer, require_chat_template
+from rllm_torch.backends.torch_backend.update import PolicyUpdater
 from rllm_torch.backends.torch_backend.vllm_rollout import VllmRolloutEngine
-from rllm_torch.core.errors import CheckpointError, ConfigError
+from rllm_torch.core.errors import CheckpointError
 from rllm_torch.trainer.model_defaults import apply_model_defaults
 from rllm_torch.trainer.pipeline.token_batch import build_token_batch
 from rllm_torch.trainer.protocol import BackendProtocol
@@ -79,7 +58,7 @@ from rllm_torch.trainer.state import TrainerState
 __all__ = ["TorchBackend"]
 
 
-class TorchBackend(SettingsChecks, BatchPasses, PolicyUpdate, BackendProtocol):
+class TorchBackend(BackendProtocol):
     """The pure-PyTorch backend (``backend.name=torch``).
 
     Args:
@@ -118,12 +97,6 @@ class TorchBackend(SettingsChecks, BatchPasses, PolicyUpdate, BackendProtocol):
             self.settings.device, local_rank=self.ranks.local_rank if self.ranks.distributed else None
         )
         self.compute_dtype = resolve_compute_dtype(self.settings.dtype, self.device)
-        budget = self.settings.micro_batch_tokens
-        if budget is not None and budget < 1:
-            raise ConfigError(f"backend.micro_batch_tokens must be >= 1 (or null: no limit), got {budget}.")
-        chunk = self.settings.log_prob_chunk_tokens
-        if chunk is not None and chunk < 1:
-            raise ConfigError(f"backend.log_prob_chunk_tokens must be >= 1 (or null: automatic), got {chunk}.")
         model_dir = (
             pretrained_dir(config.model.path, cache_dir=config.model.gguf_cache_dir) if config.model.path else None
         )
@@ -132,15 +105,13 @@ class TorchBackend(SettingsChecks, BatchPasses, PolicyUpdate, BackendProtocol):
         self.apply_chat_template = bool(config.task.apply_chat_template)
         self.actor = Actor(config, self.tokenizer, self.device, self.ranks, self.compute_dtype)
         self.model = self.actor.model
-        algorithm = rllm.algorithm
-        self.use_kl_loss, self.use_kl_in_reward = bool(algorithm.use_kl_loss), bool(algorithm.use_kl_in_reward)
         self.critic = (
             Critic(
                 config.model,
                 self.actor.base,
                 self.settings.critic,
                 seed=self.settings.seed + 1,
-                # fsdp: refused in validate_config
+                # fsdp: refused by the run config's check
                 wrap=(lambda module: module)
                 if self.actor.sharded
                 else (lambda m: wrap_ddp(m, self.ranks, self.device)),
@@ -151,10 +122,9 @@ class TorchBackend(SettingsChecks, BatchPasses, PolicyUpdate, BackendProtocol):
             if self.settings.critic.enable
             else None
         )
-        self.loss_fn = algorithm.loss_fn or "ppo"
-        self.loss_agg_mode = algorithm.loss_agg_mode
-        self.loss_agg_horizon = algorithm.loss_agg_horizon or rllm.rollout.max_new_tokens
-        self.scheduler, self._pending_scheduler_state = None, None
+        micro = MicroBatcher(self.settings, self.ranks, lora_r=config.model.lora.r, compute_dtype=self.compute_dtype)
+        self.passes = BatchPasses(self.actor, self.critic, micro, rllm.algorithm, self.device)
+        self.updater = PolicyUpdater(self.actor, self.critic, micro, config, self.device)
         self.run_dir = Path(
             rllm.trainer.default_local_dir or f"outputs/{rllm.trainer.project_name}/{rllm.trainer.experiment_name}"
         )
@@ -176,6 +146,37 @@ class TorchBackend(SettingsChecks, BatchPasses, PolicyUpdate, BackendProtocol):
     @property
     def optimizer(self) -> torch.optim.Optimizer:
         return self.actor.optimizer
+
+    def validate_config(self) -> None:
+        """What the run config's check could not see before the model was loaded: a chat template
+        the tokenizer does not have (the settings were checked by
+        :func:`~rllm_torch.trainer.config_checks.check_run_config`).
+
+        Raises:
+            ConfigError: ``task.apply_chat_template=true`` with a tokenizer without one.
+        """
+        if self.apply_chat_template:
+            require_chat_template(self.tokenizer)
+
+    def validate_prompts(self, tasks: list[dict]) -> None:
+        """:func:`~rllm_torch.backends.torch_backend.setup_checks.check_prompts` with this policy."""
+        check_prompts(
+            tasks,
+            self.config,
+            self.tokenizer,
+            self.model,
+            tokenizer_from_path=self.tokenizer_from_path,
+            apply_chat_template=self.apply_chat_template,
+            answer_in_response=self.answer_in_response,
+        )
+
+    async def process_backend_batch(self, trainer_state: TrainerState) -> None:
+        """The no-gradient passes (:meth:`BatchPasses.run <rllm_torch.backends.torch_backend.passes.BatchPasses.run>`)."""
+        await self.passes.run(trainer_state)
+
+    async def update_policy(self, trainer_state: TrainerState) -> None:
+        """The update (:meth:`PolicyUpdater.update <rllm_torch.backends.torch_backend.update.PolicyUpdater.update>`)."""
+        await self.updater.update(trainer_state)
 
     def _dtype_summary(self) -> str:
         if self.compute_dtype is None:
@@ -286,8 +287,7 @@ class TorchBackend(SettingsChecks, BatchPasses, PolicyUpdate, BackendProtocol):
         """Model (LoRA: adapters), optimizer and lr-scheduler state dicts (the same on every
         rank), and the critic's model and optimizer when there is one; with FSDP the scheduler
         only (the model and optimizer shards are :meth:`sharded_state_dict`)."""
-        scheduler = self.scheduler.state_dict() if self.scheduler is not None else self._pending_scheduler_state
-        state = self.actor.state_dict() | {"scheduler": scheduler}
+        state = self.actor.state_dict() | {"scheduler": self.updater.scheduler_state()}
         if self.critic is not None:
             state |= self.critic.state_dict()
         return state
@@ -299,7 +299,7 @@ class TorchBackend(SettingsChecks, BatchPasses, PolicyUpdate, BackendProtocol):
             self.critic.load_state_dict(state)
             for group in self.critic.optimizer.param_groups:  # resumable: the current backend.critic.lr
                 group["lr"] = self.settings.critic.lr
-        self.scheduler, self._pending_scheduler_state = None, state["scheduler"]
+        self.updater.load_scheduler_state(state["scheduler"])
 
     def sharded_state_dict(self) -> dict[str, Any] | None:
         """FSDP: this rank's model and optimizer shards, for ``torch.distributed.checkpoint``."""

@@ -1,16 +1,19 @@
-"""The passes over a batch before its update (:class:`BatchPasses`, a part of
-:class:`~rllm_torch.backends.torch_backend.backend.TorchBackend`): old, reference and value
+"""The passes over a batch before its update (:class:`BatchPasses`, a part the
+:class:`~rllm_torch.backends.torch_backend.backend.TorchBackend` holds): old, reference and value
 log-probs without gradient, in micro-batches of at most ``backend.micro_batch_tokens`` padded
 tokens; the KL penalty of the rewards (``use_kl_in_reward``); the rollout-correction weights of
-the sampler (``rllm.algorithm.rollout_correction``). The update
-(:mod:`~rllm_torch.backends.torch_backend.update`) shares the micro-batching and the batch's
-global row count."""
+the sampler (``rllm.algorithm.rollout_correction``). How a batch is cut into micro-batches and
+counted over the ranks is :class:`MicroBatcher`, which the update
+(:mod:`~rllm_torch.backends.torch_backend.update`) holds too."""
 
 from __future__ import annotations
 
 import torch
+from omegaconf import DictConfig
 from torch import Tensor
 
+from rllm_torch.backends.torch_backend.actor import Actor
+from rllm_torch.backends.torch_backend.critic import Critic
 from rllm_torch.backends.torch_backend.micro_batches import split_rows, stage_memory
 from rllm_torch.core.losses import (
     importance_weight_stats,
@@ -18,20 +21,28 @@ from rllm_torch.core.losses import (
     rollout_importance_weights,
     summarise_importance_weights,
 )
+from rllm_torch.trainer.ranks import RunRanks
 from rllm_torch.trainer.state import TrainerState
 
-__all__ = ["BatchPasses"]
+__all__ = ["BatchPasses", "MicroBatcher"]
 
 
-class BatchPasses:
-    """``process_backend_batch`` of :class:`~rllm_torch.backends.torch_backend.backend.TorchBackend`,
-    and the micro-batching the update shares.
+class MicroBatcher:
+    """How a batch's rows are cut into micro-batches and counted over the ranks, for the passes
+    and the update alike.
 
-    Reads the backend's ``config``, ``settings`` (``config.backend``), ``actor``, ``critic``,
-    ``ranks``, ``compute_dtype`` and ``use_kl_in_reward``.
+    Args:
+        settings: ``config.backend`` (``micro_batch_tokens``, ``ppo_epochs``,
+            ``mini_batch_size``, and what the out-of-memory advice names).
+        ranks: the run's processes.
+        lora_r: ``model.lora.r`` (the advice suggests LoRA when it is 0).
+        compute_dtype: the forwards' autocast dtype (None: float32).
     """
 
-    def _micro_batches(self, batch, rows: Tensor, *, collective: bool) -> list[Tensor]:
+    def __init__(self, settings: DictConfig, ranks: RunRanks, *, lora_r: int, compute_dtype: torch.dtype | None):
+        self.settings, self.ranks, self.lora_r, self.compute_dtype = settings, ranks, lora_r, compute_dtype
+
+    def split(self, batch, rows: Tensor, *, collective: bool) -> list[Tensor]:
         """``rows`` in micro-batches of at most ``backend.micro_batch_tokens`` padded tokens
         (:func:`~rllm_torch.backends.torch_backend.micro_batches.split_rows`). ``collective``:
         the passes are collectives (training; FSDP forwards), so every rank gets the largest
@@ -42,8 +53,48 @@ class BatchPasses:
             micro += [rows[:0]] * (count - len(micro))
         return micro
 
+    def global_rows(self, batch) -> int:
+        """The batch's rows over every rank: one all-reduce per batch, its result kept in
+        ``batch.extras`` for the update."""
+        if "global_rows" not in batch.extras:
+            batch.extras["global_rows"] = int(self.ranks.reduce([float(batch.input_ids.shape[0])])[0])
+        return batch.extras["global_rows"]
+
+    def updates_per_batch(self, total_rows: int) -> tuple[int, int]:
+        """``(ppo_epochs, mini-batches per epoch)`` for a batch of ``total_rows`` rows over every rank."""
+        s = self.settings
+        return s.ppo_epochs, -(-total_rows // min(s.mini_batch_size or total_rows, total_rows))
+
+    def memory_advice(self) -> str:
+        """The settings that lower a stage's memory, for an out-of-memory error."""
+        s = self.settings
+        advice = [f"lower backend.micro_batch_tokens (now {s.micro_batch_tokens})"]
+        if not s.gradient_checkpointing:
+            advice.append("set backend.gradient_checkpointing=true")
+        if self.compute_dtype is None:
+            advice.append("set backend.dtype=bfloat16")
+        if self.lora_r == 0:
+            advice.append("train LoRA adapters (model.lora.r=16)")
+        return ", ".join(advice[:-1]) + f" or {advice[-1]}" if len(advice) > 1 else advice[0]
+
+
+class BatchPasses:
+    """The no-gradient passes before an update (the backend's ``process_backend_batch``).
+
+    Args:
+        actor: the policy (and the reference policy, when a KL term needs one).
+        critic: the value model, or None.
+        micro: the micro-batching shared with the update.
+        algorithm: ``config.rllm.algorithm`` (the KL in the reward, rollout correction).
+        device: where the batch lives.
+    """
+
+    def __init__(self, actor: Actor, critic: Critic | None, micro: MicroBatcher, algorithm: DictConfig, device):
+        self.actor, self.critic, self.micro, self.algorithm, self.device = actor, critic, micro, algorithm, device
+        self.use_kl_in_reward = bool(algorithm.use_kl_in_reward)
+
     @torch.no_grad()
-    def _log_probs(self, scorer: torch.nn.Module, batch, micro_batches: list[Tensor]) -> Tensor:
+    def log_probs(self, scorer: torch.nn.Module, batch, micro_batches: list[Tensor]) -> Tensor:
         """``[R, T]`` log-probs of the batch's trained response tokens (0 elsewhere), one forward
         per micro-batch; an empty micro-batch runs a zero-loss forward (FSDP: a collective)."""
         log_probs = torch.zeros_like(batch.response_mask)
@@ -55,30 +106,7 @@ class BatchPasses:
                 self.actor.dummy_loss()
         return log_probs
 
-    def _global_rows(self, batch) -> int:
-        """The batch's rows over every rank: one all-reduce per batch, its result kept in
-        ``batch.extras`` for the update."""
-        if "global_rows" not in batch.extras:
-            batch.extras["global_rows"] = int(self.ranks.reduce([float(batch.input_ids.shape[0])])[0])
-        return batch.extras["global_rows"]
-
-    def _updates_per_batch(self, total_rows: int) -> tuple[int, int]:
-        """``(ppo_epochs, mini-batches per epoch)`` for a batch of ``total_rows`` rows over every rank."""
-        s = self.settings
-        return s.ppo_epochs, -(-total_rows // min(s.mini_batch_size or total_rows, total_rows))
-
-    def _memory_advice(self) -> str:
-        s = self.settings
-        advice = [f"lower backend.micro_batch_tokens (now {s.micro_batch_tokens})"]
-        if not s.gradient_checkpointing:
-            advice.append("set backend.gradient_checkpointing=true")
-        if self.compute_dtype is None:
-            advice.append("set backend.dtype=bfloat16")
-        if self.config.model.lora.r == 0:
-            advice.append("train LoRA adapters (model.lora.r=16)")
-        return ", ".join(advice[:-1]) + f" or {advice[-1]}" if len(advice) > 1 else advice[0]
-
-    async def process_backend_batch(self, trainer_state: TrainerState) -> None:
+    async def run(self, trainer_state: TrainerState) -> None:
         """Old log-probs (and, when configured, the reference policy's log-probs, the KL penalty
         of the rewards and the critic's values) of every row, without gradient, in micro-batches.
 
@@ -93,47 +121,46 @@ class BatchPasses:
         Raises:
             OutOfMemoryError: a pass ran out of memory (naming the settings that lower it).
         """
-        batch, actor = trainer_state.backend_batch, self.actor
-        total_rows = self._global_rows(batch)
-        correction = self.config.rllm.algorithm.rollout_correction
+        batch, actor, micro = trainer_state.backend_batch, self.actor, self.micro
+        total_rows = micro.global_rows(batch)
+        correction = self.algorithm.rollout_correction
         single_update = (
-            self._updates_per_batch(max(total_rows, 1)) == (1, 1)
+            micro.updates_per_batch(max(total_rows, 1)) == (1, 1)
             and not self.use_kl_in_reward
             and correction.tis_mode is None
         )
         rows = torch.arange(batch.input_ids.shape[0], device=self.device)
-        with stage_memory("computing the old, reference and value passes", self._memory_advice()):
+        with stage_memory("computing the old, reference and value passes", micro.memory_advice()):
             if correction.bypass_mode:  # rLLM's bypass_mode: the sampler's log-probs are π_old
                 batch.old_log_probs = batch.rollout_log_probs
             elif single_update:
                 batch.old_log_probs = None
             else:
-                micro = self._micro_batches(batch, rows, collective=actor.sharded)
-                batch.old_log_probs = self._log_probs(actor.scoring_module(), batch, micro)
+                parts = micro.split(batch, rows, collective=actor.sharded)
+                batch.old_log_probs = self.log_probs(actor.scoring_module(), batch, parts)
             if actor.has_reference:
                 scorer, context = actor.reference()
                 with context:
-                    micro = self._micro_batches(batch, rows, collective=False)
-                    batch.ref_log_probs = self._log_probs(scorer, batch, micro)
+                    batch.ref_log_probs = self.log_probs(scorer, batch, micro.split(batch, rows, collective=False))
             if self.critic is not None:
-                batch.values = self.critic.values(batch, self._micro_batches(batch, rows, collective=False))
+                batch.values = self.critic.values(batch, micro.split(batch, rows, collective=False))
         if correction.tis_mode is not None:
             trainer_state.metrics |= self._rollout_importance_weights(batch)
         if self.use_kl_in_reward:
-            algorithm, mask = self.config.rllm.algorithm, batch.response_mask
+            algorithm, mask = self.algorithm, batch.response_mask
             kl = kl_penalty(batch.old_log_probs, batch.ref_log_probs, algorithm.kl_penalty)
             batch.reward_penalty = algorithm.kl_coef * kl * mask
-            penalty, tokens = self.ranks.reduce([float(batch.reward_penalty.sum()), float(mask.sum())])
+            penalty, tokens = micro.ranks.reduce([float(batch.reward_penalty.sum()), float(mask.sum())])
             trainer_state.metrics["reward/kl_penalty"] = penalty / max(tokens, 1.0)  # mean per trained token
 
     def _rollout_importance_weights(self, batch) -> dict[str, float]:
         """``batch.extras["rollout_is_weights"]`` (``[R, T]``, the loss's per-token weights) and
         their ``rollout_corr/*`` metrics over every rank's batch (two all-reduces)."""
-        correction = self.config.rllm.algorithm.rollout_correction
+        correction, ranks = self.algorithm.rollout_correction, self.micro.ranks
         mode = correction.tis_mode
         weights, capped = rollout_importance_weights(
             batch.old_log_probs, batch.rollout_log_probs, batch.response_mask, tis_mode=mode, tis_cap=correction.tis_cap
         )
         batch.extras["rollout_is_weights"] = weights
         stats = importance_weight_stats(weights, capped, batch.response_mask, tis_mode=mode).tolist()
-        return summarise_importance_weights(self.ranks.reduce(stats[:4]) + self.ranks.reduce(stats[4:], "max"))
+        return summarise_importance_weights(ranks.reduce(stats[:4]) + ranks.reduce(stats[4:], "max"))

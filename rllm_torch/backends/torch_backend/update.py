@@ -1,6 +1,6 @@
-"""The policy update (:class:`PolicyUpdate`, a part of
-:class:`~rllm_torch.backends.torch_backend.backend.TorchBackend`): ``backend.ppo_epochs`` passes
-of shuffled mini-batches, each one AdamW step whose gradient accumulates over micro-batches.
+"""The policy update (:class:`PolicyUpdater`, a part the
+:class:`~rllm_torch.backends.torch_backend.backend.TorchBackend` holds): ``backend.ppo_epochs``
+passes of shuffled mini-batches, each one AdamW step whose gradient accumulates over micro-batches.
 
 Every loss is divided by the token (or sequence) count of the *global* mini-batch and, on
 several processes, multiplied by the world size, so DDP's gradient average is the gradient of
@@ -13,10 +13,14 @@ the policy's, one per mini-batch; ``use_kl_loss`` adds the KL to the reference t
 from __future__ import annotations
 
 import torch
+from omegaconf import DictConfig
 from torch import Tensor
 from transformers import get_scheduler
 
+from rllm_torch.backends.torch_backend.actor import Actor
+from rllm_torch.backends.torch_backend.critic import Critic
 from rllm_torch.backends.torch_backend.micro_batches import gradient_sync, stage_memory
+from rllm_torch.backends.torch_backend.passes import MicroBatcher
 from rllm_torch.core.losses import (
     aggregate_loss,
     entropy_bonus,
@@ -26,7 +30,7 @@ from rllm_torch.core.losses import (
 )
 from rllm_torch.trainer.state import TrainerState
 
-__all__ = ["PolicyUpdate"]
+__all__ = ["PolicyUpdater"]
 
 _SCHEDULES = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}
 # update stats that are each rank's share of a global loss (summed over the ranks); the others
@@ -34,22 +38,42 @@ _SCHEDULES = {"constant": "constant_with_warmup", "linear": "linear", "cosine": 
 _SHARE_STATS = ("loss", "kl_loss", "critic/vf_loss")
 
 
-class PolicyUpdate:
-    """``update_policy`` of :class:`~rllm_torch.backends.torch_backend.backend.TorchBackend`.
+class PolicyUpdater:
+    """The backend's ``update_policy``, and the learning-rate schedule it steps.
 
-    Reads the backend's ``config``, ``settings`` (``config.backend``), ``actor``, ``critic``,
-    ``ranks``, ``device``, ``loss_fn``, ``loss_agg_mode``, ``loss_agg_horizon``, ``use_kl_loss``;
-    keeps the lr ``scheduler`` (built at the first update, from a checkpoint's
-    ``_pending_scheduler_state`` when resumed). Uses :class:`~rllm_torch.backends.torch_backend.passes.BatchPasses`'
-    micro-batching.
+    Args:
+        actor: the policy, its optimizer and (with a KL loss) its reference.
+        critic: the value model trained beside it, or None.
+        micro: the micro-batching shared with the passes.
+        config: the run config (``backend.*`` for the clip, DRO and entropy settings and the
+            learning rate; ``rllm.algorithm.*`` for the loss, its aggregation, the KL loss and the
+            schedule; ``rllm.rollout.max_new_tokens`` for the default aggregation horizon).
+        device: where the batch lives.
     """
+
+    def __init__(self, actor: Actor, critic: Critic | None, micro: MicroBatcher, config: DictConfig, device) -> None:
+        self.actor, self.critic, self.micro, self.device = actor, critic, micro, device
+        self.settings, self.algorithm, self.ranks = config.backend, config.rllm.algorithm, micro.ranks
+        self.loss_fn = self.algorithm.loss_fn or "ppo"
+        self.loss_agg_mode = self.algorithm.loss_agg_mode
+        self.loss_agg_horizon = self.algorithm.loss_agg_horizon or config.rllm.rollout.max_new_tokens
+        self.use_kl_loss = bool(self.algorithm.use_kl_loss)
+        self.scheduler, self._pending_scheduler_state = None, None
+
+    def scheduler_state(self) -> dict | None:
+        """The lr scheduler's state dict (the one a checkpoint restored, before the first update)."""
+        return self.scheduler.state_dict() if self.scheduler is not None else self._pending_scheduler_state
+
+    def load_scheduler_state(self, state: dict | None) -> None:
+        """Restore :meth:`scheduler_state`; the scheduler, built at the first update, takes it then."""
+        self.scheduler, self._pending_scheduler_state = None, state
 
     def _ensure_scheduler(self, trainer_state: TrainerState, updates_per_step: int) -> None:
         if self.scheduler is None:
             total = max(trainer_state.total_steps, 1) * updates_per_step
-            warmup = int(self.config.rllm.algorithm.warmup_steps_ratio * total)
+            warmup = int(self.algorithm.warmup_steps_ratio * total)
             self.scheduler = get_scheduler(
-                _SCHEDULES[self.config.rllm.algorithm.lr_schedule],
+                _SCHEDULES[self.algorithm.lr_schedule],
                 self.actor.optimizer,
                 num_warmup_steps=warmup,
                 num_training_steps=total,
@@ -66,7 +90,7 @@ class PolicyUpdate:
                 ):
                     group["lr"] = base * lr_lambda(step)  # building the scheduler reset it to the step-0 value
 
-    async def update_policy(self, trainer_state: TrainerState) -> None:
+    async def update(self, trainer_state: TrainerState) -> None:
         """``backend.ppo_epochs`` passes over the batch, each in ``ceil(R / backend.mini_batch_size)``
         shuffled, near-equal mini-batches of the ``R`` rows of every rank (one row per step;
         ``mini_batch_size`` None: the whole batch), one AdamW step each, its gradient accumulated
@@ -77,24 +101,24 @@ class PolicyUpdate:
             OutOfMemoryError: the update ran out of memory (naming the settings that lower it).
         """
         batch, ranks = trainer_state.backend_batch, self.ranks
-        num_rows, total_rows = batch.input_ids.shape[0], self._global_rows(batch)
+        num_rows, total_rows = batch.input_ids.shape[0], self.micro.global_rows(batch)
         if total_rows == 0:  # nothing to train on anywhere (the trainer skips such steps itself)
             return
-        epochs, num_minis = self._updates_per_batch(total_rows)
+        epochs, num_minis = self.micro.updates_per_batch(total_rows)
         self._ensure_scheduler(trainer_state, epochs * num_minis)
         local_stats, grad_norms = [], []
-        with stage_memory("updating the policy", self._memory_advice()):
+        with stage_memory("updating the policy", self.micro.memory_advice()):
             for _ in range(epochs):
                 order = torch.randperm(num_rows, device=self.device)
                 for rows in order.tensor_split(num_minis):  # this rank's part of each global mini-batch
-                    normaliser = self._global_normaliser(batch.response_mask[rows])
-                    micro = self._micro_batches(batch, rows, collective=True)
+                    normaliser = self.global_normaliser(batch.response_mask[rows])
+                    micro = self.micro.split(batch, rows, collective=True)
                     # no gradient to zero: the previous step (Actor.step) freed it
                     stats = {}
                     for i, micro_rows in enumerate(micro):
                         last = i == len(micro) - 1
                         with gradient_sync(self.actor.train_model, last):
-                            loss, micro_stats = self._micro_batch_loss(batch, micro_rows, normaliser)
+                            loss, micro_stats = self.micro_batch_loss(batch, micro_rows, normaliser)
                             loss.backward()
                         if self.critic is not None:
                             with gradient_sync(self.critic.train_model, last):
@@ -117,7 +141,7 @@ class PolicyUpdate:
         if self.critic is not None and (critic_norm := self.critic.take_grad_norm()) is not None:
             trainer_state.metrics["critic/grad_norm"] = critic_norm
 
-    def _global_normaliser(self, mask_RT: Tensor) -> Tensor:
+    def global_normaliser(self, mask_RT: Tensor) -> Tensor:
         """``loss_agg_mode``'s normaliser of a mini-batch over every rank's rows (one all-reduce)."""
         normaliser = loss_normaliser(mask_RT, self.loss_agg_mode)
         if self.ranks.distributed:
@@ -125,12 +149,12 @@ class PolicyUpdate:
             torch.distributed.all_reduce(normaliser, group=self.ranks.process_group)
         return normaliser
 
-    def _micro_batch_loss(self, batch, rows: Tensor, normaliser: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+    def micro_batch_loss(self, batch, rows: Tensor, normaliser: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         """This rank's loss on the micro-batch ``rows`` of a global mini-batch (divided by the
         mini-batch's global ``normaliser``, times the world size for DDP's mean) and its local
         stats: shares of the global loss (:data:`_SHARE_STATS`), token sums of the diagnostics
         (the policy's entropy among them), and ``tokens``. Old log-probs left None by
-        :meth:`process_backend_batch` are this forward's, detached."""
+        the passes (:class:`~rllm_torch.backends.torch_backend.passes.BatchPasses`) are this forward's, detached."""
         s, world = self.settings, self.ranks.world_size
         mask_RT = batch.response_mask[rows]
         if rows.numel():
@@ -153,7 +177,7 @@ class PolicyUpdate:
             clip_ratio_low=s.clip_ratio_low,
             clip_ratio_high=s.clip_ratio_high,
             clip_ratio_c=s.clip_ratio_c,
-            importance_sampling_level=self.config.rllm.algorithm.importance_sampling_level,
+            importance_sampling_level=self.algorithm.importance_sampling_level,
             beta=s.dro_beta,
             **aggregation,
         )
@@ -169,7 +193,7 @@ class PolicyUpdate:
             for name, kind in (("ref/kl_k1", "kl"), ("ref/kl_k3", "low_var_kl")):
                 stats[name] = (kl_penalty(old_log_probs, batch.ref_log_probs[rows], kind) * mask_RT).sum()
         if self.use_kl_loss:  # DeepSeekMath's GRPO: + beta * KL(policy || reference), aggregated like the loss
-            algorithm = self.config.rllm.algorithm
+            algorithm = self.algorithm
             kl = kl_penalty(log_probs, batch.ref_log_probs[rows], algorithm.kl_loss_type)
             kl_loss = aggregate_loss(
                 kl, mask_RT, self.loss_agg_mode, horizon=self.loss_agg_horizon, normaliser=normaliser
