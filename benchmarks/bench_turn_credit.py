@@ -4,8 +4,8 @@ estimator for every mode; validation pass@1 at equal steps, from real ``rllm-tor
 
     python benchmarks/bench_turn_credit.py --write-results     # 12 runs, 2 at a time
 
-Writes ``RESULTS_turn_credit.md`` (the table) and ``turn_credit_curves.png`` (the curves) beside
-it. Each run is the experiment config of its task (``--config-name chain`` / ``guess``) with
+Writes ``RESULTS_turn_credit.md`` (the table), and ``turn_credit_curves.png`` (the curves) beside
+it, or with ``--write-results`` into ``docs/images/`` (the documentation shows it). Each run is the experiment config of its task (``--config-name chain`` / ``guess``) with
 ``rllm.algorithm.adv_estimator``, ``rllm.stepwise_advantage.mode``, ``seed`` and ``backend.seed`` set; one thread
 per run.
 """
@@ -116,7 +116,10 @@ def write(results: list[dict], path: Path, args: argparse.Namespace) -> None:
         ax.set_ylabel("validation pass@1")
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path.with_name("turn_credit_curves.png"), dpi=90)
+    figure = path.with_name("turn_credit_curves.png")
+    if path.parent == Path(__file__).parent:  # the tracked results: the documentation's figure
+        figure = Path(__file__).parents[1] / "docs" / "images" / "turn_credit_curves.png"
+    fig.savefig(figure, dpi=90)
 
 
 def main() -> None:

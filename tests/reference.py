@@ -1,5 +1,5 @@
 """The oracle: a plain per-group float64 loop, written the way rLLM's reference page computes,
-with exact rational statistics (so a constant group's mean is its value) and DESIGN.md's
+with exact rational statistics (so a constant group's mean is its value) and docs/design.md's
 documented differences."""
 
 from __future__ import annotations

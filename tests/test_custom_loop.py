@@ -1,4 +1,4 @@
-"""The README's custom-training-loop example trains with every built-in estimator."""
+"""The custom-training-loop example (docs/custom-loop.md) trains with every built-in estimator."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The README's data-parallel example runs under torchrun (2 real processes) and learns."""
+"""The data-parallel example (docs/distributed.md) runs under torchrun (2 real processes) and learns."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Which ranks a packed batch spans, and the collectives its statistics use (DESIGN.md section 5).
+"""Which ranks a packed batch spans, and the collectives its statistics use (docs/design.md §5).
 
 A :class:`~rllm_torch.GroupedRewards` built with ``process_group=pg`` holds this rank's share of
 a batch spread over the ranks of ``pg``; its :class:`~rllm_torch.core.segment.SegmentLayout` reduces
@@ -170,9 +170,10 @@ def agree_across_ranks(
         Every rank's ``facts``, in rank order.
 
     Raises:
-        The error of the lowest failing rank (same class; the message names the rank), on every
-        rank; else :class:`~rllm_torch.core.errors.DistributedBatchError` for the first key of
-        ``must_match`` that differs, naming the value on each rank.
+        RLLMTorchError: the error of the lowest failing rank (same class; the message names the
+            rank), on every rank.
+        DistributedBatchError: else, for the first key of ``must_match`` that differs, naming
+            the value on each rank.
     """
     require_live(group)
     rank, world = world_position(group)

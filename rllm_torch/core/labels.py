@@ -28,7 +28,7 @@ def factorize_group_labels(labels: Sequence[Hashable] | np.ndarray | Tensor) -> 
     Raises:
         InvalidGroupIndexError: ``labels`` is not 1-D, or a label is ``None`` or unhashable.
 
-    Example:
+    Examples:
         >>> idx, uniq = factorize_group_labels(["b", "a", "b", -7])
         >>> idx.tolist(), uniq
         ([0, 1, 0, 2], ['b', 'a', -7])

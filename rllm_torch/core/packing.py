@@ -1,4 +1,4 @@
-"""The packed layout of a batch of trajectory groups (DESIGN.md section 2).
+"""The packed layout of a batch of trajectory groups (docs/design.md §2).
 
 G groups with N trajectories in total are held as a flat reward tensor ``rewards [N]`` with a
 dense ``group_index [N]`` (int64, ``0..G-1``). The padded view ``[G, K]`` (``K`` = largest

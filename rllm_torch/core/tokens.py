@@ -58,10 +58,10 @@ def sequence_scores(token_level_rewards: Tensor, *, out: Tensor | None = None) -
         ``[B]``, accumulated in float32 (float64 for float64 rewards), or ``out``.
 
     Raises:
-        InvalidRewardTypeError: not a floating-point tensor. InvalidRewardsError: not 2-D, or an
-        ``out`` of the wrong shape or device.
+        InvalidRewardTypeError: not a floating-point tensor.
+        InvalidRewardsError: not 2-D, or an ``out`` of the wrong shape or device.
 
-    Example:
+    Examples:
         >>> sequence_scores(torch.tensor([[0.0, 1.0], [0.5, 0.0]]))
         tensor([1.0000, 0.5000])
     """
@@ -94,7 +94,7 @@ def broadcast_to_tokens(advantages: Tensor, response_mask: Tensor, *, out: Tenso
         InvalidRewardTypeError: ``advantages`` is not floating point or the mask not float/bool.
         InvalidRewardsError: shapes or devices do not match.
 
-    Example:
+    Examples:
         >>> broadcast_to_tokens(torch.tensor([2.0, -1.0]), torch.tensor([[1.0, 0.0], [1.0, 1.0]]))
         tensor([[ 2.,  0.],
                 [-1., -1.]])
@@ -167,7 +167,7 @@ class TokenRewards:
         that do not match. DistributedSetupError / DistributedBatchError: see
         :mod:`rllm_torch.core.distributed`.
 
-    Example:
+    Examples:
         >>> batch = TokenRewards(torch.tensor([[0.0, 1.0], [0.5, 0.0]]), torch.tensor([[1, 1], [1, 0]]))
         >>> batch.shape
         (2, 2)

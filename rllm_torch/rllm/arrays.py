@@ -6,7 +6,7 @@ become one ``[G, K]`` array, the dense layout) and the results come back as view
 Same names, arguments and results as ``rllm.experimental.common.advantage`` and
 ``rllm.experimental.common.rl_algo``: a list of per-group 1-D numpy arrays in, a pair of
 per-group lists of numpy arrays out (float64 for float64 or Python-float rewards, float32
-otherwise). Differences, on purpose (DESIGN.md §3): ``epsilon`` is configurable (the misspelled
+otherwise). Differences, on purpose (docs/design.md §3): ``epsilon`` is configurable (the misspelled
 ``episilon`` keyword still works, with a ``DeprecationWarning``); RLOO on a group of one returns
 a pair; REINFORCE returns new float arrays, never the caller's objects; REINFORCE++ baseline
 gives a group of one baseline 0. Extra keyword arguments are accepted and ignored, as in rLLM.

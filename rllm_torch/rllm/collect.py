@@ -137,7 +137,8 @@ def collect_reward_and_advantage_from_trajectory_groups(
         TypeError: a precomputed step advantage of an unsupported type.
         UnknownEstimatorError: a role's estimator (from ``estimator_map`` or the default) is not registered.
         ConfigError: a token-level estimator (the collector gives one advantage per trajectory).
-        Messages name the task id, the trajectory name and the step index.
+
+    Messages name the task id, the trajectory name and the step index.
 
     Source: rLLM ``rllm/experimental/common/advantage.py``.
     """

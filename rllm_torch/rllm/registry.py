@@ -113,7 +113,7 @@ def register_rllm_adv_estimator(name: str | Enum, *, form: EstimatorForm = "arra
 
     Registering a name again replaces the earlier function, with a ``UserWarning``.
 
-    Example:
+    Examples:
         >>> from rllm_torch import GroupedRewards, compute_advantages
         >>> @register_rllm_adv_estimator("centered_doc_example", form="tensors")
         ... def centered(batch):

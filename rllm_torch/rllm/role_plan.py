@@ -133,9 +133,11 @@ def compute_role_advantages(
         input_error: this rank's error while describing its batch: raised on every rank.
 
     Raises:
-        UnknownEstimatorError: a role's estimator is not registered. ConfigError: a token-level
-        estimator with ``outcome_only``, or one the stepwise mode cannot run. What the estimator
-        raises on its input. Under a process group, each of these on every rank.
+        UnknownEstimatorError: a role's estimator is not registered (under a process group, on
+            every rank, as every error here).
+        ConfigError: a token-level estimator with ``outcome_only``, or one the stepwise mode
+            cannot run.
+        ValueError: what the estimator raises on its input.
     """
     roles, pre_roles, error, estimators = _roles(batch), _precomputed_roles(batch), input_error, {}
     try:

@@ -93,7 +93,7 @@ def role_advantages(
         when some rank has untrained ones.
 
     Raises:
-        What the estimator raises on its input (e.g. ``InvalidRewardsError``).
+        InvalidRewardsError: what the estimator raises on its input.
     """
     metrics: dict[str, float] = {}
     if process_group is not None or batch.num_trajectories:

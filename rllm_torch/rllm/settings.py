@@ -11,7 +11,7 @@ defaults, ``AlgorithmConfig.from_config`` and its checks, the estimators' run-wi
 (``rllm_torch.rllm.registry.RUN_OPTIONS``), the start-up checks of a run config
 (:func:`check_value`) and which settings a resumed run may change.
 
-Example:
+Examples:
     >>> from dataclasses import dataclass
     >>> @dataclass
     ... class Section:

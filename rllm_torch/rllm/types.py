@@ -116,7 +116,7 @@ class Step:
             ValueError: a per-token list or the mask has the wrong length.
             TypeError: ``advantage`` is neither None, a real number nor a list/tuple/1-D tensor.
 
-        Example:
+        Examples:
             >>> Step(response_ids=[5, 6, 7], response_mask=[1, 0, 1], advantage=0.5).token_advantages()
             tensor([0.5000, 0.0000, 0.5000])
         """

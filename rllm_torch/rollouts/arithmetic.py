@@ -22,7 +22,7 @@ def arithmetic_problems(count: int, *, max_sum: int, seed: int, data_source: str
     Raises:
         ConfigError: ``max_sum`` not in ``[0, 9]`` (the answer must be one digit) or ``count < 0``.
 
-    Example:
+    Examples:
         >>> arithmetic_problems(2, max_sum=9, seed=0)[0]
         {'prompt': '9+0=', 'answer': '9', 'data_source': 'arithmetic'}
     """
@@ -41,7 +41,7 @@ def arithmetic_problems(count: int, *, max_sum: int, seed: int, data_source: str
 def one_digit_format_reward(task: dict, response: str) -> float:
     """1.0 when the response, stripped, is a single digit (the form of every answer), else 0.0.
 
-    Example:
+    Examples:
         >>> one_digit_format_reward({"answer": "7"}, "3"), one_digit_format_reward({"answer": "7"}, "3+")
         (1.0, 0.0)
     """

@@ -29,7 +29,7 @@ def chain_problems(count: int, *, turns: int, max_sum: int, seed: int, data_sour
     Raises:
         ConfigError: ``turns < 1``, ``max_sum`` not in ``[0, 9]`` (answers are one digit) or ``count < 0``.
 
-    Example:
+    Examples:
         >>> chain_problems(1, turns=2, max_sum=9, seed=0)
         [{'prompt': '8+0=', 'answer': '8', 'terms': [8, 0, 0], 'data_source': 'chain'}]
     """

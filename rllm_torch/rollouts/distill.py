@@ -63,7 +63,7 @@ class AnswerTeacher:
     Raises:
         ConfigError: ``confidence`` outside ``(0, 1)``.
 
-    Example:
+    Examples:
         >>> from rllm_torch.backends.torch_backend import build_char_tokenizer
         >>> tok = build_char_tokenizer("0123456789+=")  # V = 14: "7" is id 9, <eos> id 0
         >>> [round(x, 4) for x in AnswerTeacher(0.9)({"answer": "7"}, [9, 0], tok)]  # log 0.9, log 0.9

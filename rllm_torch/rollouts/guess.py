@@ -54,7 +54,7 @@ def parse_guess(text: str, style: str = "symbols") -> int | None:
     is 1-9 ASCII digits (``"7"``); ``words``, the first whole number in it (``"My guess is 7."``;
     a response that lists numbers guesses the first).
 
-    Example:
+    Examples:
         >>> parse_guess(" 7"), parse_guess("7."), parse_guess("I say 5, or 6", "words"), parse_guess("no", "words")
         (7, None, 5, None)
     """
@@ -79,7 +79,7 @@ def guess_problems(count: int, *, max_number: int, style: str, seed: int, data_s
         ConfigError: ``style`` unknown, ``max_number`` outside ``[1, 9]`` (symbols: one-digit
             answers) or ``[1, 99]`` (words), or ``count < 0``.
 
-    Example:
+    Examples:
         >>> guess_problems(2, max_number=9, style="symbols", seed=0)
         [{'prompt': '?', 'answer': '6', 'secret': 6, 'data_source': 'guess'}, {'prompt': '?', 'answer': '6', 'secret': 6, 'data_source': 'guess'}]
     """

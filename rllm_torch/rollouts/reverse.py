@@ -23,7 +23,7 @@ def reverse_problems(
     Raises:
         ConfigError: ``min_digits < 1``, ``max_digits < min_digits`` or ``count < 0``.
 
-    Example:
+    Examples:
         >>> reverse_problems(1, min_digits=3, max_digits=5, seed=0)
         [{'prompt': '6048=', 'answer': '8406', 'data_source': 'reverse'}]
     """
@@ -46,7 +46,7 @@ def positional_match_reward(task: dict, response: str) -> float:
     answer's character, over the longer of the two: 1.0 only for an exact match, and a response
     that is too long or too short loses the positions it lacks or adds.
 
-    Example:
+    Examples:
         >>> [positional_match_reward({"answer": "1234"}, r) for r in ("1234", "1294", "12", "123456")]
         [1.0, 0.75, 0.5, 0.6666666666666666]
     """

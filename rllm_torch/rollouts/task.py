@@ -46,7 +46,7 @@ class Task:
 def exact_match_reward(task: dict, response: str) -> float:
     """1.0 when the response, stripped of surrounding whitespace, equals ``task["answer"]``, else 0.0.
 
-    Example:
+    Examples:
         >>> exact_match_reward({"answer": "7"}, " 7"), exact_match_reward({"answer": "7"}, "77")
         (1.0, 0.0)
     """

@@ -30,7 +30,7 @@ def extract_final_number(response: str) -> str | None:
     """The number ``response`` answers with: the last ``\\boxed{n}``, else the last ``#### n``,
     else the last number; commas removed and a ``.0`` fraction dropped. None when there is none.
 
-    Example:
+    Examples:
         >>> extract_final_number("27 + 82 = 109"), extract_final_number("so #### 1,234 and 5")
         ('109', '1234')
         >>> extract_final_number(r"\\boxed{42}. Check: 40 + 2"), extract_final_number("no digits")
@@ -47,7 +47,7 @@ def extract_final_number(response: str) -> str | None:
 def final_number_reward(task: dict, response: str) -> float:
     """1.0 when :func:`extract_final_number` of ``response`` equals ``task["answer"]``, else 0.0.
 
-    Example:
+    Examples:
         >>> final_number_reward({"answer": "109"}, "The answer is 109."), final_number_reward({"answer": "109"}, "10")
         (1.0, 0.0)
     """
@@ -63,7 +63,7 @@ def word_addition_problems(
     Raises:
         ConfigError: ``min_digits`` below 1 or above ``max_digits``, or ``count < 0``.
 
-    Example:
+    Examples:
         >>> word_addition_problems(1, min_digits=2, max_digits=2, seed=0)[0]["prompt"]
         'What is 63 + 43? Answer with the number only.'
     """

@@ -10,7 +10,7 @@ setting                    from scratch  pretrained ``model.path``
 ``backend.num_threads``    1             the process's cores / processes per machine
 =========================  ============  ==================================================
 
-Why these (measured on SmolLM2-135M-Instruct, 2 CPU cores; README "Training a pretrained
+Why these (measured on SmolLM2-135M-Instruct, 2 CPU cores; docs/pretrained.md "Training a pretrained
 checkpoint"): 1e-3 is the rate a 0.1M-parameter random model learns the default task at, and it
 collapses a pretrained checkpoint within three steps (validation pass@1 0.039 -> 0.000, entropy
 2.04 -> 0.79); 1e-5 raises pass@1 steadily on the same checkpoint. TRL's ``GRPOConfig`` and

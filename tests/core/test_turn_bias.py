@@ -1,6 +1,6 @@
 """Bias measured, not argued: each multi-turn scheme's mean gradient estimate over many sampled
 groups against the exact policy gradient of a tabular episode in which the policy decides when
-to stop (:mod:`turn_episode`). The README's table of these numbers comes from this test's setup
+to stop (:mod:`turn_episode`). The table of these numbers in docs/multi-turn.md comes from this test's setup
 (``python tests/core/test_turn_bias.py`` prints it)."""
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def test_broadcast_is_unbiased_and_gigpo_scales_by_one_plus_w(sampled):
 
 
 def table(groups: int = GROUPS) -> str:
-    """The README's table: each scheme's mean estimate over the exact gradient, per logit (1 is
+    """The table of docs/multi-turn.md: each scheme's mean estimate over the exact gradient, per logit (1 is
     unbiased; schemes that scale the gradient show their factor), and its distance from the
     exact gradient in standard errors."""
     sampled = sample_groups(groups, SIZE, seed=0)

@@ -43,7 +43,7 @@ LOGITS_CHUNK_BYTES = 128 * 2**20
 def default_chunk_tokens(vocab_size: int) -> int:
     """Tokens per chunk whose float32 logits take :data:`LOGITS_CHUNK_BYTES` (at least 1).
 
-    Example:
+    Examples:
         >>> default_chunk_tokens(151_936), default_chunk_tokens(14)
         (220, 2396745)
     """
@@ -211,7 +211,7 @@ def chunked_token_log_probs(
     Raises:
         ValueError: shapes that do not fit, a ``temperature`` not above 0 or ``chunk_tokens`` below 1.
 
-    Example:
+    Examples:
         >>> import torch
         >>> h, w, y = torch.tensor([[1.0, 0.0]]), torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([0])
         >>> logp, entropy = chunked_token_log_probs(h, w, y, with_entropy=True)

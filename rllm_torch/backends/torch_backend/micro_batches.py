@@ -36,7 +36,7 @@ def plan_micro_batches(lengths: list[int], budget: int | None) -> list[list[int]
     Raises:
         ConfigError: a row longer than ``budget`` (naming the setting and the row's length).
 
-    Example:
+    Examples:
         >>> plan_micro_batches([3, 9, 4, 8, 2], 16)
         [[1], [3, 2], [0, 4]]
     """

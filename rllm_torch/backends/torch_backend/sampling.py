@@ -41,7 +41,7 @@ def default_rollout_batch_size(vocab_size: int) -> int:
     with the rows and the tokens too: set ``backend.rollout_batch_size`` for long responses of a
     large model.
 
-    Example:
+    Examples:
         >>> default_rollout_batch_size(151_936), default_rollout_batch_size(14)
         (441, 1024)
     """

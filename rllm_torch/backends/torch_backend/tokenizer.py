@@ -32,7 +32,7 @@ def build_char_tokenizer(alphabet: str) -> PreTrainedTokenizerFast:
     Raises:
         ConfigError: an empty alphabet or one with repeated characters.
 
-    Example:
+    Examples:
         >>> tok = build_char_tokenizer("0123456789+=")
         >>> tok("3+4=")["input_ids"], tok.decode([9, 1], skip_special_tokens=True)
         ([5, 12, 6, 13], '7')

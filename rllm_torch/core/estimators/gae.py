@@ -76,7 +76,7 @@ def gae(
     Estimation", arXiv:1506.02438 (eq. 16); Ouyang et al. 2022, arXiv:2203.02155 (PPO with a
     critic for LLMs); verl ``compute_gae_advantage_return``.
 
-    Example:
+    Examples:
         >>> rewards, values = torch.tensor([[0.0, 1.0]]), torch.tensor([[0.5, 0.5]])
         >>> adv, returns = gae(TokenRewards(rewards, torch.ones(1, 2), values=values), whiten=False)
         >>> adv, returns  # delta = [0 + 0.5 - 0.5, 1 + 0 - 0.5]

@@ -90,7 +90,7 @@ def gdpo(
     Multi-reward RL Optimization", arXiv:2601.05242; TRL ``GRPOConfig.multi_objective_aggregation
     ="normalize_then_sum"``.
 
-    Example:
+    Examples:
         >>> rewards = torch.tensor([1.0, 0.0, 1.0, 1.0])  # the scalar reward, for the metrics
         >>> components = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [1.0, 0.0]])
         >>> batch = GroupedRewards.from_flat(rewards, torch.tensor([0, 0, 1, 1]), reward_components=components)

@@ -42,7 +42,7 @@ def gpg(batch: GroupedRewards) -> tuple[Tensor, Tensor]:
     Reasoning", arXiv:2504.02546; ``alpha`` as verl's ``compute_gpg_outcome_advantage`` computes
     it (``bsz / count_nonzero(scores)``, ``f_norm = 1``).
 
-    Example:
+    Examples:
         >>> adv, _ = gpg(GroupedRewards.from_groups([[1, 0, 0, 0], [0, 0]]))
         >>> adv  # 1 of 6 rewards nonzero: alpha = 6; group 0's mean 0.25
         tensor([ 4.5000, -1.5000, -1.5000, -1.5000,  0.0000,  0.0000])

@@ -70,7 +70,7 @@ def grpo(
     batch std, as Lite PPO recommends: "Tricks or Traps? A Deep Dive into RL for LLM Reasoning",
     arXiv:2508.08221).
 
-    Example:
+    Examples:
         >>> adv, _ = grpo(GroupedRewards.from_groups([[1.0, 0.0, 0.0, 0.0], [0.5]]))
         >>> adv
         tensor([ 1.7320, -0.5773, -0.5773, -0.5773,  0.5000], dtype=torch.float64)

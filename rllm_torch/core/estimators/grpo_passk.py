@@ -62,7 +62,7 @@ def grpo_passk(
     after Tang et al., "Optimizing Language Models for Inference Time Objectives using
     Reinforcement Learning", arXiv:2503.19595.
 
-    Example:
+    Examples:
         >>> adv, _ = grpo_passk(GroupedRewards.from_groups([[0.2, 0.9, 0.5], [1.0, 1.0]]),
         ...                     norm_adv_by_std_in_grpo=False)
         >>> adv  # group 0: 0.9 - 0.5 on its best member; group 1: a tie, no margin

@@ -45,7 +45,7 @@ def opo(batch: GroupedRewards) -> tuple[Tensor, Tensor]:
     the length-weighted baseline that minimises the gradient variance when every token's
     gradient has the same norm).
 
-    Example:
+    Examples:
         >>> rewards = GroupedRewards.from_groups([[1.0, 0.0]], weights=[[3, 1]])
         >>> opo(rewards)[0]  # b = (3 * 1 + 1 * 0) / 4
         tensor([ 0.2500, -0.7500], dtype=torch.float64)

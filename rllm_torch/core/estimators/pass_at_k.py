@@ -139,7 +139,7 @@ def pass_at_k(batch: GroupedRewards, *, k: int | None = None) -> tuple[Tensor, T
     Learning Problems", arXiv:2505.15201 (the binary transformation, Section 3); Chen et al.
     2021, arXiv:2107.03374 (the unbiased pass@k estimator ``1 - C(n - c, k) / C(n, k)``).
 
-    Example:
+    Examples:
         >>> adv, _ = pass_at_k(GroupedRewards.from_groups([[1, 0, 0, 0]]), k=2)
         >>> adv  # r~ = [1, 1/3, 1/3, 1/3]: C(2, 1) / C(3, 1) = 2/3 of the pairs with a wrong one fail
         tensor([ 0.5000, -0.1667, -0.1667, -0.1667])

@@ -39,9 +39,9 @@ def prpo(batch: GroupedRewards, *, epsilon: float = 1e-6) -> tuple[Tensor, Tenso
     Collectives per call: 1 (an ``all_gather`` of 4 values per rank) for either layout.
 
     References: rLLM's ``rLLMAdvantageEstimator.PRPO`` (batch-level reward whitening, as in
-    REINFORCE++'s global normalisation, arXiv:2501.03262), with the semantics of DESIGN.md §3.
+    REINFORCE++'s global normalisation, arXiv:2501.03262), with the semantics of docs/design.md §3.
 
-    Example:
+    Examples:
         >>> adv, _ = prpo(GroupedRewards.from_groups([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0]]))
         >>> [round(a, 6) for a in adv.tolist()]  # mean 0.5, std 0.5: +-0.5 / (0.5 + 1e-6)
         [0.999998, -0.999998, -0.999998, -0.999998, 0.999998, 0.999998]

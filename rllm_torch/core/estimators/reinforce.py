@@ -40,7 +40,7 @@ def reinforce(batch: GroupedRewards) -> tuple[Tensor, Tensor]:
     References: Williams, "Simple statistical gradient-following algorithms for connectionist
     reinforcement learning", Machine Learning 8 (1992); rLLM ``calculate_reinforce_advantages``.
 
-    Example:
+    Examples:
         >>> adv, _ = reinforce(GroupedRewards.from_groups([[True, False], [3]]))
         >>> adv
         tensor([1., 0., 3.])
@@ -82,7 +82,7 @@ def reinforce_plus_plus_baseline(batch: GroupedRewards, *, epsilon: float = 1e-6
     References: Hu, "REINFORCE++: A Simple and Efficient Approach for Aligning Large Language
     Models", arXiv:2501.03262; rLLM ``calculate_reinforce_plus_plus_baseline_advantages``.
 
-    Example:
+    Examples:
         >>> adv, _ = reinforce_plus_plus_baseline(GroupedRewards.from_groups([[1.0, 0.0], [1.0]]))
         >>> adv  # c = [0.5, -0.5, 1.0], std(c) = sqrt(42/108)
         tensor([ 0.8018, -0.8018,  1.6036], dtype=torch.float64)
@@ -137,7 +137,7 @@ def reinforce_plus_plus(
     Language Models", arXiv:2501.03262 (token rewards with the KL penalty, global batch
     normalisation); verl ``compute_reinforce_plus_plus_outcome_advantage``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> rewards = torch.tensor([[0.0, 1.0], [0.0, 0.0]])
         >>> adv, returns = reinforce_plus_plus(TokenRewards(rewards, torch.ones(2, 2)), gamma=0.5)

@@ -36,7 +36,7 @@ def rloo(batch: GroupedRewards) -> tuple[Tensor, Tensor]:
     Learning from Human Feedback in LLMs", arXiv:2402.14740; Kool et al., "Buy 4 REINFORCE
     Samples, Get a Baseline for Free!" (2019); rLLM ``calculate_rloo_advantages``.
 
-    Example:
+    Examples:
         >>> adv, _ = rloo(GroupedRewards.from_groups([[1.0, 0.0, 0.0, 0.0], [0.7]]))
         >>> adv
         tensor([ 1.0000, -0.3333, -0.3333, -0.3333,  0.7000], dtype=torch.float64)

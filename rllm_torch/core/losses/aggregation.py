@@ -37,7 +37,7 @@ AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mea
 def token_mean(values: Tensor, response_mask: Tensor) -> Tensor:
     """Mean of ``values [N, T]`` over the tokens where ``response_mask [N, T]`` is 1 (0 if none).
 
-    Example:
+    Examples:
         >>> import torch
         >>> token_mean(torch.tensor([[1.0, 2.0], [3.0, 9.0]]), torch.tensor([[1.0, 1.0], [1.0, 0.0]]))
         tensor(2.)
@@ -87,7 +87,7 @@ def aggregate_loss(
     Raises:
         ValueError: an unknown ``mode``, or ``seq-mean-token-sum-norm`` without a positive ``horizon``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> loss, mask = torch.tensor([[1.0, 3.0], [2.0, 0.0]]), torch.tensor([[1.0, 1.0], [1.0, 0.0]])
         >>> [round(aggregate_loss(loss, mask, m, horizon=4).item(), 3) for m in AGG_MODES]

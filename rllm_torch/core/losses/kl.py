@@ -57,7 +57,7 @@ def kl_penalty(log_probs: Tensor, ref_log_probs: Tensor, kind: str = "low_var_kl
     Raises:
         ValueError: an unknown ``kind``.
 
-    Example:
+    Examples:
         >>> logp, ref = torch.tensor([[-1.0, -2.0]]), torch.tensor([[-1.0, -1.0]])
         >>> kl_penalty(logp, ref, "kl"), kl_penalty(logp, ref, "mse")
         (tensor([[ 0., -1.]]), tensor([[0.0000, 0.5000]]))

@@ -112,7 +112,7 @@ def summarise_importance_weights(stats: list[float]) -> dict[str, float]:
     whose ratio exceeded the cap) and ``ess``, Kish's normalised effective sample size
     ``(Σ w)² / (n Σ w²)`` in ``[0, 1]`` (1: all weights equal; 0 when every unit is masked).
 
-    Example:
+    Examples:
         >>> summarise_importance_weights([4.0, 4.0, 6.0, 1.0, 2.0])  # weights 2, 1, 1, 0
         {'rollout_corr/weight_mean': 1.0, 'rollout_corr/weight_max': 2.0, 'rollout_corr/clip_fraction': 0.25, 'rollout_corr/ess': 0.6666666666666666}
     """

@@ -43,7 +43,7 @@ def clipped_value_loss(
         ``(loss, stats)``: the 0-d loss and ``{"vf_clipfrac": share of tokens where the clipped
         term is the larger}``.
 
-    Example:
+    Examples:
         >>> v, old, ret, m = torch.tensor([[2.0]]), torch.tensor([[0.0]]), torch.tensor([[3.0]]), torch.ones(1, 1)
         >>> clipped_value_loss(v, old, ret, m, cliprange_value=0.5)[0]  # V_clip = 0.5: ½ max(1, 6.25)
         tensor(3.1250)

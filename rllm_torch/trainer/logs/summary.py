@@ -42,7 +42,7 @@ def plan_steps(steps_per_epoch: int, total_epochs: int, total_batches: int | Non
     hold stops early; more trains further epochs, and the plan says so (the run never stops
     short of a step count it was given without a word).
 
-    Example:
+    Examples:
         >>> plan_steps(4, 1, 5).note
         'rllm.trainer.total_batches=5 is more than rllm.trainer.total_epochs=1 holds (4 steps of 4 a pass): training 5 steps, over 2 epochs'
         >>> plan_steps(64, 4, None)

@@ -41,7 +41,7 @@ class CompactFilteringConfig(CompactFilteringFlags):
     Raises:
         ValueError: a reason in ``mask_reasons`` is not a TerminationReason value, or a flag is not a bool.
 
-    Example:
+    Examples:
         >>> CompactFilteringConfig(enable=True, mask_reasons=["timeout"]).should_mask("timeout")
         True
     """

@@ -26,7 +26,7 @@ def unbiased_pass_at_k(num_samples: int, num_correct: int, k: int) -> float:
     Raises:
         ValueError: ``k < 1``, ``n < k`` or ``c`` outside ``[0, n]``.
 
-    Example:
+    Examples:
         >>> unbiased_pass_at_k(4, 1, 1), unbiased_pass_at_k(4, 1, 4), round(unbiased_pass_at_k(4, 1, 2), 4)
         (0.25, 1.0, 0.5)
     """

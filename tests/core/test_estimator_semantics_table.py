@@ -106,7 +106,7 @@ def test_nan_in_batch_wide_estimators_stays_inside_the_call(estimator):
 @pytest.mark.parametrize("bad", [float("inf"), -float("inf")])
 @pytest.mark.parametrize("estimator", [grpo, rloo, reinforce, reinforce_plus_plus_baseline, prpo])
 def test_an_infinite_reward_is_confined_like_nan_to_its_group_or_batch_wide_to_its_call(estimator, bad):
-    # the README's rule: a NaN or infinite reward makes its group's advantages non-finite (its
+    # the documented rule (docs/estimators.md): a NaN or infinite reward makes its group's advantages non-finite (its
     # batch's, for the batch-wide estimators); the tensor path does not check (a check would sync)
     adv, _ = estimator(packed([1.0, bad, 0.0], [1.0, 0.0], [2.0]))
     assert not adv[:3].isfinite().all()
