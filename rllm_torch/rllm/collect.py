@@ -38,8 +38,7 @@ from rllm_torch.core.checks import all_rewards_are_numbers, check_reward
 from rllm_torch.core.distributed import ONE_PROCESS, resolve_process_group
 from rllm_torch.core.errors import InvalidRewardsError, InvalidRewardTypeError, RLLMTorchError
 from rllm_torch.rllm.config import TURN_MODES, AlgorithmConfig
-from rllm_torch.rllm.metrics import summary_metrics
-from rllm_torch.rllm.role_plan import RoleBatch, compute_role_advantages
+from rllm_torch.rllm.role_plan import RoleBatch, compute_role_advantages, token_advantage_metrics
 from rllm_torch.rllm.roles import reward_components_tensor
 from rllm_torch.rllm.stepwise import ObservationIds, turn_rewards
 from rllm_torch.rllm.types import Step, Trajectory, TrajectoryGroup
@@ -180,8 +179,7 @@ def collect_reward_and_advantage_from_trajectory_groups(
     for role in result.precomputed_roles:  # over its tokens, and its RL trajectories if it has both
         parts = [a for a in (result.by_role.get(role), pre_tokens.get(role)) if a is not None]
         adv_all = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
-        if group is not None or adv_all.numel():
-            metrics |= summary_metrics(adv_all, f"advantage/{role}", fraction_zero=True, process_group=group)
+        metrics |= token_advantage_metrics(role, adv_all, process_group=group)
     for step, adv in zip(steps, result.steps.tolist(), strict=True):
         step.advantage = adv
     for step, value in token_writes:

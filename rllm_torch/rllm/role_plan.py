@@ -20,7 +20,8 @@ roles whose estimator is token-level are the caller's, see :class:`RoleAdvantage
    with ``normalize_by_steps``); a turn mode gives each step its own
    (:func:`~rllm_torch.rllm.stepwise.role_turn_advantages`);
 5. the role's ``reward/*``, ``advantage/*`` (and ``turns/*``, ``difficulty/*``) metrics, over
-   every rank.
+   every rank; a role whose advantages are per token (precomputed, token-level) gets its
+   metrics from :func:`token_advantage_metrics`, which the callers use for it.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from rllm_torch.rllm.registry import is_token_level
 from rllm_torch.rllm.roles import outcome_estimator, role_advantages, role_estimator
 from rllm_torch.rllm.stepwise import check_stepwise_estimator, role_turn_advantages
 
-__all__ = ["RoleBatch", "RoleAdvantages", "compute_role_advantages"]
+__all__ = ["RoleBatch", "RoleAdvantages", "compute_role_advantages", "token_advantage_metrics"]
 
 
 @dataclass
@@ -200,6 +201,30 @@ def compute_role_advantages(
         steps_M = steps_M / counts_N[batch.step_trajectory]
     out.steps = steps_M
     return out
+
+
+def token_advantage_metrics(
+    role: str,
+    advantages: Tensor,
+    *,
+    scores: Tensor | None = None,
+    returns: Tensor | None = None,
+    process_group: object = None,
+) -> dict[str, float]:
+    """The metrics of a role whose advantages are per token (precomputed groups, token-level
+    estimators), the per-role rule's other case: ``advantage/{role}/*`` (with ``fraction_zero``)
+    over ``advantages`` (the tokens the caller counts), ``reward/{role}/*`` over ``scores`` and
+    ``returns/{role}/*`` over ``returns`` when given. Over every rank of ``process_group``; ``{}``
+    on one process for no values.
+    """
+    metrics: dict[str, float] = {}
+    if scores is not None:
+        metrics |= summary_metrics(scores, f"reward/{role}", process_group=process_group)
+    if process_group is not None or advantages.numel():
+        metrics |= summary_metrics(advantages, f"advantage/{role}", fraction_zero=True, process_group=process_group)
+    if returns is not None:
+        metrics |= summary_metrics(returns, f"returns/{role}", process_group=process_group)
+    return metrics
 
 
 def _roles(batch: RoleBatch) -> list[str]:

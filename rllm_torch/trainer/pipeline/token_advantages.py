@@ -14,8 +14,7 @@ from rllm_torch.core.errors import ConfigError
 from rllm_torch.core.tokens import TokenRewards, broadcast_to_tokens
 from rllm_torch.rllm.config import TURN_MODES, AlgorithmConfig
 from rllm_torch.rllm.dispatch import compute_advantages
-from rllm_torch.rllm.metrics import summary_metrics
-from rllm_torch.rllm.role_plan import RoleBatch, compute_role_advantages
+from rllm_torch.rllm.role_plan import RoleBatch, compute_role_advantages, token_advantage_metrics
 from rllm_torch.rllm.roles import role_estimator
 from rllm_torch.trainer.pipeline.token_batch import TokenBatch
 
@@ -44,8 +43,7 @@ def _keep_precomputed(batch: TokenBatch, pre_G: list[bool], pre_roles: list[str]
             if any(pre_G)
             else batch.advantages.new_zeros(0)
         )
-        if group is not None or tokens.numel():
-            metrics |= summary_metrics(tokens, f"advantage/{role}", fraction_zero=True, process_group=group)
+        metrics |= token_advantage_metrics(role, tokens, process_group=group)
     return metrics
 
 
@@ -133,10 +131,13 @@ def _token_level_role(
         batch.advantages = batch.advantages.index_copy(0, rows, adv_RT)
         batch.returns = batch.returns.index_copy(0, rows, returns_RT)
     trained = mask_RT > 0
-    metrics = summary_metrics(scores_N[in_role_G[batch.group_index]], f"reward/{role}", process_group=group)
-    metrics |= summary_metrics(adv_RT[trained], f"advantage/{role}", fraction_zero=True, process_group=group)
-    metrics |= summary_metrics(returns_RT[trained], f"returns/{role}", process_group=group)
-    return metrics
+    return token_advantage_metrics(
+        role,
+        adv_RT[trained],
+        scores=scores_N[in_role_G[batch.group_index]],
+        returns=returns_RT[trained],
+        process_group=group,
+    )
 
 
 def compute_token_advantages(
