@@ -35,7 +35,7 @@ from rllm_torch.core.segment import accumulation_dtype
 from rllm_torch.core.tokens import TokenRewards
 from rllm_torch.rllm.config import RUN_OPTIONS, AlgorithmConfig
 from rllm_torch.rllm.registry import Registration, registered_name, registration
-from rllm_torch.rllm.settings import declared, default_of
+from rllm_torch.rllm.settings import check_value, declared, default_of
 
 __all__ = ["get_rllm_adv_estimator", "get_tensor_adv_estimator", "compute_advantages"]
 
@@ -106,8 +106,15 @@ def get_tensor_adv_estimator(name: str | Enum) -> Callable[[GroupedRewards], tup
 
 
 def _checked_run_options(options: dict[str, object]) -> dict[str, object]:
-    """The run-wide options, each through its declared check (``AlgorithmConfig``'s)."""
-    return {k: _RUN_DECLARATIONS[k].check(v) for k, v in options.items()}
+    """The run-wide options, each through its declaration (``AlgorithmConfig``'s): its own check
+    (raising the core's typed errors), else its bounds and choices."""
+    checked = {}
+    for name, value in options.items():
+        declaration = _RUN_DECLARATIONS[name]
+        checked[name] = (
+            declaration.check(value) if declaration.check else check_value(value, declaration, declaration.key)
+        )
+    return checked
 
 
 def _options_for(entry: Registration, name: str, run_options: dict[str, object], options: dict[str, object]) -> dict:
