@@ -266,3 +266,14 @@ def turn_scheme(spec: dict, scheme: str) -> list:
     }
     adv, _ = fns[scheme](turns, rloo)
     return adv.tolist()
+
+
+def entropy_mask(entropy: list, mask: list, quantile: float) -> list:
+    """This rank's high-entropy mask over every rank's tokens (WORLD)."""
+    import torch.distributed as dist
+
+    from rllm_torch.core.losses import high_entropy_mask
+
+    return high_entropy_mask(
+        torch.tensor(entropy), torch.tensor(mask), quantile, process_group=dist.group.WORLD
+    ).tolist()

@@ -18,6 +18,8 @@ import torch
 from omegaconf import OmegaConf
 
 from rllm_torch.core.errors import ConfigError, DistributedSetupError, InvalidRewardsError, InvalidRewardTypeError
+from rllm_torch.core.losses import LOSS_FNS, loss_options
+from rllm_torch.core.losses.rollout_rejection import parse_rollout_rs
 from rllm_torch.core.packing import GroupedRewards
 from rllm_torch.core.tokens import TokenRewards
 from rllm_torch.rllm.config import AlgorithmConfig
@@ -155,10 +157,21 @@ def check_estimator_call(name: object, algorithm: AlgorithmConfig, group_size: i
 def _check_loss_kl_and_critic(config: Any) -> None:
     algorithm, backend = config.rllm.algorithm, config.backend
     loss_fn = algorithm.loss_fn or "ppo"
-    if backend.clip_ratio_c is not None and loss_fn != "ppo":
+    for option, what in (("clip_ratio_c", "a ratio cap (dual-clip PPO, DPPO)"), ("delta", "TRL's two-sided clip")):
+        if backend[option] is not None and option not in loss_options(loss_fn):
+            takers = ", ".join(name for name in LOSS_FNS if option in loss_options(name))
+            raise ConfigError(
+                f"backend.{option}={backend[option]} is {what}, and rllm.algorithm.loss_fn={loss_fn!r} has none: drop "
+                f"backend.{option}, or use one of rllm.algorithm.loss_fn={takers}."
+            )
+    if loss_fn == "luspo" and algorithm.loss_agg_mode != "seq-mean-token-sum":
         raise ConfigError(
-            f"backend.clip_ratio_c={backend.clip_ratio_c} is dual-clip PPO's cap, and rllm.algorithm.loss_fn={loss_fn!r} "
-            "has no such clip: drop backend.clip_ratio_c, or use rllm.algorithm.loss_fn=ppo."
+            "rllm.algorithm.loss_fn=luspo weights each sequence's loss by its length (TRL's LUSPO): set "
+            f"rllm.algorithm.loss_agg_mode=seq-mean-token-sum (it is {algorithm.loss_agg_mode!r})."
+        )
+    if algorithm.use_bias_correction_kl and not algorithm.use_kl_loss:
+        raise ConfigError(
+            "rllm.algorithm.use_bias_correction_kl=true corrects the KL loss term: set rllm.algorithm.use_kl_loss=true too."
         )
     if config.model.ref_path is not None and not (algorithm.use_kl_loss or algorithm.use_kl_in_reward):
         raise ConfigError(
@@ -192,6 +205,23 @@ def _check_sampler_and_correction(config: Any) -> None:
             "backend.rollout.engine=vllm with model.lora.r > 0 is not supported yet (the engine is synced with the "
             "model's own weights, not merged adapters); use backend.rollout.engine=hf, or model.lora.r=0."
         )
+    if correction.tis_cap_lower is not None and correction.tis_mode not in ("token_mask", "sequence_mask"):
+        raise ConfigError(
+            f"{key}.tis_cap_lower={correction.tis_cap_lower} is the lower cap of a mask mode: set {key}.tis_mode=token_mask "
+            "(IcePop) or sequence_mask."
+        )
+    if correction.rollout_rs_threshold is not None and correction.rollout_rs is None:
+        raise ConfigError(f"{key}.rollout_rs_threshold is set but {key}.rollout_rs (the options) is not.")
+    if correction.rollout_rs is not None:
+        if correction.bypass_mode:
+            raise ConfigError(
+                f"{key}.rollout_rs with bypass_mode=true: the old policy is then the sampler, so every token's statistic is "
+                "0; set bypass_mode=false (recompute the old log-probs) or rollout_rs=null."
+            )
+        try:
+            parse_rollout_rs(correction.rollout_rs, correction.rollout_rs_threshold)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{key}.rollout_rs={correction.rollout_rs!r}: {exc}") from exc
     if correction.tis_mode is not None and (config.rllm.algorithm.loss_fn or "ppo") == "dro":
         raise ConfigError(
             f"{key}.tis_mode with rllm.algorithm.loss_fn=dro: the weights scale the advantage term, and DRO's quadratic "

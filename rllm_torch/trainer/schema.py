@@ -98,6 +98,24 @@ class RolloutCorrectionSection:
     bypass_mode: bool | None = setting(
         None, "true: the rollout log-probs are pi_old (no recomputation); null/false: recomputed"
     )
+    tis_cap_lower: float | None = setting(
+        None,
+        "the mask modes' lower cap (token_mask with 0.5 and tis_cap 5: IcePop's two-sided mask); null: none",
+        minimum=0,
+        maximum=1,
+        exclusive_minimum=True,
+    )
+    rollout_rs: str | None = setting(
+        None, "rejection sampling by log(pi_old / pi_rollout): token_k1 ... seq_max_k3, comma-separated (verl's)"
+    )
+    rollout_rs_threshold: str | None = setting(
+        None, "its bounds: one for all or one per option; k1: 'lower_upper' or an upper (verl's syntax)"
+    )
+    off_policy_mask_threshold: float | None = setting(
+        None,
+        "drop a negative-advantage sequence whose mean log(pi_rollout / pi) exceeds it (TRL's OPSM); null: off",
+        minimum=0,
+    )
 
 
 @dataclass
@@ -111,6 +129,9 @@ class AlgorithmSection(
     use_kl_loss: bool = setting(False, "a KL(policy || reference) term in the loss (DeepSeekMath's GRPO)")
     kl_loss_coef: float = setting(0.001, "the KL term's coefficient", minimum=0)
     kl_loss_type: str = setting("low_var_kl", "kl (k1) | abs | mse (k2) | low_var_kl (k3)", choices=KL_ESTIMATORS)
+    use_bias_correction_kl: bool = setting(
+        False, "the KL loss term times pi / pi_old, for tokens sampled from pi_old (TRL's; DeepSeek-V3.2)"
+    )
     use_kl_in_reward: bool = setting(False, "subtract kl_coef * KL per token from the rewards (RLHF's penalty)")
     kl_penalty: str = setting(
         "kl", "the KL estimator in the reward: kl (k1) | abs | mse (k2) | low_var_kl (k3)", choices=KL_ESTIMATORS
@@ -359,11 +380,40 @@ class BackendConfig:
     )
     clip_ratio_c: float | None = setting(
         None,
-        "dual-clip PPO: cap -c*A on the loss of A < 0 (> 1; verl's 3.0); None: off",
+        "dual-clip PPO's cap -c*A on the loss of A < 0, and DPPO's cap of its ratio (> 1; verl's 3.0); None: off",
         minimum=1,
         exclusive_minimum=True,
     )
     dro_beta: float = setting(0.05, "weight of the quadratic log-ratio penalty of loss_fn=dro", minimum=0)
+    delta: float | None = setting(
+        None,
+        "cap of the ratio in ppo's / luspo's unclipped term (TRL's two-sided clip); null: off",
+        minimum=1,
+        exclusive_minimum=True,
+    )
+    tau_pos: float = setting(
+        1.0, "sapo: the gate's temperature where A > 0 (verl's)", minimum=0, exclusive_minimum=True
+    )
+    tau_neg: float = setting(1.05, "sapo: the gate's temperature where A <= 0", minimum=0, exclusive_minimum=True)
+    clip_cov_ratio: float = setting(
+        0.0002, "clip_cov: share of trained tokens whose loss is cut", minimum=0, maximum=1, exclusive_minimum=True
+    )
+    clip_cov_lb: float = setting(1.0, "clip_cov: lower bound of the covariance of a token that may be cut")
+    clip_cov_ub: float = setting(5.0, "clip_cov: its upper bound")
+    kl_cov_ratio: float = setting(
+        0.0002, "kl_cov: share of trained tokens penalised", minimum=0, maximum=1, exclusive_minimum=True
+    )
+    ppo_kl_coef: float = setting(0.1, "kl_cov: the |log ratio| penalty's coefficient", minimum=0)
+    vespo_k_pos: float = setting(2.0, "vespo: k of the weight w^k e^(lambda (1 - w)) where A >= 0 (TRL's)")
+    vespo_lambda_pos: float = setting(3.0, "vespo: its lambda where A >= 0", minimum=0)
+    vespo_k_neg: float = setting(3.0, "vespo: k where A < 0")
+    vespo_lambda_neg: float = setting(2.0, "vespo: lambda where A < 0", minimum=0)
+    top_entropy_quantile: float = setting(
+        1.0,
+        "train on the tokens whose entropy is in this top share (TRL's; 0.2: the 80/20 paper); 1: all",
+        minimum=0,
+        maximum=1,
+    )
     rollout_batch_size: int | None = setting(
         None,
         "prompts per generate call; None: as many as 256 MiB of one step's logits hold, at most 1024",

@@ -113,8 +113,11 @@ def test_an_unknown_mode_or_a_missing_horizon_is_refused():
         policy_loss("dpo", LOGP, OLD, ADV, MASK)
 
 
-@pytest.mark.parametrize("name", LOSS_FNS)
-def test_on_policy_every_loss_has_the_reinforce_gradient(name):
+SEQUENCE_LOSSES = ("geo_mean", "luspo")  # their on-policy gradients are sequence-level (tests/core/losses)
+
+
+@pytest.mark.parametrize("name", [n for n in LOSS_FNS if n not in SEQUENCE_LOSSES])
+def test_on_policy_every_token_level_loss_has_the_reinforce_gradient(name):
     # ρ = 1: d loss / d logπ[n, t] = -A[n, t] · mask / (number of trained tokens = 3)
     logp = LOGP.clone().requires_grad_(True)
     loss, _ = policy_loss(name, logp, LOGP, ADV, MASK, beta=0.5)
@@ -130,6 +133,14 @@ def test_on_policy_every_loss_has_the_reinforce_gradient(name):
         ("cispo", "seq-mean-token-mean"),
         ("dro", "seq-mean-token-sum"),
         ("cross_entropy", "token-mean"),
+        ("sapo", "token-mean"),
+        ("geo_mean", "seq-mean-token-sum"),
+        ("dppo_tv", "token-mean"),
+        ("dppo_kl", "seq-mean-token-mean"),
+        ("clip_cov", "token-mean"),
+        ("kl_cov", "token-mean"),
+        ("luspo", "seq-mean-token-sum"),
+        ("vespo", "token-mean"),
     ],
 )
 def test_each_loss_fn_and_aggregation_mode_runs_a_real_training_step_of_the_backend(tmp_path, loss_fn, mode):

@@ -75,7 +75,10 @@ def test_a_file_task_key_given_to_the_arithmetic_task_is_refused_naming_key_and_
 
 def test_the_loss_options_are_checked_against_the_loss():
     check_run_config(compose_train("backend.clip_ratio_c=3", "rllm.algorithm.importance_sampling_level=sequence"))
-    with pytest.raises(ConfigError, match=r"backend.clip_ratio_c=3.0 is dual-clip PPO's cap.*loss_fn='cispo'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"backend.clip_ratio_c=3.0 is a ratio cap \(dual-clip PPO, DPPO\), and rllm.algorithm.loss_fn='cispo' has none",
+    ):
         check_run_config(compose_train("backend.clip_ratio_c=3", "rllm.algorithm.loss_fn=cispo"))
 
 

@@ -21,6 +21,7 @@ from rllm_torch.core.losses import (
     rollout_importance_weights,
     summarise_importance_weights,
 )
+from rllm_torch.core.losses.rollout_rejection import parse_rollout_rs, rollout_rejection_mask
 from rllm_torch.trainer.ranks import RunRanks
 from rllm_torch.trainer.state import TrainerState
 
@@ -128,6 +129,7 @@ class BatchPasses:
             micro.updates_per_batch(max(total_rows, 1)) == (1, 1)
             and not self.use_kl_in_reward
             and correction.tis_mode is None
+            and correction.rollout_rs is None
         )
         rows = torch.arange(batch.input_ids.shape[0], device=self.device)
         with stage_memory("computing the old, reference and value passes", micro.memory_advice()):
@@ -144,6 +146,8 @@ class BatchPasses:
                     batch.ref_log_probs = self.log_probs(scorer, batch, micro.split(batch, rows, collective=False))
             if self.critic is not None:
                 batch.values = self.critic.values(batch, micro.split(batch, rows, collective=False))
+        if correction.rollout_rs is not None:  # before the advantages (verl's order): a rejected sequence is untrained
+            trainer_state.metrics |= self._reject_rollouts(batch)
         if correction.tis_mode is not None:
             trainer_state.metrics |= self._rollout_importance_weights(batch)
         if self.use_kl_in_reward:
@@ -159,8 +163,32 @@ class BatchPasses:
         correction, ranks = self.algorithm.rollout_correction, self.micro.ranks
         mode = correction.tis_mode
         weights, capped = rollout_importance_weights(
-            batch.old_log_probs, batch.rollout_log_probs, batch.response_mask, tis_mode=mode, tis_cap=correction.tis_cap
+            batch.old_log_probs,
+            batch.rollout_log_probs,
+            batch.response_mask,
+            tis_mode=mode,
+            tis_cap=correction.tis_cap,
+            tis_cap_lower=correction.tis_cap_lower,
         )
         batch.extras["rollout_is_weights"] = weights
         stats = importance_weight_stats(weights, capped, batch.response_mask, tis_mode=mode).tolist()
         return summarise_importance_weights(ranks.reduce(stats[:4]) + ranks.reduce(stats[4:], "max"))
+
+    def _reject_rollouts(self, batch) -> dict[str, float]:
+        """``rollout_correction.rollout_rs``: the rejected tokens leave ``batch.response_mask``
+        (:func:`~rllm_torch.core.losses.rollout_rejection.rollout_rejection_mask`); the
+        ``rollout_corr/rollout_rs_*`` metrics over every rank (one all-reduce)."""
+        correction = self.algorithm.rollout_correction
+        rules = parse_rollout_rs(correction.rollout_rs, correction.rollout_rs_threshold)
+        keep, stats = rollout_rejection_mask(batch.old_log_probs, batch.rollout_log_probs, batch.response_mask, rules)
+        batch.response_mask = batch.response_mask * keep
+        names = sorted(stats)
+        totals = dict(zip(names, self.micro.ranks.reduce([float(stats[n]) for n in names]), strict=True))
+        out = {
+            "rollout_corr/rollout_rs_masked_fraction": totals["rejected_tokens"] / max(totals["tokens"], 1.0),
+            "rollout_corr/rollout_rs_seq_masked_fraction": totals["rejected_sequences"] / max(totals["sequences"], 1.0),
+        }
+        for rule in rules:
+            share = totals[f"rejected_tokens/{rule.option}"] / max(totals["tokens"], 1.0)
+            out[f"rollout_corr/rollout_rs_{rule.option}_masked_fraction"] = share
+        return out

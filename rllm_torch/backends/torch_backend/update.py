@@ -22,10 +22,15 @@ from rllm_torch.backends.torch_backend.critic import Critic
 from rllm_torch.backends.torch_backend.micro_batches import gradient_sync, stage_memory
 from rllm_torch.backends.torch_backend.passes import MicroBatcher
 from rllm_torch.core.losses import (
+    LOSS_FNS,
     aggregate_loss,
+    bias_corrected_kl,
     entropy_bonus,
+    high_entropy_mask,
     kl_penalty,
     loss_normaliser,
+    loss_options,
+    off_policy_sequence_mask,
     policy_loss,
 )
 from rllm_torch.trainer.state import TrainerState
@@ -33,6 +38,11 @@ from rllm_torch.trainer.state import TrainerState
 __all__ = ["PolicyUpdater"]
 
 _SCHEDULES = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}
+# the loss options that are backend settings of the same name (beta is backend.dro_beta, the level rllm.algorithm's)
+_LOSS_SETTINGS = sorted(
+    set().union(*map(loss_options, LOSS_FNS))
+    - {"loss_agg_mode", "horizon", "normaliser", "importance_sampling_level", "beta", "random_keys"}
+)
 # update stats that are each rank's share of a global loss (summed over the ranks); the others
 # are token sums (divided by the global token count)
 _SHARE_STATS = ("loss", "kl_loss", "critic/vf_loss")
@@ -58,6 +68,8 @@ class PolicyUpdater:
         self.loss_agg_mode = self.algorithm.loss_agg_mode
         self.loss_agg_horizon = self.algorithm.loss_agg_horizon or config.rllm.rollout.max_new_tokens
         self.use_kl_loss = bool(self.algorithm.use_kl_loss)
+        # the settings the policy losses take by name (each loss gets those its signature names)
+        self._loss_settings = {name: self.settings[name] for name in _LOSS_SETTINGS}
         self.scheduler, self._pending_scheduler_state = None, None
 
     def scheduler_state(self) -> dict | None:
@@ -168,21 +180,23 @@ class PolicyUpdater:
         advantages = batch.advantages[rows]
         if "rollout_is_weights" in batch.extras:  # issue 18: w·ℓ(A) = ℓ(w·A) for the losses linear in A (w >= 0)
             advantages = advantages * batch.extras["rollout_is_weights"][rows]
+        loss_mask_RT, selection = self._policy_tokens(
+            log_probs, entropy, advantages, batch.rollout_log_probs[rows], mask_RT
+        )
         loss, extra = policy_loss(
             self.loss_fn,
             log_probs,
             old_log_probs,
             advantages,
-            mask_RT,
-            clip_ratio_low=s.clip_ratio_low,
-            clip_ratio_high=s.clip_ratio_high,
-            clip_ratio_c=s.clip_ratio_c,
+            loss_mask_RT,  # the tokens trained on; the normaliser stays the mini-batch's (as TRL)
             importance_sampling_level=self.algorithm.importance_sampling_level,
             beta=s.dro_beta,
+            **self._loss_settings,
             **aggregation,
         )
         tokens = mask_RT.sum()
         stats = {"loss": loss.detach(), "tokens": tokens} | {k: v.detach() * tokens for k, v in extra.items()}
+        stats |= selection
         stats["entropy"] = (entropy.detach() * mask_RT).sum() if entropy is not None else tokens * 0.0
         if s.entropy_coeff and entropy is not None:  # verl's actor: pg_loss - entropy_coeff * agg(entropy)
             bonus, _ = entropy_bonus(entropy, mask_RT, entropy_coeff=s.entropy_coeff, **aggregation)
@@ -195,12 +209,34 @@ class PolicyUpdater:
         if self.use_kl_loss:  # DeepSeekMath's GRPO: + beta * KL(policy || reference), aggregated like the loss
             algorithm = self.algorithm
             kl = kl_penalty(log_probs, batch.ref_log_probs[rows], algorithm.kl_loss_type)
+            if algorithm.use_bias_correction_kl:  # TRL's: the tokens were sampled from pi_old
+                kl = bias_corrected_kl(kl, log_probs, old_log_probs)
             kl_loss = aggregate_loss(
                 kl, mask_RT, self.loss_agg_mode, horizon=self.loss_agg_horizon, normaliser=normaliser
             )
             loss = loss + algorithm.kl_loss_coef * kl_loss
             stats["kl_loss"] = kl_loss.detach()
         return (loss + anchor) * world, stats
+
+    def _policy_tokens(
+        self, log_probs: Tensor, entropy: Tensor | None, advantages: Tensor, rollout_log_probs: Tensor, mask_RT: Tensor
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """The tokens the policy loss trains on: ``mask_RT``, less the low-entropy ones
+        (``backend.top_entropy_quantile < 1``, a quantile over every rank's micro-batch) and the
+        off-policy negative sequences (``rollout_correction.off_policy_mask_threshold``); and the
+        token sums of what was left out (``entropy_masked``, ``off_policy_masked``)."""
+        s, stats, keep_RT = self.settings, {}, mask_RT
+        if s.top_entropy_quantile < 1:
+            group = self.ranks.process_group if self.ranks.distributed else None
+            values = entropy.detach() if entropy is not None else torch.zeros_like(mask_RT)
+            keep_RT = keep_RT * high_entropy_mask(values, mask_RT, s.top_entropy_quantile, process_group=group)
+            stats["entropy_masked"] = (mask_RT - keep_RT).sum()
+        threshold = self.algorithm.rollout_correction.off_policy_mask_threshold
+        if threshold is not None:
+            sequences = off_policy_sequence_mask(log_probs, rollout_log_probs, advantages, mask_RT, threshold)
+            stats["off_policy_masked"] = (keep_RT * (1 - sequences)).sum()
+            keep_RT = keep_RT * sequences
+        return keep_RT, stats
 
     def _global_update_stats(self, local_stats: list[dict], grad_norms: list[torch.Tensor]) -> dict[str, float]:
         """Means over the mini-batches of the global values: the shares of a loss (summed over the

@@ -5,7 +5,7 @@ correction's importance weights (``rollout_correction``): pure tensor math."""
 
 from rllm_torch.core.losses.aggregation import AGG_MODES, aggregate_loss, loss_normaliser, token_mean
 from rllm_torch.core.losses.entropy import entropy_bonus
-from rllm_torch.core.losses.kl import KL_ESTIMATORS, canonical_kl_name, kl_penalty
+from rllm_torch.core.losses.kl import KL_ESTIMATORS, bias_corrected_kl, canonical_kl_name, kl_penalty
 from rllm_torch.core.losses.policy import (
     LOSS_FNS,
     POLICY_LOSSES,
@@ -24,6 +24,8 @@ from rllm_torch.core.losses.rollout_correction import (
     rollout_importance_weights,
     summarise_importance_weights,
 )
+from rllm_torch.core.losses.rollout_rejection import ROLLOUT_RS_OPTIONS, parse_rollout_rs, rollout_rejection_mask
+from rllm_torch.core.losses.token_selection import high_entropy_mask, off_policy_sequence_mask
 from rllm_torch.core.losses.value import clipped_value_loss
 
 __all__ = [
@@ -33,6 +35,9 @@ __all__ = [
     "AGG_MODES",
     "KL_ESTIMATORS",
     "kl_penalty",
+    "bias_corrected_kl",
+    "high_entropy_mask",
+    "off_policy_sequence_mask",
     "canonical_kl_name",
     "clipped_value_loss",
     "aggregate_loss",
@@ -49,6 +54,9 @@ __all__ = [
     "dual_clip",
     "entropy_bonus",
     "TIS_MODES",
+    "ROLLOUT_RS_OPTIONS",
+    "parse_rollout_rs",
+    "rollout_rejection_mask",
     "rollout_importance_weights",
     "importance_weight_stats",
     "summarise_importance_weights",

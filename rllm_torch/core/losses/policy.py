@@ -27,7 +27,11 @@ import torch
 from torch import Tensor
 
 from rllm_torch.core.losses.aggregation import aggregate_loss, token_mean
+from rllm_torch.core.losses.covariance import clip_cov_loss, kl_cov_loss
 from rllm_torch.core.losses.ratio import IMPORTANCE_SAMPLING_LEVELS, dual_clip, log_importance_ratio
+from rllm_torch.core.losses.sequence import geo_mean_loss, luspo_loss
+from rllm_torch.core.losses.soft_gate import sapo_loss, vespo_loss
+from rllm_torch.core.losses.trust_region import dppo_kl_loss, dppo_tv_loss
 
 __all__ = [
     "LOSS_FNS",
@@ -56,23 +60,27 @@ def ppo_clip_loss(
     clip_ratio_low: float = 0.2,
     clip_ratio_high: float = 0.2,
     clip_ratio_c: float | None = None,
+    delta: float | None = None,
     importance_sampling_level: str = "token",
     loss_agg_mode: str = "token-mean",
     horizon: int | None = None,
     normaliser: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO's clipped surrogate, negated: ``ℓ = -min(ρ A, clip(ρ, 1 - ε_low, 1 + ε_high) A)``;
-    with ``clip_ratio_c = c`` (dual clip) ``ℓ = min(ℓ, -c A)`` where ``A < 0``.
+    with ``clip_ratio_c = c`` (dual clip) ``ℓ = min(ℓ, -c A)`` where ``A < 0``; with ``delta = δ``
+    (TRL's two-sided clip, INTELLECT-2) ``ρ`` is capped at ``δ`` in the unclipped term,
+    ``ℓ = -min(min(ρ, δ) A, clip(ρ) A)``: for ``δ >= 1 + ε_high`` the same loss as ``clip_ratio_c = δ``.
 
     Stats: ``clip_fraction`` (share of tokens where the clipped term is the smaller),
     ``clip_fraction_lower`` (share capped by the dual clip, with ``clip_ratio_c``) and ``approx_kl``.
 
     Source: Schulman et al. 2017, arXiv:1707.06347, eq. 7; asymmetric ε_low/ε_high as DAPO
-    (arXiv:2503.14476); dual clip and the sequence ratio: :mod:`~rllm_torch.core.losses.ratio`.
+    (arXiv:2503.14476); dual clip and the sequence ratio: :mod:`~rllm_torch.core.losses.ratio`;
+    ``delta``: TRL's ``GRPOConfig.delta`` (Prime Intellect, INTELLECT-2, arXiv:2505.07291).
     Example: on-policy, ``A = 2`` on one token gives ``ℓ = -2``.
     """
     ratio_NT = log_importance_ratio(log_probs, old_log_probs, response_mask, importance_sampling_level).exp()
-    unclipped_NT = ratio_NT * advantages
+    unclipped_NT = (ratio_NT if delta is None else ratio_NT.clamp(max=delta)) * advantages
     clipped_NT = ratio_NT.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high) * advantages
     loss_NT = -torch.minimum(unclipped_NT, clipped_NT)
     stats = {}
@@ -194,19 +202,27 @@ def cross_entropy_loss(
     return loss, stats
 
 
-#: Every policy loss by its ``rllm.algorithm.loss_fn`` name: the one list of loss names.
+#: Every policy loss by its ``rllm.algorithm.loss_fn`` name (the peers' names): the one list of loss names.
 POLICY_LOSSES: dict[str, Callable[..., tuple[Tensor, dict[str, Tensor]]]] = {
     "ppo": ppo_clip_loss,
     "importance_sampling": importance_sampling_loss,
     "cispo": cispo_loss,
     "dro": dro_loss,
     "cross_entropy": cross_entropy_loss,
+    "sapo": sapo_loss,
+    "geo_mean": geo_mean_loss,
+    "dppo_tv": dppo_tv_loss,
+    "dppo_kl": dppo_kl_loss,
+    "clip_cov": clip_cov_loss,
+    "kl_cov": kl_cov_loss,
+    "luspo": luspo_loss,
+    "vespo": vespo_loss,
 }
 LOSS_FNS = tuple(POLICY_LOSSES)
 #: Options that turn a feature on: given to a loss without the feature, a value other than this
 #: one would be dropped silently, so it is refused instead. Other options a loss does not take
 #: (another loss's tuning) are ignored.
-_OFF = {"importance_sampling_level": "token", "clip_ratio_c": None}
+_OFF = {"importance_sampling_level": "token", "clip_ratio_c": None, "delta": None}
 
 
 @cache
@@ -248,7 +264,7 @@ def policy_loss(
     ``-A log π = 2`` for the log-likelihood ones):
         >>> import torch
         >>> logp, adv, mask = torch.tensor([[-1.0]]), torch.tensor([[2.0]]), torch.tensor([[1.0]])
-        >>> [policy_loss(name, logp, logp, adv, mask)[0].item() for name in LOSS_FNS]
+        >>> [policy_loss(name, logp, logp, adv, mask)[0].item() for name in LOSS_FNS[:5]]
         [-2.0, -2.0, 2.0, 2.0, 2.0]
     """
     takes = loss_options(name)

@@ -15,7 +15,10 @@ Shared notation: ``N`` sequences, ``T`` tokens, ``[N, T]`` float tensors on one 
 * ``sequence``: ``w = min(exp(Σ_t δ_t), C)`` for every token of the sequence (TRL's ``sequence_truncate``);
 * ``token_mask`` / ``sequence_mask``: the ratio itself, ``0`` where it exceeds ``C`` (TRL's
   masking modes: a token or sequence far off the sampler's distribution is dropped from the
-  gradient; it still counts in the loss's normaliser, as in TRL).
+  gradient; it still counts in the loss's normaliser, as in TRL); with a lower cap ``c``
+  (``tis_cap_lower``) also ``0`` below it: ``token_mask`` with ``c = 0.5, C = 5`` is IcePop's
+  two-sided token mask (verl's ``rollout_is=token`` with ``rollout_is_threshold="0.5_5.0"``, TRL's
+  ``token_mask`` with ``vllm_importance_sampling_clip_min/max``).
 
 The weights are constants (no gradient). In log space, ``min(exp(x), C) = exp(min(x, log C))``,
 so no ratio overflows however long the sequence. A *unit* is a trained token (token modes) or a
@@ -41,6 +44,7 @@ def rollout_importance_weights(
     *,
     tis_mode: str,
     tis_cap: float,
+    tis_cap_lower: float | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Per-token importance weights of ``π_old`` over ``π_rollout`` (module docstring).
 
@@ -49,13 +53,15 @@ def rollout_importance_weights(
         response_mask: ``[N, T]``, 1 on trained tokens.
         tis_mode: one of :data:`TIS_MODES`.
         tis_cap: the cap ``C >= 1``.
+        tis_cap_lower: the mask modes' lower cap ``c`` in ``(0, 1]`` (None: none).
 
     Returns:
         ``(weights, capped)``: ``[N, T]`` float32 weights, 0 off the mask, without gradient; and
         ``[N, T]`` bool, True on the trained tokens whose unit's ratio exceeds ``C`` (truncated, or masked).
 
     Raises:
-        ValueError: an unknown ``tis_mode``, or ``tis_cap < 1``.
+        ValueError: an unknown ``tis_mode``, ``tis_cap < 1``, or ``tis_cap_lower`` outside
+            ``(0, 1]`` or with a truncating mode.
 
     Example (one sequence of two tokens, ratios e^1 and e^-1, cap 2):
         >>> old, rollout, mask = torch.tensor([[0.0, -2.0]]), torch.tensor([[-1.0, -1.0]]), torch.ones(1, 2)
@@ -66,14 +72,22 @@ def rollout_importance_weights(
         raise ValueError(f"tis_mode {tis_mode!r} is not one of {TIS_MODES}.")
     if not tis_cap >= 1.0:
         raise ValueError(f"tis_cap must be >= 1 (a cap below 1 truncates every on-policy token), got {tis_cap}.")
+    if tis_cap_lower is not None and (not tis_mode.endswith("mask") or not 0 < tis_cap_lower <= 1):
+        raise ValueError(
+            f"tis_cap_lower={tis_cap_lower!r} is the lower cap of a mask mode (token_mask, sequence_mask), in (0, 1]; "
+            f"tis_mode={tis_mode!r}."
+        )
     mask_NT = response_mask.to(torch.float32)
     with torch.no_grad():
         delta_NT = (old_log_probs.float() - rollout_log_probs.float()) * mask_NT
         if tis_mode.startswith("sequence"):
             delta_NT = delta_NT.sum(-1, keepdim=True).expand_as(delta_NT)
         log_cap = math.log(tis_cap)
-        capped_NT = (delta_NT > log_cap) & (mask_NT > 0)
-        weights_NT = delta_NT.clamp(max=log_cap).exp() * mask_NT
+        out_NT = delta_NT > log_cap
+        if tis_cap_lower is not None:
+            out_NT = out_NT | (delta_NT < math.log(tis_cap_lower))
+        capped_NT = out_NT & (mask_NT > 0)
+        weights_NT = delta_NT.clamp(max=log_cap).exp() * mask_NT  # in the mask modes the capped ones are zeroed
         if tis_mode.endswith("mask"):
             weights_NT = weights_NT.masked_fill(capped_NT, 0.0)
     return weights_NT, capped_NT

@@ -1,0 +1,145 @@
+"""Clip-Cov and KL-Cov: the policy loss restrained on the few tokens whose advantage and
+log-probability covary most, the tokens that drive the policy's entropy down.
+
+Notation as :mod:`~rllm_torch.core.losses.policy`. The covariance of a token is
+``cov_t = (A_t - mean A) (log π_θ(a_t) - mean log π_θ)``, the means over the trained tokens
+the call sees (verl: a micro-batch; here the same, so a selection depends on how rows are split
+into micro-batches, as verl's does), computed without gradient. No selection reads tensor data
+on the host: the counts are tensors, so both run under ``torch.compile(fullgraph=True)``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from rllm_torch.core.losses.aggregation import aggregate_loss, token_mean
+
+__all__ = ["token_covariance", "clip_cov_loss", "kl_cov_loss"]
+
+
+def token_covariance(advantages: Tensor, log_probs: Tensor, response_mask: Tensor) -> Tensor:
+    """``[N, T]`` ``(A - mean A)(log π - mean log π)`` over the trained tokens (means over them),
+    without gradient; 0 elsewhere."""
+    with torch.no_grad():
+        mask_NT = response_mask > 0
+        count = mask_NT.sum().clamp(min=1)
+        adv_mean = (advantages * mask_NT).sum() / count
+        logp_mean = (log_probs * mask_NT).sum() / count
+        return torch.where(mask_NT, (advantages - adv_mean) * (log_probs - logp_mean), 0.0)
+
+
+def _select_by_rank(keys_NT: Tensor, eligible_NT: Tensor, count: Tensor) -> Tensor:
+    """``[N, T]`` bool: the ``count`` eligible tokens of largest ``keys`` (fewer if fewer are
+    eligible), ranked by one sort (no host sync)."""
+    flat = torch.where(eligible_NT, keys_NT, torch.finfo(keys_NT.dtype).min).reshape(-1)
+    order = torch.argsort(flat, descending=True, stable=True)
+    rank = torch.empty_like(order).scatter_(0, order, torch.arange(flat.numel(), device=flat.device))
+    return (rank.reshape(keys_NT.shape) < count) & eligible_NT
+
+
+def clip_cov_loss(
+    log_probs: Tensor,
+    old_log_probs: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    *,
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: float = 0.2,
+    clip_cov_ratio: float = 0.0002,
+    clip_cov_lb: float = 1.0,
+    clip_cov_ub: float = 5.0,
+    random_keys: Tensor | None = None,
+    loss_agg_mode: str = "token-mean",
+    horizon: int | None = None,
+    normaliser: Tensor | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Clip-Cov, negated: PPO's clipped loss ``max(-ρA, -clip(ρ)A)``, with the gradient of a few
+    tokens cut: among the trained tokens PPO did not clip whose covariance lies strictly inside
+    ``(clip_cov_lb, clip_cov_ub)``, ``max(1, ⌊clip_cov_ratio · n⌋)`` chosen at random
+    (``n`` trained tokens) lose their loss (0, and stay in the normaliser).
+
+    On-policy (``ρ = 1``) every token that is not chosen has REINFORCE's gradient.
+
+    Args:
+        random_keys: ``[N, T]`` uniform draws that order the eligible tokens (default: drawn with
+            ``torch.rand_like``, from torch's generator).
+
+    Stats: ``clip_fraction`` (tokens whose loss was cut), ``approx_kl``.
+
+    Raises:
+        ValueError: ``clip_cov_ratio`` not in ``(0, 1]`` or ``clip_cov_lb >= clip_cov_ub``.
+
+    Source: Cui et al., "The Entropy Mechanism of Reinforcement Learning for Reasoning Language
+    Models" (arXiv:2505.22617); verl ``loss_mode=clip_cov`` (``clip_cov_ratio`` 0.0002,
+    ``clip_cov_lb`` 1.0, ``clip_cov_ub`` 5.0; verl picks the tokens with ``torch.randperm``).
+    """
+    if not 0 < clip_cov_ratio <= 1 or not clip_cov_lb < clip_cov_ub:
+        raise ValueError(
+            f"clip_cov_ratio={clip_cov_ratio!r} must be in (0, 1] and clip_cov_lb={clip_cov_lb!r} < "
+            f"clip_cov_ub={clip_cov_ub!r} (backend.clip_cov_ratio, backend.clip_cov_lb, backend.clip_cov_ub)."
+        )
+    ratio_NT = (log_probs - old_log_probs).exp()
+    unclipped_NT = -advantages * ratio_NT
+    clipped_NT = -advantages * ratio_NT.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
+    trained_NT = response_mask > 0
+    cov_NT = token_covariance(advantages, log_probs, response_mask)
+    eligible_NT = trained_NT & (clipped_NT <= unclipped_NT) & (cov_NT > clip_cov_lb) & (cov_NT < clip_cov_ub)
+    count = (clip_cov_ratio * trained_NT.sum()).floor().clamp(min=1)
+    keys_NT = torch.rand_like(cov_NT) if random_keys is None else random_keys
+    cut_NT = _select_by_rank(keys_NT, eligible_NT, count)
+    loss_NT = torch.maximum(unclipped_NT, clipped_NT) * (~cut_NT)
+    loss = aggregate_loss(loss_NT, response_mask, loss_agg_mode, horizon=horizon, normaliser=normaliser)
+    with torch.no_grad():
+        log_ratio_NT = log_probs - old_log_probs
+        stats = {
+            "clip_fraction": token_mean(cut_NT.float(), response_mask),
+            "approx_kl": token_mean(log_ratio_NT.exp() - 1 - log_ratio_NT, response_mask),
+        }
+    return loss, stats
+
+
+def kl_cov_loss(
+    log_probs: Tensor,
+    old_log_probs: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    *,
+    kl_cov_ratio: float = 0.0002,
+    ppo_kl_coef: float = 0.1,
+    loss_agg_mode: str = "token-mean",
+    horizon: int | None = None,
+    normaliser: Tensor | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """KL-Cov, negated: the unclipped ``-ρA`` on every token, plus ``ppo_kl_coef |log ρ|`` on the
+    ``max(1, ⌊kl_cov_ratio · n⌋)`` trained tokens of largest covariance (``n`` trained tokens).
+
+    On-policy the penalty's value is 0 and its gradient ``ppo_kl_coef sign(0) = 0``, so the
+    gradient is REINFORCE's; off-policy the chosen tokens are pulled back towards ``π_old``.
+
+    Stats: ``kl_cov_fraction`` (penalised tokens), ``approx_kl``.
+
+    Raises:
+        ValueError: ``kl_cov_ratio`` not in ``(0, 1]`` or ``ppo_kl_coef < 0``.
+
+    Source: arXiv:2505.22617 (as :func:`clip_cov_loss`); verl ``loss_mode=kl_cov``
+    (``kl_cov_ratio`` 0.0002, ``ppo_kl_coef`` 0.1).
+    """
+    if not 0 < kl_cov_ratio <= 1 or not ppo_kl_coef >= 0:
+        raise ValueError(
+            f"kl_cov_ratio={kl_cov_ratio!r} must be in (0, 1] and ppo_kl_coef={ppo_kl_coef!r} >= 0 "
+            "(backend.kl_cov_ratio, backend.ppo_kl_coef)."
+        )
+    log_ratio_NT = log_probs - old_log_probs
+    trained_NT = response_mask > 0
+    cov_NT = token_covariance(advantages, log_probs, response_mask)
+    count = (kl_cov_ratio * trained_NT.sum()).floor().clamp(min=1)
+    chosen_NT = _select_by_rank(cov_NT, trained_NT, count)
+    loss_NT = -advantages * log_ratio_NT.exp() + ppo_kl_coef * log_ratio_NT.abs() * chosen_NT
+    loss = aggregate_loss(loss_NT, response_mask, loss_agg_mode, horizon=horizon, normaliser=normaliser)
+    with torch.no_grad():
+        stats = {
+            "kl_cov_fraction": token_mean(chosen_NT.float(), response_mask),
+            "approx_kl": token_mean(log_ratio_NT.exp() - 1 - log_ratio_NT, response_mask),
+        }
+    return loss, stats

@@ -1,0 +1,134 @@
+"""DPPO: drop a token whose probability moved past a divergence bound in the direction its
+advantage pushes, instead of clipping its ratio (verl's ``dppo_tv`` and ``dppo_kl``; prime-rl's
+default loss is the TV form).
+
+Notation as :mod:`~rllm_torch.core.losses.policy`; ``p = π_θ(a_t)`` and ``p_old = π_old(a_t)``
+the sampled token's probabilities.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from rllm_torch.core.losses.aggregation import aggregate_loss, token_mean
+
+__all__ = ["dppo_tv_loss", "dppo_kl_loss", "dppo_keep_mask"]
+
+_LOG_RATIO_CLAMP = 20.0
+
+
+def dppo_keep_mask(
+    log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, *, divergence: str, low: float, high: float
+) -> Tensor:
+    """``[N, T]`` bool (no gradient): the tokens DPPO keeps.
+
+    ``divergence="tv"``: where ``A > 0``, keep if ``p - p_old <= high``; elsewhere if
+    ``p - p_old >= -low`` (a token whose probability already rose, resp. fell, past the bound is
+    dropped). ``"kl"``: the binary KL ``D = p_old log(p_old / p) + (1 - p_old) log((1 - p_old) /
+    (1 - p))`` (with 1e-8 inside the second log, as verl); where ``A > 0``, keep if ``D <= high``
+    or ``p <= p_old``; elsewhere if ``D <= low`` or ``p >= p_old``.
+
+    Raises:
+        ValueError: ``divergence`` is neither.
+    """
+    with torch.no_grad():
+        p, p_old = log_probs.exp(), old_log_probs.exp()
+        positive = advantages > 0
+        if divergence == "tv":
+            return torch.where(positive, p - p_old <= high, p - p_old >= -low)
+        if divergence == "kl":
+            binary_kl = p_old * (old_log_probs - log_probs) + (1 - p_old) * torch.log(
+                (1 - p_old + 1e-8) / (1 - p + 1e-8)
+            )
+            return torch.where(positive, (binary_kl <= high) | (p <= p_old), (binary_kl <= low) | (p >= p_old))
+    raise ValueError(f"divergence={divergence!r} is not 'tv' or 'kl'.")
+
+
+def _dppo_loss(
+    log_probs: Tensor,
+    old_log_probs: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    divergence: str,
+    clip_ratio_low: float,
+    clip_ratio_high: float,
+    clip_ratio_c: float | None,
+    loss_agg_mode: str,
+    horizon: int | None,
+    normaliser: Tensor | None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    keep_NT = dppo_keep_mask(
+        log_probs, old_log_probs, advantages, divergence=divergence, low=clip_ratio_low, high=clip_ratio_high
+    )
+    log_ratio_NT = (log_probs - old_log_probs).clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+    ratio_NT = log_ratio_NT.detach().exp()
+    weight_NT = ratio_NT if clip_ratio_c is None else ratio_NT.clamp(max=clip_ratio_c)
+    loss_NT = -advantages * weight_NT * log_probs * keep_NT
+    loss = aggregate_loss(loss_NT, response_mask, loss_agg_mode, horizon=horizon, normaliser=normaliser)
+    with torch.no_grad():
+        stats = {"clip_fraction": token_mean((~keep_NT).float(), response_mask)}
+        if clip_ratio_c is not None:
+            stats["clip_fraction_lower"] = token_mean(((ratio_NT > clip_ratio_c) & keep_NT).float(), response_mask)
+        stats["approx_kl"] = token_mean(log_ratio_NT.exp() - 1 - log_ratio_NT, response_mask)
+    return loss, stats
+
+
+_DOC = """DPPO-{kind}, negated: ``ℓ = -A sg(min(ρ, C)) log π_θ`` on the tokens
+    :func:`dppo_keep_mask` keeps (``divergence="{name}"``, bounds ``clip_ratio_low`` /
+    ``clip_ratio_high``), 0 on the dropped ones, which stay in the loss's normaliser (as verl).
+
+    The gradient of a kept token is ``-A min(ρ, C) ∇ log π`` (``C = clip_ratio_c``, None: no cap;
+    verl's config default is 3.0); on-policy every token is kept and it is REINFORCE's
+    ``-A ∇ log π``. Unlike PPO's clip, a dropped token has no gradient at all, and a token whose
+    probability moved against its advantage is never dropped.
+
+    Stats: ``clip_fraction`` (dropped tokens), ``clip_fraction_lower`` (kept tokens with
+    ``ρ > C``), ``approx_kl``.
+
+    Source: "Divergence-based Proximal Policy Optimization" (arXiv:2602.04879); verl
+    ``loss_mode=dppo_{name}`` (its bounds are ``clip_ratio_low/high``); prime-rl's default loss
+    (TV, bounds ``dppo_mask_low/high`` 0.2, against the sampler's log-probs, plus a
+    ``kl_tau (log ρ)²`` term not taken here)."""
+
+
+def dppo_tv_loss(
+    log_probs: Tensor,
+    old_log_probs: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    *,
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: float = 0.2,
+    clip_ratio_c: float | None = None,
+    loss_agg_mode: str = "token-mean",
+    horizon: int | None = None,
+    normaliser: Tensor | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    return _dppo_loss(
+        log_probs, old_log_probs, advantages, response_mask, "tv", clip_ratio_low, clip_ratio_high, clip_ratio_c,
+        loss_agg_mode, horizon, normaliser,
+    )  # fmt: skip
+
+
+def dppo_kl_loss(
+    log_probs: Tensor,
+    old_log_probs: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    *,
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: float = 0.2,
+    clip_ratio_c: float | None = None,
+    loss_agg_mode: str = "token-mean",
+    horizon: int | None = None,
+    normaliser: Tensor | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    return _dppo_loss(
+        log_probs, old_log_probs, advantages, response_mask, "kl", clip_ratio_low, clip_ratio_high, clip_ratio_c,
+        loss_agg_mode, horizon, normaliser,
+    )  # fmt: skip
+
+
+dppo_tv_loss.__doc__ = _DOC.format(kind="TV", name="tv")
+dppo_kl_loss.__doc__ = _DOC.format(kind="KL", name="kl")
