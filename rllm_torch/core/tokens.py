@@ -152,11 +152,17 @@ class TokenRewards:
             row) are skipped: they neither discount nor carry reward or value.
         values: ``[B, T]`` float critic values ``V(s_t)`` (the value before token ``t``), or
             ``None``; needed by ``gae``.
+        old_log_probs, sum_pi_squared: ``[B, T]`` float the old policy's log-prob of each token
+            and ``Σ_v π_old(v)²`` of its distribution, or ``None``; needed by
+            ``optimal_token_baseline``, with ``group_index``: ``[B]`` int64 the prompt group of each
+            response (``0 .. num_groups - 1``), and optionally ``importance_weights`` ``[B, T]``
+            (rollout correction's).
         process_group: the ``torch.distributed`` group whose ranks hold the rest of the batch,
             or ``None``: batch statistics (whitening) are over every rank's tokens.
 
     Args:
-        token_level_rewards, response_mask, values: as above, on one device.
+        token_level_rewards, response_mask, values, old_log_probs, sum_pi_squared, group_index,
+            importance_weights: as above, on one device.
         process_group: ``ONE_PROCESS`` (default), ``None`` (WORLD) or a ``ProcessGroup``.
         validate: across ranks, one ``all_gather_object`` checks that every rank passes the same
             reward dtype and device type and raises any rank's input error on every rank;
@@ -179,6 +185,10 @@ class TokenRewards:
         response_mask: Tensor,
         *,
         values: Tensor | None = None,
+        old_log_probs: Tensor | None = None,
+        sum_pi_squared: Tensor | None = None,
+        group_index: Tensor | None = None,
+        importance_weights: Tensor | None = None,
         process_group: object = ONE_PROCESS,
         validate: bool = True,
     ) -> None:
@@ -187,8 +197,24 @@ class TokenRewards:
         try:
             rewards = _check_token_tensor(token_level_rewards, "token_level_rewards", None)
             _check_token_tensor(response_mask, "response_mask", rewards, mask=True)
-            if values is not None:
-                _check_token_tensor(values, "values", rewards)
+            for name, tensor in (
+                ("values", values),
+                ("old_log_probs", old_log_probs),
+                ("sum_pi_squared", sum_pi_squared),
+                ("importance_weights", importance_weights),
+            ):
+                if tensor is not None:
+                    _check_token_tensor(tensor, name, rewards)
+            if group_index is not None and (
+                not isinstance(group_index, Tensor)
+                or group_index.dtype.is_floating_point
+                or group_index.shape != rewards.shape[:1]
+                or group_index.device != rewards.device
+            ):
+                raise InvalidRewardsError(
+                    f"group_index must be a [B] = [{rewards.shape[0]}] integer tensor on {rewards.device}, one group per "
+                    f"response; got {group_index!r:.80}."
+                )
             if group is not None:
                 check_backend_carries(group, rewards.device)
         except RLLMTorchError as exc:
@@ -199,6 +225,12 @@ class TokenRewards:
             facts = {} if error else {"reward dtype": rewards.dtype, "device type": rewards.device.type}
             agree_across_ranks(group, error, facts, must_match=("reward dtype", "device type"))
         self.token_level_rewards, self.response_mask, self.values = token_level_rewards, response_mask, values
+        self.old_log_probs, self.sum_pi_squared, self.importance_weights = (
+            old_log_probs,
+            sum_pi_squared,
+            importance_weights,
+        )
+        self.group_index = None if group_index is None else group_index.long()
         self.process_group, self.validated = group, validate and group is not None
 
     def __repr__(self) -> str:

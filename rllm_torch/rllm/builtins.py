@@ -9,7 +9,9 @@ from rllm_torch.core.estimators import (
     gpg,
     grpo,
     grpo_passk,
+    maxrl,
     opo,
+    optimal_token_baseline,
     pass_at_k,
     prpo,
     reinforce,
@@ -45,3 +47,6 @@ register_builtin(rLLMAdvantageEstimator.GPG, None, gpg)
 register_builtin(rLLMAdvantageEstimator.GDPO, None, gdpo)
 register_builtin(rLLMAdvantageEstimator.REINFORCE_PLUS_PLUS, None, reinforce_plus_plus, form="tokens")
 register_builtin(rLLMAdvantageEstimator.GAE, None, gae, form="tokens")
+register_builtin(rLLMAdvantageEstimator.MAXRL, None, maxrl)
+register_builtin("max_rl", None, maxrl)  # prime-rl's spelling of SkyRL's maxrl
+register_builtin(rLLMAdvantageEstimator.OPTIMAL_TOKEN_BASELINE, None, optimal_token_baseline, form="tokens")

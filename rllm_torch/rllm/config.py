@@ -28,7 +28,8 @@ _LR_SCHEDULES = ("linear", "cosine", "constant")
 
 class rLLMAdvantageEstimator(str, Enum):  # noqa: N801 - rLLM's public name
     """The built-in advantage estimators (rLLM's enum, plus ``PRPO``, ``OPO``, ``PASS_AT_K``,
-    ``GRPO_PASSK``, ``GPG``, ``GDPO`` and the token-level ``REINFORCE_PLUS_PLUS`` and ``GAE``).
+    ``GRPO_PASSK``, ``GPG``, ``GDPO``, ``MAXRL`` and the token-level ``REINFORCE_PLUS_PLUS``, ``GAE`` and
+    ``OPTIMAL_TOKEN_BASELINE``).
 
     ``rLLMAdvantageEstimator("anything else")`` gives ``OTHER``, as in rLLM (``_missing_``).
     :class:`AlgorithmConfig` does not go through that fallback: a custom name stays a str.
@@ -46,6 +47,8 @@ class rLLMAdvantageEstimator(str, Enum):  # noqa: N801 - rLLM's public name
     GRPO_PASSK = "grpo_passk"
     GPG = "gpg"
     GDPO = "gdpo"
+    MAXRL = "maxrl"
+    OPTIMAL_TOKEN_BASELINE = "optimal_token_baseline"
     OTHER = "other"
 
     @classmethod

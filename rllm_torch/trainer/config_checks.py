@@ -136,7 +136,15 @@ def check_estimator_call(name: object, algorithm: AlgorithmConfig, group_size: i
     if is_token_level(name):
         rewards = torch.zeros(n, 2)
         rewards[0, 1] = 1.0
-        batch = TokenRewards(rewards, torch.ones(n, 2), values=torch.zeros(n, 2))
+        ones = torch.ones(n, 2)
+        batch = TokenRewards(
+            rewards,
+            ones,
+            values=torch.zeros(n, 2),
+            old_log_probs=-ones,
+            sum_pi_squared=ones / 2,
+            group_index=torch.zeros(n, dtype=torch.int64),
+        )
     else:
         rewards = torch.zeros(1, n, dtype=torch.float64)
         rewards[0, 0] = 1.0

@@ -222,6 +222,8 @@ def test_rllm_signatures_are_pinned():
         "GRPO_PASSK",
         "GPG",
         "GDPO",
+        "MAXRL",
+        "OPTIMAL_TOKEN_BASELINE",
         "OTHER",
     ]
     with warnings.catch_warnings():

@@ -32,11 +32,13 @@ __all__ = [
 
 
 class TokenScores(NamedTuple):
-    """``log_probs`` and ``entropy``: ``[N, T]`` float32 (``entropy`` None unless asked for);
-    column ``t`` scores token ``t`` given the tokens before it; 0 where not computed."""
+    """``log_probs``, ``entropy`` and ``sum_pi_squared`` (``Σ_v π_v²`` of each position's
+    distribution): ``[N, T]`` float32 (the last two None unless asked for); column ``t`` scores
+    token ``t`` given the tokens before it; 0 where not computed."""
 
     log_probs: Tensor
     entropy: Tensor | None
+    sum_pi_squared: Tensor | None = None
 
 
 def causal_lm(model: nn.Module) -> nn.Module:
@@ -53,6 +55,7 @@ def token_scores(
     temperature: float = 1.0,
     chunk_tokens: int | None = None,
     with_entropy: bool = False,
+    with_sum_pi_squared: bool = False,
 ) -> TokenScores:
     """Log-prob of each token given the tokens before it under ``softmax(logits / temperature)``,
     and the entropy of that distribution, at ``positions``.
@@ -65,6 +68,7 @@ def token_scores(
         temperature: ``τ``; ``0`` (greedy sampling) scores at ``τ = 1``.
         chunk_tokens: tokens per head chunk (None: 128 MiB of float32 logits).
         with_entropy: also compute the entropy (nats).
+        with_sum_pi_squared: also ``Σ_v π_v²`` (no gradient).
 
     Returns:
         :class:`TokenScores` on ``input_ids``' device, 0 outside ``positions``.
@@ -77,7 +81,7 @@ def token_scores(
     wanted = attention_mask if positions is None else positions
     want_NT = wanted[:, 1:].bool() & attention_mask[:, 1:].bool()  # hidden t - 1 predicts token t
     head = lm.get_output_embeddings()
-    logp_M, entropy_M = chunked_token_log_probs(
+    scored = chunked_token_log_probs(
         hidden_NTH[:, :-1][want_NT],
         head.weight,
         input_ids[:, 1:][want_NT],
@@ -85,12 +89,19 @@ def token_scores(
         temperature=temperature if temperature > 0 else 1.0,
         chunk_tokens=chunk_tokens,
         with_entropy=with_entropy,
+        with_sum_pi_squared=with_sum_pi_squared,
     )
+    logp_M, entropy_M = scored[0], scored[1]
+    sum_sq_M = scored[2] if with_sum_pi_squared else None
 
     def spread(values_M: Tensor) -> Tensor:
         return F.pad(values_M.new_zeros(want_NT.shape).masked_scatter(want_NT, values_M), (1, 0))
 
-    return TokenScores(spread(logp_M), spread(entropy_M) if entropy_M is not None else None)
+    return TokenScores(
+        spread(logp_M),
+        spread(entropy_M) if entropy_M is not None else None,
+        spread(sum_sq_M) if sum_sq_M is not None else None,
+    )
 
 
 def token_log_probs(
@@ -180,7 +191,12 @@ class PolicyScorer(nn.Module):
         self.temperature, self.chunk_tokens, self.autocast_dtype = temperature, chunk_tokens, autocast_dtype
 
     def forward(
-        self, input_ids: Tensor, attention_mask: Tensor, positions: Tensor | None = None, with_entropy: bool = False
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        positions: Tensor | None = None,
+        with_entropy: bool = False,
+        with_sum_pi_squared: bool = False,
     ) -> TokenScores:
         """:func:`token_scores` of the rows, computed up to the longest real row (one host sync)
         and padded back with zeros to ``T`` columns."""
@@ -195,6 +211,7 @@ class PolicyScorer(nn.Module):
                 temperature=self.temperature,
                 chunk_tokens=self.chunk_tokens,
                 with_entropy=with_entropy,
+                with_sum_pi_squared=with_sum_pi_squared,
             )
         pad = (0, input_ids.shape[1] - width)
         return TokenScores(*(None if s is None else F.pad(s, pad) for s in scores))

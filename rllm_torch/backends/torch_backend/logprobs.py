@@ -99,13 +99,15 @@ class _ChunkedTokenLogProbs(torch.autograd.Function):
         temperature: float,
         chunk: int,
         with_entropy: bool,
-    ) -> tuple[Tensor, Tensor]:
+        with_sum_pi_squared: bool,
+    ) -> tuple[Tensor, Tensor, Tensor]:
         compute = _compute_dtype(hidden_MH)
         acc = _accumulation_dtype(compute)
         num_tokens, vocab = hidden_MH.shape[0], weight_VH.shape[0]
         logp_M = hidden_MH.new_empty(num_tokens, dtype=acc)
         lse_M = torch.empty_like(logp_M)
         entropy_M = torch.empty_like(logp_M) if with_entropy else logp_M.new_empty(0)
+        sum_sq_M = torch.empty_like(logp_M) if with_sum_pi_squared else logp_M.new_empty(0)
         rows = min(chunk, num_tokens)
         shifted_buf, exp_buf = (
             hidden_MH.new_empty((rows, vocab), dtype=acc),
@@ -124,6 +126,8 @@ class _ChunkedTokenLogProbs(torch.autograd.Function):
                 log_sum_c1 = sum_c1.log()
                 lse_M[start:end] = (max_c1 + log_sum_c1).squeeze(1)
                 logp_M[start:end] = (shifted_cV.gather(1, targets_M[start:end, None]) - log_sum_c1).squeeze(1)
+                if with_sum_pi_squared:  # Σ p² = Σ e^{2(z-m)} / (Σ e^{z-m})², before exp_cV is reused
+                    sum_sq_M[start:end] = (exp_cV.square().sum(-1, keepdim=True) / sum_c1.square()).squeeze(1)
                 if with_entropy:  # H = log Σ e^(z-m) − Σ p (z − m)
                     mean_c1 = exp_cV.mul_(shifted_cV).sum(-1, keepdim=True).div_(sum_c1)
                     entropy_M[start:end] = (log_sum_c1 - mean_c1).squeeze(1)
@@ -132,13 +136,14 @@ class _ChunkedTokenLogProbs(torch.autograd.Function):
         ctx.compute, ctx.temperature, ctx.chunk = compute, temperature, chunk
         if not with_entropy:
             ctx.mark_non_differentiable(entropy_M)
-        return logp_M, entropy_M
+        ctx.mark_non_differentiable(sum_sq_M)
+        return logp_M, entropy_M, sum_sq_M
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: Any, grad_logp_M: Tensor | None, grad_entropy_M: Tensor | None) -> tuple:
+    def backward(ctx: Any, grad_logp_M: Tensor | None, grad_entropy_M: Tensor | None, _grad_sum_sq: Any) -> tuple:
         if grad_logp_M is None and grad_entropy_M is None:
-            return (None,) * 7
+            return (None,) * 8
         hidden_MH, weight_VH, bias_V, targets_M, lse_M, entropy_M = ctx.saved_tensors
         tau, chunk = ctx.temperature, ctx.chunk
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
@@ -178,6 +183,7 @@ class _ChunkedTokenLogProbs(torch.autograd.Function):
             None,
             None,
             None,
+            None,
         )
 
 
@@ -190,7 +196,8 @@ def chunked_token_log_probs(
     temperature: float = 1.0,
     chunk_tokens: int | None = None,
     with_entropy: bool = False,
-) -> tuple[Tensor, Tensor | None]:
+    with_sum_pi_squared: bool = False,
+) -> tuple[Tensor, Tensor | None] | tuple[Tensor, Tensor | None, Tensor]:
     """Log-prob of each target token, and optionally the entropy, under ``softmax(h Wᵀ / τ)``.
 
     Args:
@@ -202,11 +209,14 @@ def chunked_token_log_probs(
         temperature: ``τ > 0``; the logits are divided by it (the sampling distribution's).
         chunk_tokens: tokens per chunk (None: :func:`default_chunk_tokens` of ``V``).
         with_entropy: also return the entropy of each token's distribution (differentiable).
+        with_sum_pi_squared: also return ``Σ_v π_v²`` of each token's distribution (no gradient;
+            verl's ``calculate_sum_pi_squared``, the optimal token baseline's input), computed
+            from the same chunk of logits.
 
     Returns:
         ``(log_probs, entropy)``: ``[M]`` float32 each (float64 when the compute dtype is
         float64) on ``hidden``'s device (``entropy`` None
-        without ``with_entropy``), in nats.
+        without ``with_entropy``), in nats; with ``with_sum_pi_squared`` a third ``[M]``, ``Σ π²``.
 
     Raises:
         ValueError: shapes that do not fit, a ``temperature`` not above 0 or ``chunk_tokens`` below 1.
@@ -229,7 +239,16 @@ def chunked_token_log_probs(
     chunk = default_chunk_tokens(weight.shape[0]) if chunk_tokens is None else chunk_tokens
     if chunk < 1:
         raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}.")
-    logp_M, entropy_M = _ChunkedTokenLogProbs.apply(
-        hidden, weight, bias, targets.long(), float(temperature), int(chunk), bool(with_entropy)
+    logp_M, entropy_M, sum_sq_M = _ChunkedTokenLogProbs.apply(
+        hidden,
+        weight,
+        bias,
+        targets.long(),
+        float(temperature),
+        int(chunk),
+        bool(with_entropy),
+        bool(with_sum_pi_squared),
     )
+    if with_sum_pi_squared:
+        return logp_M, (entropy_M if with_entropy else None), sum_sq_M
     return logp_M, (entropy_M if with_entropy else None)

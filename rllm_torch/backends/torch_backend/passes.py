@@ -93,19 +93,27 @@ class BatchPasses:
     def __init__(self, actor: Actor, critic: Critic | None, micro: MicroBatcher, algorithm: DictConfig, device):
         self.actor, self.critic, self.micro, self.algorithm, self.device = actor, critic, micro, algorithm, device
         self.use_kl_in_reward = bool(algorithm.use_kl_in_reward)
+        estimators = {algorithm.adv_estimator, *dict(algorithm.estimator_map).values()}
+        self.with_sum_pi_squared = "optimal_token_baseline" in estimators  # its w_t needs sum_v pi_old(v)^2
 
     @torch.no_grad()
-    def log_probs(self, scorer: torch.nn.Module, batch, micro_batches: list[Tensor]) -> Tensor:
+    def log_probs(self, scorer: torch.nn.Module, batch, micro_batches: list[Tensor], *, sum_pi_squared: bool = False):
         """``[R, T]`` log-probs of the batch's trained response tokens (0 elsewhere), one forward
-        per micro-batch; an empty micro-batch runs a zero-loss forward (FSDP: a collective)."""
+        per micro-batch; an empty micro-batch runs a zero-loss forward (FSDP: a collective). With
+        ``sum_pi_squared``, ``(log_probs, Σ_v π_v²)``, the second from the same chunks of logits."""
         log_probs = torch.zeros_like(batch.response_mask)
+        squares = torch.zeros_like(batch.response_mask) if sum_pi_squared else None
         for rows in micro_batches:
             if rows.numel():
                 positions = batch.response_mask[rows] > 0
-                log_probs[rows] = scorer(batch.input_ids[rows], batch.attention_mask[rows], positions).log_probs
+                extra = {"with_sum_pi_squared": True} if sum_pi_squared else {}
+                scores = scorer(batch.input_ids[rows], batch.attention_mask[rows], positions, **extra)
+                log_probs[rows] = scores.log_probs
+                if sum_pi_squared:
+                    squares[rows] = scores.sum_pi_squared
             elif scorer is self.actor.train_model:
                 self.actor.dummy_loss()
-        return log_probs
+        return (log_probs, squares) if sum_pi_squared else log_probs
 
     async def run(self, trainer_state: TrainerState) -> None:
         """Old log-probs (and, when configured, the reference policy's log-probs, the KL penalty
@@ -130,6 +138,7 @@ class BatchPasses:
             and not self.use_kl_in_reward
             and correction.tis_mode is None
             and correction.rollout_rs is None
+            and not self.with_sum_pi_squared
         )
         rows = torch.arange(batch.input_ids.shape[0], device=self.device)
         with stage_memory("computing the old, reference and value passes", micro.memory_advice()):
@@ -139,7 +148,12 @@ class BatchPasses:
                 batch.old_log_probs = None
             else:
                 parts = micro.split(batch, rows, collective=actor.sharded)
-                batch.old_log_probs = self.log_probs(actor.scoring_module(), batch, parts)
+                if self.with_sum_pi_squared:
+                    batch.old_log_probs, batch.sum_pi_squared = self.log_probs(
+                        actor.scoring_module(), batch, parts, sum_pi_squared=True
+                    )
+                else:
+                    batch.old_log_probs = self.log_probs(actor.scoring_module(), batch, parts)
             if actor.has_reference:
                 scorer, context = actor.reference()
                 with context:

@@ -3,9 +3,9 @@
 Outcome (group) estimators take a :class:`~rllm_torch.core.packing.GroupedRewards` and return
 ``(advantages [N], returns [N])``: ``grpo``, ``rloo``, ``reinforce``,
 ``reinforce_plus_plus_baseline``, ``prpo``, ``opo``, ``pass_at_k``, ``grpo_passk``, ``gpg`` and
-``gdpo`` (several rewards per trajectory). Token-level estimators take a
+``gdpo`` (several rewards per trajectory), ``maxrl``. Token-level estimators take a
 :class:`~rllm_torch.core.tokens.TokenRewards` and return ``[B, T]`` tensors:
-``reinforce_plus_plus`` and ``gae``. Multi-turn credit schemes take a
+``reinforce_plus_plus``, ``gae`` and ``optimal_token_baseline``. Multi-turn credit schemes take a
 :class:`~rllm_torch.core.turns.GroupedTurns` and a group estimator and return one advantage per
 turn: ``turn_level_advantages``, ``per_turn_index_advantages`` (MT-GRPO), ``gigpo_advantages``,
 ``broadcast_advantages``. The registry that names them, and rLLM's list API, are the
@@ -17,7 +17,9 @@ from rllm_torch.core.estimators.gdpo import gdpo
 from rllm_torch.core.estimators.gpg import gpg
 from rllm_torch.core.estimators.grpo import grpo
 from rllm_torch.core.estimators.grpo_passk import grpo_passk
+from rllm_torch.core.estimators.maxrl import maxrl
 from rllm_torch.core.estimators.opo import opo
+from rllm_torch.core.estimators.optimal_token_baseline import optimal_token_baseline
 from rllm_torch.core.estimators.pass_at_k import pass_at_k, pass_at_k_rewards
 from rllm_torch.core.estimators.prpo import prpo
 from rllm_torch.core.estimators.reinforce import reinforce, reinforce_plus_plus, reinforce_plus_plus_baseline
@@ -41,8 +43,10 @@ __all__ = [
     "grpo_passk",
     "gpg",
     "gdpo",
+    "maxrl",
     "reinforce_plus_plus",
     "gae",
+    "optimal_token_baseline",
     "turn_level_advantages",
     "per_turn_index_advantages",
     "gigpo_advantages",

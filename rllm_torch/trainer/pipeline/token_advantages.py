@@ -114,10 +114,18 @@ def _token_level_role(
     select = slice(None) if rows is None else rows
     mask_RT = batch.response_mask[select]
     values = None if batch.values is None else batch.values[select]
+
+    def pick(x):
+        return None if x is None else x[select]
+
     tokens = TokenRewards(
         token_level_rewards(batch, rows),
         mask_RT,
         values=values,
+        old_log_probs=pick(batch.old_log_probs),
+        sum_pi_squared=pick(batch.sum_pi_squared),
+        group_index=batch.group_index[_row_trajectories(batch)][select],
+        importance_weights=pick(batch.extras.get("rollout_is_weights")),
         process_group=ONE_PROCESS if group is None else group,
         validate=False,
     )

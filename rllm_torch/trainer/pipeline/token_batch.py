@@ -58,6 +58,8 @@ class TokenBatch:
         reward_penalty: ``[R, T]`` float32 per-token penalty subtracted from the rewards
             (``kl_coef`` times the KL to the reference, ``use_kl_in_reward``), or None.
         values: ``[R, T]`` float32 critic values of the response tokens (``gae``), or None.
+        sum_pi_squared: ``[R, T]`` float32 ``Σ_v π_old(v)²`` at each response token (the old
+            log-prob pass's, for ``optimal_token_baseline``), or None.
         reward_components: ``[N, R]`` float64 rewards of several reward functions
             (``Trajectory.reward_components``, for ``gdpo``), or None when no trajectory has them.
         turn_rewards: ``[R]`` float64 reward of each row's step (the turn modes' turn rewards,
@@ -84,6 +86,7 @@ class TokenBatch:
     ref_log_probs: Tensor | None = None
     reward_penalty: Tensor | None = None
     values: Tensor | None = None
+    sum_pi_squared: Tensor | None = None
     returns: Tensor | None = None
     reward_components: Tensor | None = None
     turn_rewards: Tensor | None = None
