@@ -6,7 +6,7 @@ our time-major scan against the alternatives, in one run, with their errors agai
 
 Methods (float32 rewards with a random response mask, 10% untrained tokens):
 
-* ``ours``: :func:`rllm_torch.core.tokens.discounted_returns`; ``gamma = 1`` a reverse
+* ``ours``: :func:`rllm_torch.core.returns.discounted_returns`; ``gamma = 1`` a reverse
   cumulative sum, else the closed form over blocks of 64 tokens, all blocks at once,
   ``G_t = gamma^-c_t * revcumsum(gamma^c r)_t`` (``c``: trained tokens before each position in
   its block) plus the next block's first return, carried by a loop of ``T / 64`` steps on
@@ -35,7 +35,7 @@ import torch
 from machine import cpu_name
 from results import add_write_results, results_path
 
-from rllm_torch.core.tokens import discounted_returns
+from rllm_torch.core.returns import discounted_returns
 
 BLOCK = 64
 

@@ -26,7 +26,7 @@ LAYERS = [
 UNITS = {
     "rllm_torch.core": [
         ("errors", "checks", "labels", "distributed", "moments", "segment"),
-        ("packing", "tokens", "turns"),
+        ("packing", "tokens", "returns", "turns"),
         ("estimators", "losses"),
     ],
     "rllm_torch.trainer": [

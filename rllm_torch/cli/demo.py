@@ -3,8 +3,9 @@
 Outcome estimators see the groups' binary rewards (``opo`` with random response lengths as
 weights, ``pass_at_k`` with ``k`` the smallest group's size, ``gdpo`` with two rewards per
 trajectory: the binary one and brevity, 1 for a response of at most 4 tokens); token-level ones see each
-trajectory as a 3-token response with its reward on the last token (``gae`` with zero values),
-and the demo prints each trajectory's advantage at its first token.
+trajectory as a 3-token response with its reward on the last token (``gae`` with zero values,
+``optimal_token_baseline`` with an old policy that gave each token probability 1/2 out of two
+equally likely ones), and the demo prints each trajectory's advantage at its first token.
 
 Run with ``rllm-torch-demo`` or ``python -m rllm_torch.cli.demo [--groups G] [--seed S] [--device D]``.
 """
@@ -12,6 +13,7 @@ Run with ``rllm-torch-demo`` or ``python -m rllm_torch.cli.demo [--groups G] [--
 from __future__ import annotations
 
 import argparse
+import math
 
 import torch
 
@@ -43,7 +45,15 @@ def advantages(batch: GroupedRewards, name: str) -> torch.Tensor:
     if is_token_level(name):
         rewards_N3 = torch.nn.functional.pad(batch.rewards.float()[:, None], (2, 0))
         mask = torch.ones_like(rewards_N3)
-        adv_N3, _ = compute_advantages(TokenRewards(rewards_N3, mask, values=torch.zeros_like(mask)), name)
+        tokens = TokenRewards(
+            rewards_N3,
+            mask,
+            values=torch.zeros_like(mask),
+            old_log_probs=torch.full_like(mask, math.log(0.5)),
+            sum_pi_squared=torch.full_like(mask, 0.5),
+            group_index=batch.group_index,
+        )
+        adv_N3, _ = compute_advantages(tokens, name)
         return adv_N3[:, 0]
     options = {"k": int(batch.layout.counts.min())} if name == "pass_at_k" else {}
     return compute_advantages(batch, name, **options)[0]

@@ -6,7 +6,7 @@ A batch of ``N`` trajectories in ``G`` groups has ``M`` turns in all: turn ``m``
 trajectory ``trajectory_index[m]`` and is its ``turn_index[m]``-th turn (counted from 0, in the
 order the turns are listed). Turns of one trajectory are ragged; the returns are computed on an
 ``[N, K]`` padded view (``K`` the most turns of any trajectory) with
-:func:`~rllm_torch.core.tokens.discounted_returns`: no Python loop over turns, trajectories or
+:func:`~rllm_torch.core.returns.discounted_returns`: no Python loop over turns, trajectories or
 groups. The credit schemes built on it are in :mod:`rllm_torch.core.estimators.turns`.
 """
 
@@ -21,7 +21,7 @@ from rllm_torch.core.distributed import ONE_PROCESS, agree_across_ranks, resolve
 from rllm_torch.core.errors import InvalidGroupIndexError, InvalidRewardsError, InvalidRewardTypeError
 from rllm_torch.core.packing import GroupedRewards
 from rllm_torch.core.segment import accumulation_dtype, segment_count
-from rllm_torch.core.tokens import discounted_returns
+from rllm_torch.core.returns import discounted_returns
 
 __all__ = ["GroupedTurns"]
 

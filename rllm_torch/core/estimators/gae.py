@@ -14,7 +14,8 @@ from rllm_torch.core.estimators.scaling import (
     check_token_batch,
     shared_docstring,
 )
-from rllm_torch.core.tokens import TokenRewards, discounted_returns, whiten_over
+from rllm_torch.core.returns import discounted_returns, whiten_over
+from rllm_torch.core.tokens import TokenRewards
 
 __all__ = ["gae", "next_trained_values"]
 
@@ -69,7 +70,7 @@ def gae(
     Edge cases: untrained tokens inside a response are skipped (as verl, which carries the next
     value and the running advantage through them); a batch with no trained token gives zeros.
     Accumulates in float32 (float64 for float64 input). No host sync; ``gamma lam < 1`` scans
-    over ``T`` (:func:`~rllm_torch.core.tokens.discounted_returns`).
+    over ``T`` (:func:`~rllm_torch.core.returns.discounted_returns`).
     {ranks_tokens}
 
     References: Schulman et al., "High-Dimensional Continuous Control Using Generalized Advantage

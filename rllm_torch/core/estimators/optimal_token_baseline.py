@@ -27,8 +27,9 @@ def optimal_token_baseline(batch: TokenRewards) -> tuple[Tensor, Tensor]:
 
     Args:
         batch: ``TokenRewards`` with ``old_log_probs``, ``sum_pi_squared`` and ``group_index``
-            (``importance_weights`` optional). Groups must be whole on this process or rank (the
-            trainer's layout): no collective.
+            (``importance_weights`` optional); ``group_index`` holds dense ids ``0 .. G - 1``
+            (so ``G <= B``). Groups must be whole on this process or rank (the trainer's layout):
+            no collective, and no host sync (the ``(group, position)`` sums live in ``B * T`` slots).
 
     Returns:
         ``(advantages [B, T], returns [B, T])`` float32 (float64 for float64 rewards), 0 off the
@@ -72,24 +73,20 @@ def optimal_token_baseline(batch: TokenRewards) -> tuple[Tensor, Tensor]:
     # each trained token's position among its response's trained tokens
     position_BT = (mask_BT.cumsum(-1) - 1).clamp(min=0).long()
     lengths_B = mask_BT.sum(-1).long()
-    num_groups = int(g.max()) + 1 if num_rows else 0
-    key_BT = g[:, None] * width + position_BT  # (group, position)
-    trained = mask_BT > 0
-    numerator = rewards_BT.new_zeros(num_groups * width).index_add_(
-        0, key_BT[trained], (returns_BT * cum_w_BT)[trained]
-    )
-    denominator = rewards_BT.new_zeros(num_groups * width).index_add_(0, key_BT[trained], cum_w_BT[trained])
-    baseline_BT = (numerator / (denominator + 1e-8))[key_BT] * mask_BT
-    members_G = torch.bincount(g, minlength=num_groups)
-    baseline_BT = torch.where((members_G[g] > 1)[:, None], baseline_BT, 0.0)
-    if num_rows:
-        longest_G = torch.zeros(num_groups, dtype=torch.long, device=g.device).scatter_reduce_(0, g, lengths_B, "amax")
-        is_longest_B = lengths_B == longest_G[g]
-        count_G = torch.zeros_like(longest_G).index_add_(0, g, is_longest_B.long())
-        shorter_B = torch.where(is_longest_B, 0, lengths_B)
-        second_G = torch.zeros_like(longest_G).scatter_reduce_(0, g, shorter_B, "amax")
-        unique_B = is_longest_B & (count_G[g] == 1) & (members_G[g] > 1)
-        tail_BT = unique_B[:, None] & (position_BT >= second_G[g][:, None])
-        baseline_BT = torch.where(tail_BT, 0.0, baseline_BT)
+    # dense group ids are below B, so B * T (group, position) slots hold every key: no host sync
+    key_BT = (g[:, None] * width + position_BT).reshape(-1)
+    numerator = rewards_BT.new_zeros(num_rows * width).index_add_(0, key_BT, (returns_BT * cum_w_BT * mask_BT).view(-1))
+    denominator = rewards_BT.new_zeros(num_rows * width).index_add_(0, key_BT, (cum_w_BT * mask_BT).view(-1))
+    baseline_BT = (numerator / (denominator + 1e-8))[key_BT].view(num_rows, width) * mask_BT
+    longest_B = torch.zeros_like(lengths_B).scatter_reduce_(0, g, lengths_B, "amax")[g]
+    is_longest_B = lengths_B == longest_B
+    count_longest_B = torch.zeros_like(lengths_B).index_add_(0, g, is_longest_B.long())[g]
+    shorter_B = torch.where(is_longest_B, 0, lengths_B)
+    second_B = torch.zeros_like(lengths_B).scatter_reduce_(0, g, shorter_B, "amax")[g]
+    unique_B = is_longest_B & (count_longest_B == 1)
+    # a unique longest response's positions past the second longest have baseline 0: the whole of
+    # a group of one's response (its second longest is 0)
+    zero_BT = unique_B[:, None] & (position_BT >= second_B[:, None])
+    baseline_BT = torch.where(zero_BT, 0.0, baseline_BT)
     advantages_BT = (returns_BT - baseline_BT) * mask_BT
     return advantages_BT, returns_BT

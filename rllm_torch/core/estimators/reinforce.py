@@ -15,7 +15,8 @@ from rllm_torch.core.estimators.scaling import (
     working_rewards,
 )
 from rllm_torch.core.packing import GroupedRewards
-from rllm_torch.core.tokens import TokenRewards, discounted_returns, whiten_over
+from rllm_torch.core.returns import discounted_returns, whiten_over
+from rllm_torch.core.tokens import TokenRewards
 
 __all__ = ["reinforce", "reinforce_plus_plus_baseline", "reinforce_plus_plus"]
 
@@ -106,7 +107,7 @@ def reinforce_plus_plus(
     token rewards (the outcome reward on the last trained token, minus ``kl_coef`` times the
     per-token KL to the reference policy when KL is in the reward), then
     ``A_t = (G_t - mean) / (std + epsilon)`` with the mean and std over all trained tokens of
-    the batch (:func:`~rllm_torch.core.tokens.masked_whiten`).
+    the batch (:func:`~rllm_torch.core.returns.masked_whiten`).
 
     Args:
         {args_tokens}
@@ -130,7 +131,7 @@ def reinforce_plus_plus(
     agree within 1e-6 with its ``masked_whiten``, which adds 1e-8 to the variance).
     Returns and statistics accumulate in float32 (float64 for float64 input; the whitening's
     sums in float64). No host sync; ``gamma < 1`` scans over ``T``
-    (:func:`~rllm_torch.core.tokens.discounted_returns`).
+    (:func:`~rllm_torch.core.returns.discounted_returns`).
     {ranks_tokens}
 
     References: Hu et al., "REINFORCE++: A Simple and Efficient Approach for Aligning Large

@@ -18,7 +18,7 @@ from rllm_torch import (
     reinforce_plus_plus,
 )
 from rllm_torch.core.errors import InvalidRewardsError, InvalidRewardTypeError
-from rllm_torch.core.tokens import discounted_returns
+from rllm_torch.core.returns import discounted_returns
 
 settings.register_profile("estimators", max_examples=60, deadline=None)
 
