@@ -5,7 +5,8 @@ weights, ``pass_at_k`` with ``k`` the smallest group's size, ``gdpo`` with two r
 trajectory: the binary one and brevity, 1 for a response of at most 4 tokens); token-level ones see each
 trajectory as a 3-token response with its reward on the last token (``gae`` with zero values,
 ``optimal_token_baseline`` with an old policy that gave each token probability 1/2 out of two
-equally likely ones), and the demo prints each trajectory's advantage at its first token.
+equally likely ones; ``remax`` as if each group's greedy rollout scored as its first member), and
+the demo prints each trajectory's advantage at its first token.
 
 Run with ``rllm-torch-demo`` or ``python -m rllm_torch.cli.demo [--groups G] [--seed S] [--device D]``.
 """
@@ -56,6 +57,8 @@ def advantages(batch: GroupedRewards, name: str) -> torch.Tensor:
         adv_N3, _ = compute_advantages(tokens, name)
         return adv_N3[:, 0]
     options = {"k": int(batch.layout.counts.min())} if name == "pass_at_k" else {}
+    if name == "remax":  # as if each group's greedy rollout had scored as its first member
+        options = {"baselines": batch.padded_rewards.float()[:, 0]}
     return compute_advantages(batch, name, **options)[0]
 
 

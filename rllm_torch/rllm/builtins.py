@@ -17,6 +17,7 @@ from rllm_torch.core.estimators import (
     reinforce,
     reinforce_plus_plus,
     reinforce_plus_plus_baseline,
+    remax,
     rloo,
 )
 from rllm_torch.rllm.arrays import (
@@ -48,5 +49,6 @@ register_builtin(rLLMAdvantageEstimator.GDPO, None, gdpo)
 register_builtin(rLLMAdvantageEstimator.REINFORCE_PLUS_PLUS, None, reinforce_plus_plus, form="tokens")
 register_builtin(rLLMAdvantageEstimator.GAE, None, gae, form="tokens")
 register_builtin(rLLMAdvantageEstimator.MAXRL, None, maxrl)
-register_builtin("max_rl", None, maxrl)  # prime-rl's spelling of SkyRL's maxrl
+register_builtin("max_rl", None, maxrl)
+register_builtin(rLLMAdvantageEstimator.REMAX, None, remax)  # prime-rl's spelling of SkyRL's maxrl
 register_builtin(rLLMAdvantageEstimator.OPTIMAL_TOKEN_BASELINE, None, optimal_token_baseline, form="tokens")

@@ -39,7 +39,7 @@ from rllm_torch.core.distributed import ONE_PROCESS, resolve_process_group
 from rllm_torch.core.errors import InvalidRewardsError, InvalidRewardTypeError, RLLMTorchError
 from rllm_torch.rllm.config import TURN_MODES, AlgorithmConfig
 from rllm_torch.rllm.role_plan import RoleBatch, compute_role_advantages, token_advantage_metrics
-from rllm_torch.rllm.roles import reward_components_tensor
+from rllm_torch.rllm.roles import group_baselines_tensor, reward_components_tensor
 from rllm_torch.rllm.stepwise import ObservationIds, turn_rewards
 from rllm_torch.rllm.types import Step, Trajectory, TrajectoryGroup
 
@@ -246,6 +246,7 @@ def role_batch(groups: list[TrajectoryGroup], precomputed: list[bool], mode: str
         trained=torch.tensor(trained, dtype=torch.bool),
         weights=torch.tensor(tokens, dtype=torch.float64).reshape(len(pairs)),
         reward_components=components,
+        group_baselines=group_baselines_tensor(groups),
         group_precomputed=list(precomputed),
         group_sizes=sizes,
         step_rewards=torch.tensor(step_rewards, dtype=torch.float64) if turn_mode else None,

@@ -28,7 +28,7 @@ _LR_SCHEDULES = ("linear", "cosine", "constant")
 
 class rLLMAdvantageEstimator(str, Enum):  # noqa: N801 - rLLM's public name
     """The built-in advantage estimators (rLLM's enum, plus ``PRPO``, ``OPO``, ``PASS_AT_K``,
-    ``GRPO_PASSK``, ``GPG``, ``GDPO``, ``MAXRL`` and the token-level ``REINFORCE_PLUS_PLUS``, ``GAE`` and
+    ``GRPO_PASSK``, ``GPG``, ``GDPO``, ``MAXRL``, ``REMAX`` and the token-level ``REINFORCE_PLUS_PLUS``, ``GAE`` and
     ``OPTIMAL_TOKEN_BASELINE``).
 
     ``rLLMAdvantageEstimator("anything else")`` gives ``OTHER``, as in rLLM (``_missing_``).
@@ -49,6 +49,7 @@ class rLLMAdvantageEstimator(str, Enum):  # noqa: N801 - rLLM's public name
     GDPO = "gdpo"
     MAXRL = "maxrl"
     OPTIMAL_TOKEN_BASELINE = "optimal_token_baseline"
+    REMAX = "remax"
     OTHER = "other"
 
     @classmethod

@@ -40,6 +40,7 @@ __all__ = [
     "registered_name",
     "register_builtin",
     "builtin_estimator_options",
+    "BATCH_INPUTS",
 ]
 
 EstimatorForm = Literal["arrays", "tensors", "tokens"]
@@ -151,10 +152,16 @@ def register_builtin(
     _BUILTINS.append(registered_name(name))
 
 
+#: Keyword-only parameters of the built-ins that are tensors of the batch, given by the caller
+#: with the rewards (the per-role rule: ``remax``'s greedy rewards), never run options.
+BATCH_INPUTS = frozenset({"baselines"})
+
+
 def builtin_estimator_options() -> dict[str, dict[str, object]]:
     """``{built-in name: {option: default}}`` of the built-ins that take options beyond the
-    run-wide ones (read from their signatures): what the typed run config lists under
-    ``rllm.algorithm.estimator_options``, so each can be set without Hydra's ``+``."""
+    run-wide ones and the batch's inputs (:data:`BATCH_INPUTS`), read from their signatures:
+    what the typed run config lists under ``rllm.algorithm.estimator_options``, so each can be
+    set without Hydra's ``+``."""
     out = {}
     for name in _BUILTINS:
         entry = _REGISTRY[name]
@@ -162,7 +169,7 @@ def builtin_estimator_options() -> dict[str, dict[str, object]]:
         own = {
             p.name: p.default
             for p in parameters
-            if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in RUN_OPTIONS
+            if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in (*RUN_OPTIONS, *BATCH_INPUTS)
         }
         if own:
             out[name] = own

@@ -32,11 +32,12 @@ import torch
 from torch import Tensor
 
 from rllm_torch.core.distributed import agree_across_ranks, gather_objects
+from rllm_torch.core.errors import ConfigError
 from rllm_torch.core.packing import GroupedRewards
 from rllm_torch.core.turns import GroupedTurns
 from rllm_torch.rllm.config import TURN_MODES, AlgorithmConfig
 from rllm_torch.rllm.metrics import difficulty_metrics, summary_metrics
-from rllm_torch.rllm.registry import is_token_level
+from rllm_torch.rllm.registry import is_token_level, registered_name
 from rllm_torch.rllm.roles import outcome_estimator, role_advantages, role_estimator
 from rllm_torch.rllm.stepwise import check_stepwise_estimator, role_turn_advantages
 
@@ -58,6 +59,8 @@ class RoleBatch:
         trained: ``[N]`` bool, whether a trajectory has a trained token; None: all do.
         weights: ``[N]`` float64 each trajectory's trained tokens (``opo``'s lengths), or None.
         reward_components: ``[N, R]`` float64 (``gdpo``), or None.
+        group_baselines: ``[G]`` float64 each group's greedy reward (``remax``; NaN where a
+            group has none), or None.
         group_precomputed: ``G`` host bools: a group whose steps carry precomputed advantages
             (the caller keeps them); None: none does.
         group_sizes: ``G`` host ints, each group's trained trajectories, when the caller knows
@@ -73,6 +76,7 @@ class RoleBatch:
     trained: Tensor | None = None
     weights: Tensor | None = None
     reward_components: Tensor | None = None
+    group_baselines: Tensor | None = None
     group_precomputed: list[bool] | None = None
     group_sizes: list[int] | None = None
     step_rewards: Tensor | None = None
@@ -189,6 +193,7 @@ def compute_role_advantages(
             num_untrained=untrained,
             process_group=process_group,
             difficulty=difficulty,
+            inputs=_estimator_inputs(batch, role, estimators[role], process_group),
         )
         role_adv = role_adv.to(torch.float64)
         adv_N = role_adv if rows_N is None else adv_N.index_copy(0, rows_N, role_adv)
@@ -241,6 +246,29 @@ def _estimator(role: str, config: AlgorithmConfig, outcome_only: bool):
     estimator = outcome_estimator(role, config) if outcome_only else role_estimator(role, config)
     check_stepwise_estimator(estimator, config.stepwise_advantage_mode)
     return estimator
+
+
+def _estimator_inputs(batch: RoleBatch, role: str, estimator, process_group: object) -> dict[str, Tensor] | None:
+    """The batch's tensors ``estimator`` takes besides the rewards: ``remax``'s ``baselines``, the
+    role's groups' greedy rewards. A group without one is refused (one host sync; under a process
+    group one ``all_gather_object``, so every rank raises)."""
+    if registered_name(estimator) != "remax":
+        return None
+    groups = batch.rl_groups(role)
+    baselines_G = batch.group_baselines[groups] if batch.group_baselines is not None else None
+    missing = len(groups) if baselines_G is None else int(baselines_G.isnan().sum())
+    error = None
+    if missing:
+        error = ConfigError(
+            f"role {role!r}: remax's baseline is each group's greedy reward (TrajectoryGroup.reward_baseline), and "
+            f"{missing} of the role's {len(groups)} group(s) have none. The trainer samples them when a role's "
+            "estimator is remax; a caller of the collector sets reward_baseline on every group."
+        )
+    if process_group is not None:
+        agree_across_ranks(process_group, error, {}, must_match=())
+    elif error is not None:
+        raise error
+    return {"baselines": baselines_G}
 
 
 def _pack_role(

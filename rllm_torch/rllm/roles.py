@@ -7,6 +7,8 @@ trajectories' reward components as one tensor (:func:`reward_components_tensor`)
 
 from __future__ import annotations
 
+import math
+
 from enum import Enum
 
 import torch
@@ -18,10 +20,10 @@ from rllm_torch.core.packing import GroupedRewards
 from rllm_torch.rllm.config import AlgorithmConfig, rLLMAdvantageEstimator
 from rllm_torch.rllm.dispatch import compute_advantages
 from rllm_torch.rllm.metrics import difficulty_metrics, summary_metrics
-from rllm_torch.rllm.registry import is_token_level
+from rllm_torch.rllm.registry import is_token_level, registered_name
 from rllm_torch.rllm.types import Trajectory, TrajectoryGroup
 
-__all__ = ["role_estimator", "outcome_estimator", "role_advantages", "reward_components_tensor"]
+__all__ = ["role_estimator", "outcome_estimator", "role_advantages", "reward_components_tensor", "group_baselines_tensor", "needs_greedy_baselines"]
 
 
 def _label(name: rLLMAdvantageEstimator | str) -> str:
@@ -70,9 +72,10 @@ def role_advantages(
     num_untrained: int = 0,
     process_group: object = None,
     difficulty: bool = False,
+    inputs: dict[str, Tensor] | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """Run ``estimator`` once on a role's packed trained trajectories, with the run's options
-    (``algorithm_config.estimator_call_kwargs``), and summarise the role.
+    (``algorithm_config.estimator_call_kwargs``) and this batch's ``inputs``, and summarise the role.
 
     Args:
         batch: the role's trained trajectories (under a process group, this rank's share of
@@ -84,6 +87,8 @@ def role_advantages(
         process_group: ``None`` (one process) or the resolved ``ProcessGroup`` holding the rest
             of the batch; every rank must call, in the same order of roles.
         difficulty: also the ``difficulty/{role}/*`` metrics (the collector's).
+        inputs: tensors of this batch the estimator takes besides the rewards (``remax``'s
+            ``baselines``), or None.
 
     Returns:
         ``(adv_N, metrics)``: the advantages in ``batch``'s flat order (empty when no rank
@@ -99,7 +104,8 @@ def role_advantages(
     if process_group is not None or batch.num_trajectories:
         metrics = summary_metrics(batch.rewards, f"reward/{role}", process_group=process_group)
     if metrics:  # some rank holds a trajectory of the role (the same answer on every rank)
-        adv_N, _ = compute_advantages(batch, estimator, **algorithm_config.estimator_call_kwargs(estimator))
+        options = algorithm_config.estimator_call_kwargs(estimator) | (inputs or {})
+        adv_N, _ = compute_advantages(batch, estimator, **options)
         metrics |= summary_metrics(adv_N, f"advantage/{role}", fraction_zero=True, process_group=process_group)
         if difficulty:
             metrics |= difficulty_metrics(batch, f"difficulty/{role}")
@@ -131,3 +137,20 @@ def reward_components_tensor(trajectories: list[tuple[TrajectoryGroup, Trajector
     return torch.tensor([t.reward_components for _, t in trajectories], dtype=torch.float64).reshape(
         len(trajectories), -1
     )
+
+
+def group_baselines_tensor(groups: list[TrajectoryGroup]) -> Tensor | None:
+    """``[G]`` float64 of the groups' ``reward_baseline`` (``remax``'s greedy rewards), NaN for a
+    group without one; None when no group has one."""
+    if all(group.reward_baseline is None for group in groups):
+        return None
+    return torch.tensor(
+        [math.nan if g.reward_baseline is None else float(g.reward_baseline) for g in groups], dtype=torch.float64
+    ).reshape(len(groups))
+
+
+def needs_greedy_baselines(config: AlgorithmConfig, estimator_map: dict | None = None) -> bool:
+    """Whether some role's estimator is ``remax`` (``estimator``, an ``estimator_map`` value, or a
+    value of the trainer's extra ``estimator_map``): the trainer then samples greedy baselines."""
+    names = (config.estimator, *config.estimator_map.values(), *(estimator_map or {}).values())
+    return any(registered_name(name) == "remax" for name in names)

@@ -129,7 +129,8 @@ def check_stepwise_estimator(estimator: rLLMAdvantageEstimator | str, mode: str)
     Raises:
         ConfigError: a token-level estimator (it has its own per-token returns), ``gdpo`` (its
             reward components are per trajectory), ``pass_at_k`` or ``grpo_passk`` (their ``k``
-            exceeds the few members that reach late turns) in a turn mode.
+            exceeds the few members that reach late turns), ``remax`` (its baseline is per
+            prompt) in a turn mode.
     """
     if mode not in TURN_MODES:
         return
@@ -138,6 +139,7 @@ def check_stepwise_estimator(estimator: rLLMAdvantageEstimator | str, mode: str)
         "gdpo": "its reward components are per trajectory",
         "pass_at_k": "its k must not exceed the members still running at a turn, often fewer than rllm.rollout.n",
         "grpo_passk": "its k must not exceed the members still running at a turn, often fewer than rllm.rollout.n",
+        "remax": "its baseline is one greedy episode's reward per prompt, not per turn",
     }
     if is_token_level(estimator) or label in reasons:
         why = reasons.get(label, "it is token-level")

@@ -201,6 +201,8 @@ class TrajectoryGroup:
         task_id: the task the group belongs to, when it has one (named in error messages).
         metadata: one dict per trajectory (``task_id``, ``rollout_idx``,
             ``termination_reason``, ``is_correct``), as the default grouping fills it.
+        reward_baseline: the reward of a greedy rollout of the same task and role, ``remax``'s
+            baseline (the trainer samples it when a role's estimator is ``remax``), or None.
     """
 
     trajectories: list[Trajectory] = field(default_factory=list)
@@ -208,6 +210,7 @@ class TrajectoryGroup:
     group_role: str | None = None
     task_id: str | None = None
     metadata: list[dict] = field(default_factory=list)
+    reward_baseline: float | None = None
 
     def __post_init__(self) -> None:
         if self.group_role is None:

@@ -24,7 +24,8 @@ from rllm_torch.core.packing import GroupedRewards
 from rllm_torch.core.tokens import TokenRewards
 from rllm_torch.rllm.config import AlgorithmConfig
 from rllm_torch.rllm.dispatch import compute_advantages
-from rllm_torch.rllm.registry import is_token_level
+from rllm_torch.rllm.registry import is_token_level, registered_name
+from rllm_torch.rllm.roles import needs_greedy_baselines
 from rllm_torch.rllm.settings import check_value, walk
 from rllm_torch.rllm.stepwise import check_stepwise_estimator
 from rllm_torch.trainer.schema import TaskConfig, TrainConfig, typed_run_config
@@ -132,6 +133,8 @@ def check_estimator_call(name: object, algorithm: AlgorithmConfig, group_size: i
         ConfigError: naming the estimator, the option keys and the estimator's own message.
     """
     kwargs = algorithm.estimator_call_kwargs(name)
+    if registered_name(name) == "remax":  # the trainer's greedy reward of the group
+        kwargs |= {"baselines": torch.zeros(1, dtype=torch.float64)}
     n = max(int(group_size), 1)
     if is_token_level(name):
         rewards = torch.zeros(n, 2)
@@ -242,6 +245,11 @@ def _check_filters(config: Any) -> None:
     if rllm.rejection_sample.multiplier != 1 and not rllm.rejection_sample.enable:
         raise ConfigError(
             f"rllm.rejection_sample.multiplier={rllm.rejection_sample.multiplier} needs rllm.rejection_sample.enable=true."
+        )
+    if rllm.algorithm.filter_groups.enable and needs_greedy_baselines(AlgorithmConfig.from_config(config)):
+        raise ConfigError(
+            "rllm.algorithm.adv_estimator=remax samples one greedy rollout of each prompt of the step's batch, and "
+            "rllm.algorithm.filter_groups.enable=true (dynamic sampling) draws prompts from several batches: use one."
         )
     if rllm.algorithm.filter_groups.enable and rllm.rejection_sample.enable:
         raise ConfigError(

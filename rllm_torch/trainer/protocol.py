@@ -13,6 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from rllm_torch.core.errors import ConfigError
 from rllm_torch.rllm.config import AlgorithmConfig
 from rllm_torch.trainer.pipeline.token_advantages import compute_token_advantages
 from rllm_torch.trainer.ranks import RunRanks
@@ -93,6 +94,18 @@ class BackendProtocol(ABC):
     @abstractmethod
     async def generate_episodes(self, batch: Any, agent_workflow_engine: Any, is_validation: bool = False) -> list:
         """Run the workflows on a batch of tasks (``rollout.n`` or ``rollout.n_val`` times each)."""
+
+    async def generate_baseline_episodes(self, batch: Any, agent_workflow_engine: Any) -> list:
+        """One greedy rollout of each task of a training batch (temperature 0, the policy's
+        argmax): ``remax``'s baselines, scored by the same workflows and never trained on.
+
+        Raises:
+            ConfigError: the default: this backend cannot sample greedy rollouts.
+        """
+        raise ConfigError(
+            f"{type(self).__name__} cannot sample greedy baseline rollouts (generate_baseline_episodes), which "
+            "rllm.algorithm.adv_estimator=remax needs: use another estimator, or the torch backend."
+        )
 
     @abstractmethod
     def transform_to_backend_batch(self, trainer_state: TrainerState) -> Any:

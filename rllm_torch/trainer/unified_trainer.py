@@ -3,9 +3,10 @@
 One training step, in order::
 
     episodes = generate_episodes(batch)           # workflows sample from the policy
+    (remax: generate_baseline_episodes(batch), one greedy rollout per task)
     metrics  = workflow + termination metrics
     groups   = transform_to_groups(episodes)      # one group per (task, role)
-    groups   = rejection_sampling(groups)
+    groups   = rejection_sampling(groups)         # (remax: each group's greedy reward attached)
     batch    = transform_to_backend_batch(groups) # packed tensors
     process_backend_batch(batch)                  # old log-probs
     compute_advantages(batch)                     # tensor estimators, per role
@@ -21,6 +22,10 @@ this loop on its share of each step's prompts; every metric is that of the globa
 stage reduces its own: sums of counts, means over every rank's items, the maximum of timings),
 and rank 0 alone prints, logs and writes checkpoints. A stage that finds nothing to train on
 skips the step on every rank together, so the ranks' collectives stay in step.
+
+**Length.** Longer than a module here should be (about 370 lines) because one step's stages,
+the epochs, validation, the end of a run and SIGTERM are one loop read in one order; each stage's
+work is a function of :mod:`~rllm_torch.trainer.pipeline` or :mod:`~rllm_torch.trainer.runtime`.
 """
 
 from __future__ import annotations
@@ -34,11 +39,13 @@ from typing import Any
 from omegaconf import DictConfig
 
 from rllm_torch.rllm.collect import collect_reward_and_advantage_from_trajectory_groups
+from rllm_torch.rllm.roles import needs_greedy_baselines
 from rllm_torch.rllm.types import Episode
 from rllm_torch.trainer.config_checks import check_run_config
 from rllm_torch.trainer.logs.run_directory import run_loggers, write_run_files
 from rllm_torch.trainer.logs.step_metrics import stage_timer, workflow_metrics
 from rllm_torch.trainer.logs.summary import StepPlan, plan_steps, startup_summary
+from rllm_torch.trainer.pipeline.baselines import attach_reward_baselines, sample_greedy_episodes
 from rllm_torch.trainer.pipeline.dynamic_sampling import DynamicSampler, DynamicSamplingConfig
 from rllm_torch.trainer.pipeline.rejection_sampling import apply_rejection_sampling_and_filtering
 from rllm_torch.trainer.pipeline.settings import build_pipeline_configs
@@ -114,6 +121,7 @@ class UnifiedTrainer:
         self.cf_config, self.transform_config = pipeline.compact_filtering, pipeline.transform
         self.rs_config, self.algorithm_config = pipeline.rejection_sampling, pipeline.algorithm
         self.dynamic_sampler = DynamicSampler(DynamicSamplingConfig.from_config(config))
+        self.greedy_baselines = needs_greedy_baselines(self.algorithm_config, self.traj_group_adv_estimator_map)
         self.backend = backend_cls(config=config, ranks=self.ranks, **(backend_args or {}))
         self.backend.validate_config()
         self.backend.validate_prompts([t for ds in (train_dataset, val_dataset) if isinstance(ds, list) for t in ds])
@@ -260,6 +268,10 @@ class UnifiedTrainer:
                 batch, agent_workflow_engine=self.agent_workflow_engine, is_validation=False
             )
             drawn = state.episodes
+            greedy = []  # remax: one greedy rollout per task, scored, never trained on
+            if self.greedy_baselines:
+                engine, step = self.agent_workflow_engine, state.global_step
+                greedy = await sample_greedy_episodes(self.backend, engine, batch, step=step, epoch=state.epoch)
             if self.dynamic_sampler.config.enable:
                 state.episodes, drawn, sampling_metrics = await self._fill_with_signal(state, next_batch)
                 state.metrics.update(sampling_metrics)
@@ -281,6 +293,8 @@ class UnifiedTrainer:
                 state.episodes, state.trajectory_groups, self.rs_config, state.rs_state, process_group=group
             )
             state.metrics.update(rs_metrics)
+            if self.greedy_baselines:
+                attach_reward_baselines(state.trajectory_groups, greedy, self.transform_config, self.traj_grouping_hook)
             if not ranks.any(state.has_trajectory_groups):  # a rank without groups trains on an empty batch
                 return
             state.backend_batch = self.backend.transform_to_backend_batch(state)

@@ -224,6 +224,7 @@ def test_rllm_signatures_are_pinned():
         "GDPO",
         "MAXRL",
         "OPTIMAL_TOKEN_BASELINE",
+        "REMAX",
         "OTHER",
     ]
     with warnings.catch_warnings():

@@ -38,9 +38,9 @@ def _arrays_form(rewards, **kwargs):
 GROUPS = [np.array([1.0, 0.0, 0.5]), np.array([0.2]), np.array([0.9, 0.1])]
 
 
-# opo needs lengths, gdpo several rewards per trajectory and pass_at_k its k and binary rewards
-# (tested below); the token-level ones have no per-group form
-NEED_MORE = {"opo", "gdpo", "pass_at_k", "reinforce_plus_plus", "gae", "optimal_token_baseline"}
+# opo needs lengths, gdpo several rewards per trajectory, pass_at_k its k and binary rewards and
+# remax each group's greedy reward (tested below); the token-level ones have no per-group form
+NEED_MORE = {"opo", "gdpo", "pass_at_k", "remax", "reinforce_plus_plus", "gae", "optimal_token_baseline"}
 
 
 @pytest.mark.parametrize("name", [n for n in registered_estimator_names() if n not in NEED_MORE])
@@ -64,6 +64,8 @@ def test_pass_at_k_takes_its_option_the_rllm_way_and_the_others_say_what_they_ne
         get_rllm_adv_estimator("opo")(groups)
     with pytest.raises(InvalidRewardsError, match="no reward components"):  # nor several rewards
         get_rllm_adv_estimator("gdpo")(groups)
+    with pytest.raises(InvalidRewardsError, match="remax needs baselines="):  # nor a greedy reward
+        get_rllm_adv_estimator("remax")(groups)
     for name in ("reinforce_plus_plus", "gae", "optimal_token_baseline"):
         with pytest.raises(ConfigError, match="token-level"):
             get_rllm_adv_estimator(name)

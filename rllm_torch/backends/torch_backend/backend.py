@@ -18,6 +18,10 @@ checkpointing, LoRA) in :mod:`.logprobs`, :mod:`.micro_batches` and :mod:`.actor
 copy on the global loss) in :mod:`.update`; the reference policy and the KL terms, the critic,
 and rollout correction in :mod:`.passes`, :mod:`.critic` and
 :mod:`~rllm_torch.core.losses.rollout_correction`; the vLLM engine in :mod:`.vllm_rollout`.
+
+**Length.** Longer than a module here should be (about 370 lines) because it implements the
+whole ``BackendProtocol`` (start-up, the sampling phases, the passes, the checkpoints and the
+export) as one class whose methods each hand over to a part; each part is its own module.
 """
 
 from __future__ import annotations
@@ -266,6 +270,19 @@ class TorchBackend(BackendProtocol):
             return await agent_workflow_engine.execute_tasks(
                 [t for _, t, _ in tasks], [i for i, _, _ in tasks], [k for _, _, k in tasks]
             )
+
+    async def generate_baseline_episodes(self, batch: list[tuple[str, dict]], agent_workflow_engine: Any) -> list:
+        """One greedy rollout of each task (``remax``'s baselines): training's sampling settings at
+        temperature 0, rollout index ``rollout.n`` (after the sampled ones)."""
+        n = self.config.rllm.rollout.n
+        self.rollout_engine.validation, self.rollout_engine.greedy = False, True
+        try:
+            with self._sampling_weights():
+                return await agent_workflow_engine.execute_tasks(
+                    [task for _, task in batch], [task_id for task_id, _ in batch], [n] * len(batch)
+                )
+        finally:
+            self.rollout_engine.greedy = False
 
     def _sampling_weights(self) -> AbstractContextManager:
         """The weights a sampling phase runs on. The vLLM engine holds its own copy: it is synced

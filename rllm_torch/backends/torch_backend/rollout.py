@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from transformers import PreTrainedTokenizerBase
@@ -89,6 +89,7 @@ class BatchedRolloutEngine(RolloutEngine):
         self.train_params, self.val_params, self.max_batch_size = train_params, val_params, max_batch_size
         self.generator = torch.Generator(device=self._generator_device()).manual_seed(seed)
         self.validation = False
+        self.greedy = False  # training's settings at temperature 0: remax's baseline rollouts
         self._pending: list[tuple[str, asyncio.Future]] = []
         self._flush_scheduled = False
 
@@ -101,7 +102,10 @@ class BatchedRolloutEngine(RolloutEngine):
 
     @property
     def params(self) -> SamplingParams:
-        """The sampling settings in force: validation's or training's."""
+        """The sampling settings in force: validation's, training's, or training's at temperature 0
+        (:attr:`greedy`)."""
+        if self.greedy:
+            return replace(self.train_params, temperature=0.0)
         return self.val_params if self.validation else self.train_params
 
     async def generate(self, prompt: str) -> ModelOutput:

@@ -3,7 +3,8 @@
 Outcome (group) estimators take a :class:`~rllm_torch.core.packing.GroupedRewards` and return
 ``(advantages [N], returns [N])``: ``grpo``, ``rloo``, ``reinforce``,
 ``reinforce_plus_plus_baseline``, ``prpo``, ``opo``, ``pass_at_k``, ``grpo_passk``, ``gpg`` and
-``gdpo`` (several rewards per trajectory), ``maxrl``. Token-level estimators take a
+``gdpo`` (several rewards per trajectory), ``maxrl``, ``remax`` (with each group's greedy
+reward). Token-level estimators take a
 :class:`~rllm_torch.core.tokens.TokenRewards` and return ``[B, T]`` tensors:
 ``reinforce_plus_plus``, ``gae`` and ``optimal_token_baseline``. Multi-turn credit schemes take a
 :class:`~rllm_torch.core.turns.GroupedTurns` and a group estimator and return one advantage per
@@ -23,6 +24,7 @@ from rllm_torch.core.estimators.optimal_token_baseline import optimal_token_base
 from rllm_torch.core.estimators.pass_at_k import pass_at_k, pass_at_k_rewards
 from rllm_torch.core.estimators.prpo import prpo
 from rllm_torch.core.estimators.reinforce import reinforce, reinforce_plus_plus, reinforce_plus_plus_baseline
+from rllm_torch.core.estimators.remax import remax
 from rllm_torch.core.estimators.rloo import rloo
 from rllm_torch.core.estimators.turns import (
     broadcast_advantages,
@@ -44,6 +46,7 @@ __all__ = [
     "gpg",
     "gdpo",
     "maxrl",
+    "remax",
     "reinforce_plus_plus",
     "gae",
     "optimal_token_baseline",

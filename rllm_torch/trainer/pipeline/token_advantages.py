@@ -235,6 +235,7 @@ def role_batch(batch: TokenBatch) -> RoleBatch:
         trained=_trained_trajectories(batch),
         weights=trained_token_counts(batch),
         reward_components=batch.reward_components,
+        group_baselines=batch.group_baselines,
         group_precomputed=batch.group_precomputed,
         step_rewards=step_rewards,
         step_weights=None if batch.turn_rewards is None else batch.response_mask.sum(-1).to(torch.float64),

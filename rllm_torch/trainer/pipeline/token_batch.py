@@ -24,7 +24,7 @@ from torch import Tensor
 from rllm_torch.core.checks import check_reward
 from rllm_torch.core.errors import ConfigError, InvalidRewardsError, InvalidTrajectoryError
 from rllm_torch.rllm.config import STEPWISE_MODES, TURN_MODES
-from rllm_torch.rllm.roles import reward_components_tensor
+from rllm_torch.rllm.roles import group_baselines_tensor, reward_components_tensor
 from rllm_torch.rllm.stepwise import ObservationIds, turn_rewards
 from rllm_torch.rllm.types import TrajectoryGroup
 
@@ -62,6 +62,8 @@ class TokenBatch:
             log-prob pass's, for ``optimal_token_baseline``), or None.
         reward_components: ``[N, R]`` float64 rewards of several reward functions
             (``Trajectory.reward_components``, for ``gdpo``), or None when no trajectory has them.
+        group_baselines: ``[G]`` float64 each group's greedy reward (``TrajectoryGroup.reward_baseline``,
+            ``remax``'s baseline; NaN where a group has none), or None when no group has one.
         turn_rewards: ``[R]`` float64 reward of each row's step (the turn modes' turn rewards,
             :func:`~rllm_torch.rllm.stepwise.turn_rewards`), or None (broadcast).
         observation_index: ``[R]`` int64 dense id of each row's ``Step.observation`` (GiGPO's
@@ -89,6 +91,7 @@ class TokenBatch:
     sum_pi_squared: Tensor | None = None
     returns: Tensor | None = None
     reward_components: Tensor | None = None
+    group_baselines: Tensor | None = None
     turn_rewards: Tensor | None = None
     observation_index: Tensor | None = None
     extras: dict = field(default_factory=dict)
@@ -217,6 +220,7 @@ def build_token_batch(
         precomputed_advantages=pre_adv_RT,
         group_precomputed=group_pre if any(group_pre) else None,
         reward_components=reward_components_tensor(trajectories),
+        group_baselines=group_baselines_tensor(groups),
         turn_rewards=None if turns is None else torch.tensor(turns, dtype=torch.float64),
         observation_index=torch.tensor(observations, dtype=torch.int64) if observation_ids is not None else None,
     )

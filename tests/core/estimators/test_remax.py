@@ -1,0 +1,173 @@
+"""ReMax (``remax``): a hand table, a float64 per-group loop on ragged and equal groups, compiled,
+bad baselines; through the per-role rule (the collector) with ``TrajectoryGroup.reward_baseline``;
+and a real training run whose greedy baseline episodes are logged and subtracted."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from trainer_fakes import make_config
+
+from rllm_torch import (
+    AlgorithmConfig,
+    GroupedRewards,
+    Step,
+    Trajectory,
+    TrajectoryGroup,
+    collect_reward_and_advantage_from_trajectory_groups,
+    compute_advantages,
+)
+from rllm_torch.cli.train_command import run
+from rllm_torch.core.errors import ConfigError, InvalidRewardsError
+from rllm_torch.core.estimators import remax
+from rllm_torch.trainer.config_checks import check_run_config
+
+
+def reference(groups, baselines):
+    return [r - b for g, b in zip(groups, baselines, strict=True) for r in g]
+
+
+def test_hand_table():
+    # group 0 beats its greedy 0.5 once; group 1 all equal to its greedy reward; group 2 equal
+    # rewards below theirs: -1 each (no group centring); a group of one: r - b
+    groups, baselines = [[1.0, 0.0], [1.0, 1.0, 1.0], [0.0, 0.0], [0.25]], [0.5, 1.0, 1.0, 1.0]
+    adv, ret = remax(GroupedRewards.from_groups(groups), baselines=torch.tensor(baselines, dtype=torch.float64))
+    assert adv.tolist() == [0.5, -0.5, 0.0, 0.0, 0.0, -1.0, -1.0, -0.75]
+    assert ret.tolist() == [1.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.25]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_matches_a_float64_loop_on_ragged_and_equal_groups(seed):
+    gen = torch.Generator().manual_seed(seed)
+    groups = [torch.rand(int(n), generator=gen).tolist() for n in torch.randint(1, 7, (10,), generator=gen)]
+    baselines = torch.rand(10, generator=gen, dtype=torch.float64)
+    got, _ = compute_advantages(GroupedRewards.from_groups(groups), "remax", baselines=baselines)
+    torch.testing.assert_close(got, torch.tensor(reference(groups, baselines.tolist()), dtype=torch.float64))
+    equal = torch.rand(6, 4, generator=gen)  # float32 rewards: float32 advantages, the baselines cast
+    got, _ = remax(GroupedRewards.from_padded(equal), baselines=baselines[:6])
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, (equal - baselines[:6, None].float()).reshape(-1))
+
+
+def test_compiled_with_fullgraph_it_gives_the_eager_numbers():
+    rewards, baselines = (torch.rand(6, 4) > 0.5).float(), torch.rand(6)
+    compiled = torch.compile(
+        lambda r, b: remax(GroupedRewards.from_padded(r, validate=False), baselines=b)[0], fullgraph=True
+    )
+    torch.testing.assert_close(compiled(rewards, baselines), remax(GroupedRewards.from_padded(rewards), baselines=baselines)[0])
+
+
+@pytest.mark.parametrize(
+    "baselines, message",
+    [
+        (None, "remax needs baselines="),
+        (torch.zeros(3), r"\[G\] = \[2\] floating-point tensor"),
+        (torch.zeros(2, dtype=torch.int64), r"got torch.int64"),
+        ([0.0, 0.0], r"got list"),
+    ],
+)
+def test_missing_or_ill_shaped_baselines_are_refused(baselines, message):
+    with pytest.raises(InvalidRewardsError, match=message):
+        remax(GroupedRewards.from_groups([[1.0, 0.0], [1.0]]), baselines=baselines)
+
+
+def _group(rewards, baseline, task_id):
+    trajs = [Trajectory(name="solver", reward=r, steps=[Step(response_ids=[7])]) for r in rewards]
+    group = TrajectoryGroup(trajs, group_id=f"{task_id}:solver", task_id=task_id)
+    group.reward_baseline = baseline
+    return group
+
+
+def test_the_collector_subtracts_each_groups_reward_baseline_and_refuses_a_group_without_one():
+    groups = [_group([1.0, 0.0, 1.0], 1.0, "a"), _group([0.0, 1.0], 0.0, "b")]
+    collect_reward_and_advantage_from_trajectory_groups(groups, AlgorithmConfig(estimator="remax"))
+    assert [t.steps[0].advantage for g in groups for t in g.trajectories] == [0.0, -1.0, 0.0, 0.0, 1.0]
+    groups[1].reward_baseline = None
+    with pytest.raises(ConfigError, match=r"role 'solver': remax's baseline .* 1 of the role's 2 group\(s\) have none"):
+        collect_reward_and_advantage_from_trajectory_groups(groups, AlgorithmConfig(estimator="remax"))
+
+
+TINY = (
+    "model.num_layers=1",
+    "model.hidden_size=32",
+    "model.num_heads=2",
+    "task.train_size=8",
+    "task.val_size=0",
+    "data.train_batch_size=8",
+    "rllm.rollout.n=4",
+    "rllm.trainer.total_batches=2",
+    "rllm.algorithm.adv_estimator=remax",
+    "rllm.episode_logging.log_episodes=true",
+)
+
+
+def test_a_training_run_samples_one_greedy_episode_per_prompt_and_subtracts_its_reward(tmp_path, monkeypatch):
+    # a reward the random tiny model earns in part (its share of '=', whose greedy answer is "=="),
+    # scaled by the prompt's answer, so the greedy rewards differ from 0 and from prompt to prompt
+    (tmp_path / "digit_share.py").write_text(
+        "def reward(task, response):\n"
+        "    return response.count('=') / max(len(response), 1) * (1 + int(task['answer']))\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rows = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(4) for b in range(2)]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = ("task.name=file", f"task.train_path={tmp_path / 'train.jsonl'}", "task.reward_fn=digit_share:reward")
+    run(make_config(tmp_path, *TINY[:3], *TINY[4:], *data))
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    train = {r["step"]: r for r in rows if "actor/loss" in r}
+    assert sorted(train) == [1, 2]
+    for step, row in train.items():
+        greedy = [json.loads(line) for line in (tmp_path / "episodes" / f"baseline_step_{step}.jsonl").open()]
+        sampled = [json.loads(line) for line in (tmp_path / "episodes" / f"train_step_{step}.jsonl").open()]
+        assert len(greedy) == 8 and {e["rollout_idx"] for e in greedy} == {4}  # one per prompt, after the 4 sampled
+        baseline = {e["task_id"]: e["trajectories"][0]["reward"] for e in greedy}
+        assert 0 < sum(baseline.values()) and len(set(baseline.values())) > 1
+        want = [e["trajectories"][0]["reward"] - baseline[e["task_id"]] for e in sampled]
+        assert row["advantage/solver/mean"] == pytest.approx(sum(want) / len(want), abs=1e-9)
+        assert (row["advantage/solver/min"], row["advantage/solver/max"]) == pytest.approx((min(want), max(want)))
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (("rllm.algorithm.filter_groups.enable=true",), "remax samples one greedy rollout of each prompt"),
+        (("rllm.stepwise_advantage.mode=turn_level",), "its baseline is one greedy episode's reward per prompt"),
+    ],
+)
+def test_settings_remax_cannot_honour_stop_the_run_at_start_up(tmp_path, overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        check_run_config(make_config(tmp_path, *TINY, *overrides))
+
+
+class _SamplingEngine:
+    """A workflow engine that samples each task once through the backend's rollout engine."""
+
+    def __init__(self, rollout_engine):
+        self.rollout_engine = rollout_engine
+
+    async def execute_tasks(self, tasks, task_ids, rollout_indices):
+        outputs = [await self.rollout_engine.generate(task["prompt"]) for task in tasks]
+        return [(i, k, out.response_ids) for i, k, out in zip(task_ids, rollout_indices, outputs, strict=True)]
+
+
+def test_the_backends_baseline_episodes_are_the_policys_argmax_and_its_sampling_is_not_left_greedy():
+    import asyncio
+
+    from trainer_rank_tasks import ALPHABET, backend_config
+
+    from rllm_torch.backends.torch_backend.backend import TorchBackend
+    from rllm_torch.backends.torch_backend.tokenizer import encode_prompts
+
+    backend = TorchBackend(backend_config("rllm.rollout.n=3", "rllm.rollout.max_new_tokens=1"), alphabet=ALPHABET)
+    backend.init_rollout_engine()
+    engine = _SamplingEngine(backend.rollout_engine)
+    batch = [(f"t{a}", {"prompt": f"{a}+1="}) for a in range(6)]
+    greedy = asyncio.run(backend.generate_baseline_episodes(batch, engine))
+    assert [(i, k) for i, k, _ in greedy] == [(f"t{a}", 3) for a in range(6)]  # one per task, index n
+    ids = encode_prompts(backend.tokenizer, [task["prompt"] for _, task in batch], apply_chat_template=False)
+    with torch.no_grad():
+        argmax = [int(backend.actor.model(torch.tensor([p])).logits[0, -1].argmax()) for p in ids]
+    assert [r for _, _, r in greedy] == [[t] for t in argmax]
+    assert backend.rollout_engine.params.temperature == 1.0  # training's sampling again
