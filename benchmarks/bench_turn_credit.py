@@ -13,13 +13,9 @@ per run.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
-import shutil
-import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -28,14 +24,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from machine import cpu_name  # noqa: E402
 from results import add_write_results, results_path  # noqa: E402
+from train_runs import train_run  # noqa: E402
 
 
 def run_one(out: Path, task: str, mode: str, seed: int, estimator: str, extra: list[str]) -> dict:
     name = f"{task}_{mode}_seed{seed}"
-    run_dir = out / name
-    shutil.rmtree(run_dir, ignore_errors=True)
-    command = [
-        shutil.which("rllm-torch-train") or "rllm-torch-train",
+    overrides = [
         "--config-name",
         task,
         f"rllm.algorithm.adv_estimator={estimator}",
@@ -43,22 +37,10 @@ def run_one(out: Path, task: str, mode: str, seed: int, estimator: str, extra: l
         f"seed={seed}",
         f"backend.seed={seed}",  # the model's initialisation and the sampler: a seed is a different run
         f"rllm.trainer.experiment_name={name}",
-        f"hydra.run.dir={run_dir}",
         *extra,
     ]
-    start = time.perf_counter()
-    env = os.environ | {"OMP_NUM_THREADS": "1"}
-    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-    wall = time.perf_counter() - start
-    if done.returncode != 0:
-        raise RuntimeError(f"{name} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    key = f"val/{task}/pass@1"
-    curve = []
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        if key in row:
-            curve.append((row["step"], row[key]))
-    return {"task": task, "mode": mode, "seed": seed, "curve": curve, "wall_s": wall}
+    done = train_run(out / name, overrides, f"val/{task}/pass@1")
+    return {"task": task, "mode": mode, "seed": seed, "curve": done["curve"], "wall_s": done["wall_s"]}
 
 
 def write(results: list[dict], path: Path, args: argparse.Namespace) -> None:
