@@ -71,7 +71,8 @@ def sapo_loss(
     tau_pos, tau_neg = _positive(tau_pos, "tau_pos"), _positive(tau_neg, "tau_neg")
     log_ratio = log_importance_ratio(log_probs, old_log_probs, response_mask, importance_sampling_level)
     ratio = log_ratio.clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP).exp()
-    tau_NT = torch.where(advantages > 0, ratio.new_tensor(tau_pos), ratio.new_tensor(tau_neg))
+    # filled from Python numbers on the device (a new_tensor per value would copy from the host: a sync on CUDA)
+    tau_NT = torch.full_like(advantages, tau_neg, dtype=ratio.dtype).masked_fill_(advantages > 0, tau_pos)
     gate_NT = torch.sigmoid(tau_NT * (ratio - 1.0)) * (4.0 / tau_NT)
     loss = aggregate_loss(-gate_NT * advantages, response_mask, loss_agg_mode, horizon=horizon, normaliser=normaliser)
     return loss, _kl_stats(log_probs - old_log_probs, response_mask)
@@ -116,8 +117,10 @@ def vespo_loss(
     log_ratio_NT = (log_probs - old_log_probs).detach().clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
     log_w_N1 = (log_ratio_NT * mask_NT).sum(-1, keepdim=True).clamp(math.log(1e-8), _LOG_RATIO_CLAMP)
     positive_NT = advantages >= 0  # TRL's advantage is per sequence; here per token (the same there)
-    k_NT = torch.where(positive_NT, log_w_N1.new_tensor(vespo_k_pos), log_w_N1.new_tensor(vespo_k_neg))
-    lam_NT = torch.where(positive_NT, log_w_N1.new_tensor(vespo_lambda_pos), log_w_N1.new_tensor(vespo_lambda_neg))
+    k_NT = torch.full_like(advantages, vespo_k_neg, dtype=log_w_N1.dtype).masked_fill_(positive_NT, vespo_k_pos)
+    lam_NT = torch.full_like(advantages, vespo_lambda_neg, dtype=log_w_N1.dtype).masked_fill_(
+        positive_NT, vespo_lambda_pos
+    )
     lam_NT = lam_NT.clamp(min=1e-4)
     phi_NT = torch.exp(lam_NT + k_NT * log_w_N1 - lam_NT * log_w_N1.exp())
     phi_NT = torch.nan_to_num(phi_NT, nan=0.0, posinf=0.0, neginf=0.0)
