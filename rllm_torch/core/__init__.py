@@ -20,8 +20,8 @@ from rllm_torch.core.estimators import *  # noqa: F403 - re-exported public surf
 from rllm_torch.core.estimators import __all__ as _estimators_all
 from rllm_torch.core.labels import factorize_group_labels
 from rllm_torch.core.packing import GroupedRewards
-from rllm_torch.core.segment import segment_count, segment_mean, segment_sum, segment_var_mean
 from rllm_torch.core.returns import discounted_returns, masked_whiten
+from rllm_torch.core.segment import segment_count, segment_mean, segment_sum, segment_var_mean
 from rllm_torch.core.tokens import TokenRewards, broadcast_to_tokens, sequence_scores
 from rllm_torch.core.turns import GroupedTurns
 

@@ -20,8 +20,8 @@ from rllm_torch.core.checks import check_reward_tensor, check_weights
 from rllm_torch.core.distributed import ONE_PROCESS, agree_across_ranks, resolve_process_group
 from rllm_torch.core.errors import InvalidGroupIndexError, InvalidRewardsError, InvalidRewardTypeError
 from rllm_torch.core.packing import GroupedRewards
-from rllm_torch.core.segment import accumulation_dtype, segment_count
 from rllm_torch.core.returns import discounted_returns
+from rllm_torch.core.segment import accumulation_dtype, segment_count
 
 __all__ = ["GroupedTurns"]
 

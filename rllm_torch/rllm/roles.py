@@ -8,7 +8,6 @@ trajectories' reward components as one tensor (:func:`reward_components_tensor`)
 from __future__ import annotations
 
 import math
-
 from enum import Enum
 
 import torch
@@ -23,7 +22,14 @@ from rllm_torch.rllm.metrics import difficulty_metrics, summary_metrics
 from rllm_torch.rllm.registry import is_token_level, registered_name
 from rllm_torch.rllm.types import Trajectory, TrajectoryGroup
 
-__all__ = ["role_estimator", "outcome_estimator", "role_advantages", "reward_components_tensor", "group_baselines_tensor", "needs_greedy_baselines"]
+__all__ = [
+    "role_estimator",
+    "outcome_estimator",
+    "role_advantages",
+    "reward_components_tensor",
+    "group_baselines_tensor",
+    "needs_greedy_baselines",
+]
 
 
 def _label(name: rLLMAdvantageEstimator | str) -> str:

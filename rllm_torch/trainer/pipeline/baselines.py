@@ -6,7 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from rllm_torch.rllm.types import Episode, TrajectoryGroup
-from rllm_torch.trainer.pipeline.transform import TrajGroupingHook, TransformConfig, transform_episodes_to_trajectory_groups
+from rllm_torch.trainer.pipeline.transform import (
+    TrajGroupingHook,
+    TransformConfig,
+    transform_episodes_to_trajectory_groups,
+)
 
 __all__ = ["sample_greedy_episodes", "attach_reward_baselines"]
 

@@ -56,7 +56,9 @@ def test_compiled_with_fullgraph_it_gives_the_eager_numbers():
     compiled = torch.compile(
         lambda r, b: remax(GroupedRewards.from_padded(r, validate=False), baselines=b)[0], fullgraph=True
     )
-    torch.testing.assert_close(compiled(rewards, baselines), remax(GroupedRewards.from_padded(rewards), baselines=baselines)[0])
+    torch.testing.assert_close(
+        compiled(rewards, baselines), remax(GroupedRewards.from_padded(rewards), baselines=baselines)[0]
+    )
 
 
 @pytest.mark.parametrize(
