@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import argparse
 import platform
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+from bench_estimators import timed  # noqa: E402
 from machine import cpu_name  # noqa: E402
 
 from rllm_torch import GroupedRewards, GroupedTurns, rloo, turn_level_advantages  # noqa: E402
@@ -33,18 +32,35 @@ LOSSES = ("sapo", "geo_mean", "dppo_tv", "dppo_kl", "clip_cov", "kl_cov", "luspo
 RANDOM_SELECTION = {"clip_cov"}  # picks tokens at random: compared by value range, not elementwise
 
 
-def timed(fn, device: str, repeats: int = 20) -> float:
-    def once() -> float:
-        if device == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        return time.perf_counter() - start
+def compiled_equals(fn, inputs: list, want: torch.Tensor, rtol: float) -> str:
+    """Whether ``torch.compile(fn, fullgraph=True)`` gives ``want`` (or why it does not compile)."""
+    try:
+        return str(
+            torch.allclose(torch.compile(fn, fullgraph=True, dynamic=False)(*inputs), want, rtol=rtol, atol=1e-5)
+        )
+    except Exception as exc:  # noqa: BLE001 - recorded in the table
+        return f"fails: {type(exc).__name__}"
 
-    once()
-    return 1e3 * statistics.median(once() for _ in range(repeats))
+
+def sync_free(fn, inputs: list) -> str:
+    """``"yes"`` when ``fn(*inputs)`` runs under ``set_sync_debug_mode("error")``, else why not."""
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        fn(*inputs)
+        return "yes"
+    except RuntimeError as exc:
+        return f"no ({str(exc).splitlines()[0][:60]})"
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+def table_row(label: str, fn, on_dev: list, cpu32: list, diff: float, same: str, device: str) -> str:
+    cpu_ms = timed(lambda: fn(*cpu32), "cpu", budget_s=2.0, max_repeats=5)
+    gpu_ms = timed(lambda: fn(*on_dev), device, budget_s=1.0, max_repeats=20)
+    row = f"| {label} | {diff:.2e} | {same} | {sync_free(fn, on_dev)} | {cpu_ms:.2f} | {gpu_ms:.3f} | {cpu_ms / gpu_ms:.0f}x |"
+    print(row, flush=True)
+    return row
 
 
 def estimator_cases(n: int, gen: torch.Generator) -> dict:
@@ -65,6 +81,7 @@ def estimator_cases(n: int, gen: torch.Generator) -> dict:
     turn_traj = torch.repeat_interleave(torch.arange(n // 8), turns)
     turn_rewards = torch.rand(turn_traj.shape[0], generator=gen, dtype=torch.float64)
     traj_group = torch.arange(n // 8) // 8
+    G = n // 64  # the turn_level case's groups
     return {
         "maxrl, dense [G, 8]": (lambda r: maxrl(GroupedRewards.from_padded(r, validate=False))[0], (rewards,)),
         "maxrl, ragged": (
@@ -82,9 +99,7 @@ def estimator_cases(n: int, gen: torch.Generator) -> dict:
             (tok_rewards, mask, logp, sq, groups),
         ),
         f"turn_level (rloo), {turn_traj.shape[0]} turns": (
-            lambda r, t, g: turn_level_advantages(GroupedTurns.from_flat(r, t, g, num_groups=n // 64), rloo, gamma=0.9)[
-                0
-            ],
+            lambda r, t, g: turn_level_advantages(GroupedTurns.from_flat(r, t, g, num_groups=G), rloo, gamma=0.9)[0],
             (turn_rewards, turn_traj, traj_group),
         ),
     }
@@ -127,25 +142,7 @@ def main(argv: list[str] | None = None) -> list[str]:
         cpu32 = [x.float() if x.is_floating_point() else x for x in inputs]
         got = fn(*on_dev)
         diff = (got.double().cpu() - want).abs().max().item()
-        try:
-            compiled = torch.compile(fn, fullgraph=True, dynamic=False)
-            same = str(torch.allclose(compiled(*on_dev), got, rtol=1e-5, atol=1e-5))
-        except Exception as exc:  # noqa: BLE001 - recorded in the table
-            same = f"fails: {type(exc).__name__}"
-        torch.cuda.synchronize()
-        torch.cuda.set_sync_debug_mode("error")
-        try:
-            fn(*on_dev)
-            sync = "yes"
-        except RuntimeError as exc:
-            sync = f"no ({str(exc).splitlines()[0][:60]})"
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
-        cpu_ms, gpu_ms = timed(lambda: fn(*cpu32), "cpu", 5), timed(lambda: fn(*on_dev), dev)
-        lines.append(
-            f"| {label} | {diff:.2e} | {same} | {sync} | {cpu_ms:.2f} | {gpu_ms:.3f} | {cpu_ms / gpu_ms:.0f}x |"
-        )
-        print(lines[-1], flush=True)
+        lines.append(table_row(label, fn, on_dev, cpu32, diff, compiled_equals(fn, on_dev, got, 1e-5), dev))
     B, T = 512, 2048
     new, old, adv, mask = loss_inputs(B, T, gen)
     for loss in LOSSES:
@@ -164,26 +161,11 @@ def main(argv: list[str] | None = None) -> list[str]:
             diff = abs(got[0].double().cpu() - want[0]).item()
         else:
             diff = (got.double().cpu() - want).abs().max().item()
-        try:  # the loss's value compiled (autograd.grad itself does not trace with fullgraph)
-            compiled = torch.compile(lambda *x, loss=loss, opts=opts: policy_loss(loss, *x, **opts)[0], fullgraph=True)
-            same = str(torch.allclose(compiled(*on_dev), got[0], rtol=1e-4, atol=1e-5))
-        except Exception as exc:  # noqa: BLE001 - recorded in the table
-            same = f"fails: {type(exc).__name__}"
-        torch.cuda.synchronize()
-        torch.cuda.set_sync_debug_mode("error")
-        try:
-            run(*on_dev)
-            sync = "yes"
-        except RuntimeError as exc:
-            sync = f"no ({str(exc).splitlines()[0][:60]})"
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
+        value = lambda *x, loss=loss, opts=opts: policy_loss(loss, *x, **opts)[0]  # noqa: E731
+        same = compiled_equals(value, on_dev, got[0], 1e-4)  # autograd.grad does not trace with fullgraph
         cpu32 = [x.float() for x in (new, old, adv, mask)]
-        cpu_ms, gpu_ms = timed(lambda: run(*cpu32), "cpu", 5), timed(lambda: run(*on_dev), dev)
-        lines.append(
-            f"| loss {loss} [{B}, {T}], value + gradient | {diff:.2e} | {same} | {sync} | {cpu_ms:.2f} | {gpu_ms:.3f} | {cpu_ms / gpu_ms:.0f}x |"
-        )
-        print(lines[-1], flush=True)
+        label = f"loss {loss} [{B}, {T}], value + gradient"
+        lines.append(table_row(label, run, on_dev, cpu32, diff, same, dev))
     if args.output:
         args.output.write_text("\n".join(lines) + "\n")
     return lines

@@ -11,3 +11,16 @@ TINY = [
     "rllm.trainer.logger=[console,jsonl]",
     "rllm.trainer.log_table_every=1",
 ]
+
+#: One-layer model, 8 prompts of 4 rollouts, 2 steps, no validation: a real training step in about
+#: a second (the loss, filter and estimator tests that train).
+TINY_STEPS = (
+    "model.num_layers=1",
+    "model.hidden_size=32",
+    "model.num_heads=2",
+    "task.train_size=8",
+    "task.val_size=0",
+    "data.train_batch_size=8",
+    "rllm.rollout.n=4",
+    "rllm.trainer.total_batches=2",
+)

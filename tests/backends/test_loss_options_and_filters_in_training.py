@@ -8,6 +8,7 @@ import json
 import math
 
 import pytest
+from tiny_runs import TINY_STEPS
 from trainer_fakes import make_config
 
 from rllm_torch.cli.train_command import run
@@ -15,14 +16,7 @@ from rllm_torch.core.errors import ConfigError
 from rllm_torch.trainer.config_checks import check_run_config
 
 TINY = (
-    "model.num_layers=1",
-    "model.hidden_size=32",
-    "model.num_heads=2",
-    "task.train_size=8",
-    "task.val_size=0",
-    "data.train_batch_size=8",
-    "rllm.rollout.n=4",
-    "rllm.trainer.total_batches=2",
+    *TINY_STEPS,
     "rllm.algorithm.adv_estimator=reinforce",
 )
 

@@ -8,6 +8,7 @@ import json
 
 import pytest
 import torch
+from tiny_runs import TINY_STEPS
 from trainer_fakes import make_config
 
 from rllm_torch import (
@@ -92,14 +93,7 @@ def test_the_collector_subtracts_each_groups_reward_baseline_and_refuses_a_group
 
 
 TINY = (
-    "model.num_layers=1",
-    "model.hidden_size=32",
-    "model.num_heads=2",
-    "task.train_size=8",
-    "task.val_size=0",
-    "data.train_batch_size=8",
-    "rllm.rollout.n=4",
-    "rllm.trainer.total_batches=2",
+    *TINY_STEPS,
     "rllm.algorithm.adv_estimator=remax",
     "rllm.episode_logging.log_episodes=true",
 )
@@ -116,7 +110,7 @@ def test_a_training_run_samples_one_greedy_episode_per_prompt_and_subtracts_its_
     rows = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(4) for b in range(2)]
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     data = ("task.name=file", f"task.train_path={tmp_path / 'train.jsonl'}", "task.reward_fn=digit_share:reward")
-    run(make_config(tmp_path, *TINY[:3], *TINY[4:], *data))
+    run(make_config(tmp_path, *[o for o in TINY if not o.startswith("task.train_size")], *data))  # the file's 8
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     train = {r["step"]: r for r in rows if "actor/loss" in r}
     assert sorted(train) == [1, 2]
