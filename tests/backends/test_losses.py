@@ -146,19 +146,14 @@ def test_on_policy_every_token_level_loss_has_the_reinforce_gradient(name):
 def test_each_loss_fn_and_aggregation_mode_runs_a_real_training_step_of_the_backend(tmp_path, loss_fn, mode):
     import json
 
+    from tiny_runs import TINY_STEPS
     from trainer_fakes import make_config
 
     from rllm_torch.cli.train_command import run
 
     config = make_config(
         tmp_path,
-        "model.num_layers=1",
-        "model.hidden_size=32",
-        "model.num_heads=2",
-        "task.train_size=8",
-        "task.val_size=0",
-        "data.train_batch_size=8",
-        "rllm.rollout.n=4",
+        *TINY_STEPS,
         "rllm.trainer.total_batches=1",
         f"rllm.algorithm.loss_fn={loss_fn}",
         f"rllm.algorithm.loss_agg_mode={mode}",
