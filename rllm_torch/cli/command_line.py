@@ -43,7 +43,10 @@ def register_configs() -> None:
     """Register :class:`~rllm_torch.trainer.schema.TrainConfig` in Hydra's ConfigStore as
     ``train_schema`` (the first entry of ``configs/train.yaml``'s defaults list, so every group
     merges into typed fields), and the resolver the configs use: ``rllm_torch_default_experiment``."""
-    ConfigStore.instance().store(name="train_schema", node=TrainConfig)
+    schema = OmegaConf.structured(TrainConfig)
+    for key in ("rllm.algorithm.estimator_map", "rllm.algorithm.loss_fn_map"):
+        OmegaConf.set_struct(OmegaConf.select(schema, key), False)  # a map: `key={role: value}` adds its keys
+    ConfigStore.instance().store(name="train_schema", node=schema)
     register_resolvers()
 
 

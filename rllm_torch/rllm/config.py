@@ -1,4 +1,10 @@
-"""rLLM's algorithm configuration: ``rLLMAdvantageEstimator`` and ``AlgorithmConfig``."""
+"""rLLM's algorithm configuration: ``rLLMAdvantageEstimator`` and ``AlgorithmConfig``.
+
+**Length.** Longer than a module here should be (about 390 lines) because ``AlgorithmConfig``
+is the one declaration of each of its two dozen settings (default, help, key, bounds, check),
+from which the schema, the run-wide options and the resume tables are read; splitting the
+declarations would split that one home.
+"""
 
 from __future__ import annotations
 
@@ -67,6 +73,34 @@ def _estimator_name(value: object, where: str) -> rLLMAdvantageEstimator | str:
     return rLLMAdvantageEstimator(value) if value in builtin else value
 
 
+def _split_pairs(estimator_map: object, loss_fn_map: object) -> tuple[dict, dict[str, str]]:
+    """rLLM's ``estimator_map`` values: a name, or an ``(estimator, loss_fn)`` pair whose loss goes
+    into ``loss_fn_map`` (a list, as a YAML or command-line config gives it, too)."""
+    if not isinstance(estimator_map, dict):
+        raise ConfigError(f"estimator_map must map group roles to estimator names, got {type(estimator_map).__name__}.")
+    if not isinstance(loss_fn_map, dict):
+        raise ConfigError(f"loss_fn_map must map group roles to policy loss names, got {type(loss_fn_map).__name__}.")
+    estimators, losses = {}, dict(loss_fn_map)
+    for role, value in estimator_map.items():
+        where = f"estimator_map[{role!r}]"
+        if isinstance(value, (tuple, list)):
+            if len(value) != 2:
+                raise ConfigError(
+                    f"{where}={list(value)!r}: a pair is [estimator, loss_fn] (e.g. [grpo, ppo]), or give the estimator alone."
+                )
+            value, loss = value
+            if role in losses and losses[role] != loss:
+                raise ConfigError(f"{where} names loss {loss!r} but loss_fn_map[{role!r}]={losses[role]!r}; give one.")
+            losses[role] = loss
+        estimators[role] = _estimator_name(value, where)
+    for role, loss in losses.items():
+        if loss not in LOSS_FNS:
+            raise ConfigError(
+                f"role {role!r}: policy loss {loss!r} is not one of {LOSS_FNS} (estimator_map / loss_fn_map)."
+            )
+    return estimators, losses
+
+
 def _flag(name: str) -> Callable[[Any], bool]:
     return functools.partial(check_flag, name=name)
 
@@ -105,7 +139,8 @@ class AlgorithmConfig:
     Attributes:
         use_rllm: ignored; kept for rLLM configs (a ``True`` value warns that it does nothing).
         estimator: default estimator: an ``rLLMAdvantageEstimator`` or a registered custom name.
-        estimator_map: group role → estimator name, overriding ``estimator`` for that role.
+        estimator_map: group role → estimator name, overriding ``estimator`` for that role; or
+            → an ``(estimator, loss_fn)`` pair (rLLM's), whose loss goes into ``loss_fn_map``.
         stepwise_advantage_mode: how a multi-step trajectory's steps are credited
             (:mod:`rllm_torch.rllm.stepwise`): ``"broadcast"``, ``"turn_level"``, ``"mt_grpo"``
             or ``"gigpo"``; rLLM's ``"per_step"`` becomes ``"broadcast"`` with a ``DeprecationWarning``.
@@ -128,6 +163,8 @@ class AlgorithmConfig:
         stepwise_gamma: the discount per turn of the turn modes' returns, in ``[0, 1]``
             (``rllm.stepwise_advantage.gamma``; ``gamma`` is per token).
         step_advantage_w: GiGPO's weight of the step advantage (verl-agent's name).
+        loss_fn_map: group role → policy loss (one of :data:`~rllm_torch.core.losses.LOSS_FNS`),
+            overriding ``loss_fn`` for that role's rows in the update (rLLM's ``loss_fn_map``).
     """
 
     use_rllm: bool = setting(
@@ -147,7 +184,10 @@ class AlgorithmConfig:
         schema_default="grpo",
     )
     estimator_map: dict[str, rLLMAdvantageEstimator | str] = setting(
-        help="group role -> estimator", factory=dict, key="rllm.algorithm.estimator_map", schema_type=dict[str, str]
+        help="group role -> estimator, or -> [estimator, loss_fn] (rLLM's pairs: the role's loss too)",
+        factory=dict,
+        key="rllm.algorithm.estimator_map",
+        schema_type=dict[str, Any],
     )
     stepwise_advantage_mode: str = setting(
         "broadcast",
@@ -248,6 +288,12 @@ class AlgorithmConfig:
         key="rllm.stepwise_advantage.step_advantage_w",
         finite=True,
     )
+    loss_fn_map: dict[str, str] = setting(
+        help="group role -> policy loss, overriding loss_fn for that role (rLLM's; also from estimator_map pairs)",
+        factory=dict,
+        key="rllm.algorithm.loss_fn_map",
+        schema_type=dict[str, str],
+    )
 
     def __post_init__(self) -> None:
         for name, declaration in declared(AlgorithmConfig).items():
@@ -257,9 +303,7 @@ class AlgorithmConfig:
             raise ConfigError(
                 f"estimator_map must map group roles to estimator names, got {type(self.estimator_map).__name__}."
             )
-        self.estimator_map = {
-            role: _estimator_name(name, f"estimator_map[{role!r}]") for role, name in self.estimator_map.items()
-        }
+        self.estimator_map, self.loss_fn_map = _split_pairs(self.estimator_map, self.loss_fn_map)
         if self.stepwise_advantage_mode == "per_step":
             warnings.warn(
                 "The `per_step` mode is deprecated in the unified trainer and is set to `broadcast`. "
@@ -277,11 +321,12 @@ class AlgorithmConfig:
                 "rllm.stepwise_advantage.normalize_by_steps divides by the trajectory's number of steps, which the policy "
                 f"chooses: it applies to mode=broadcast only, not {self.stepwise_advantage_mode!r}."
             )
-        if self.importance_sampling_level == "sequence" and (self.loss_fn or "ppo") not in _RATIO_LOSS_FNS:
-            raise ConfigError(
-                f"importance_sampling_level='sequence' (GSPO) sets the importance ratio of a ratio loss "
-                f"({', '.join(_RATIO_LOSS_FNS)}); loss_fn={self.loss_fn!r} has none. Pick one of those, or leave the level 'token'."
-            )
+        for where, loss in self.losses_in_use().items():
+            if self.importance_sampling_level == "sequence" and loss not in _RATIO_LOSS_FNS:
+                raise ConfigError(
+                    f"importance_sampling_level='sequence' (GSPO) sets the importance ratio of a ratio loss "
+                    f"({', '.join(_RATIO_LOSS_FNS)}); {where}={loss!r} has none. Pick one of those, or leave the level 'token'."
+                )
 
     @property
     def estimator_kwargs(self) -> dict[str, Any]:
@@ -294,6 +339,17 @@ class AlgorithmConfig:
         ``estimator_options`` entry."""
         name = estimator.value if isinstance(estimator, Enum) else estimator
         return self.estimator_kwargs | dict(self.estimator_options.get(name, {}))
+
+    def loss_fn_for(self, role: str) -> str:
+        """The policy loss of a group role: ``loss_fn_map[role]``, else ``loss_fn``, else ``"ppo"``."""
+        return self.loss_fn_map.get(role) or self.loss_fn or "ppo"
+
+    def losses_in_use(self) -> dict[str, str]:
+        """Every policy loss the run trains with, keyed by where it is set (``loss_fn``,
+        ``loss_fn_map[role]``), for the checks that depend on the loss."""
+        return {"loss_fn": self.loss_fn or "ppo"} | {
+            f"loss_fn_map[{r!r}]": loss for r, loss in self.loss_fn_map.items()
+        }
 
     def estimator_for(self, role: str) -> rLLMAdvantageEstimator | str:
         """The estimator of a group role: ``estimator_map[role]``, else ``estimator``."""

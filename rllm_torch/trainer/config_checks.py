@@ -109,7 +109,8 @@ def _check_algorithm(config: Any, estimator_map: dict | None) -> None:
         if isinstance(exc, ConfigError):
             raise
         raise ConfigError(f"invalid rllm config: {exc}") from exc
-    names = {algorithm.estimator, *algorithm.estimator_map.values(), *(estimator_map or {}).values()}
+    extra = AlgorithmConfig(estimator_map=dict(estimator_map or {}))  # the trainer's map, pairs split
+    names = {algorithm.estimator, *algorithm.estimator_map.values(), *extra.estimator_map.values()}
     for name in names:
         is_token_level(name)  # UnknownEstimatorError for a name that is not registered
         check_stepwise_estimator(name, algorithm.stepwise_advantage_mode)
@@ -167,19 +168,20 @@ def check_estimator_call(name: object, algorithm: AlgorithmConfig, group_size: i
 
 def _check_loss_kl_and_critic(config: Any) -> None:
     algorithm, backend = config.rllm.algorithm, config.backend
-    loss_fn = algorithm.loss_fn or "ppo"
-    for option, what in (("clip_ratio_c", "a ratio cap (dual-clip PPO, DPPO)"), ("delta", "TRL's two-sided clip")):
-        if backend[option] is not None and option not in loss_options(loss_fn):
-            takers = ", ".join(name for name in LOSS_FNS if option in loss_options(name))
+    typed = AlgorithmConfig.from_config(config)
+    for where, loss_fn in typed.losses_in_use().items():  # the run's loss and each role's
+        for option, what in (("clip_ratio_c", "a ratio cap (dual-clip PPO, DPPO)"), ("delta", "TRL's two-sided clip")):
+            if backend[option] is not None and option not in loss_options(loss_fn):
+                takers = ", ".join(name for name in LOSS_FNS if option in loss_options(name))
+                raise ConfigError(
+                    f"backend.{option}={backend[option]} is {what}, and rllm.algorithm.{where}={loss_fn!r} has none: "
+                    f"drop backend.{option}, or use one of rllm.algorithm.loss_fn={takers}."
+                )
+        if loss_fn == "luspo" and algorithm.loss_agg_mode != "seq-mean-token-sum":
             raise ConfigError(
-                f"backend.{option}={backend[option]} is {what}, and rllm.algorithm.loss_fn={loss_fn!r} has none: drop "
-                f"backend.{option}, or use one of rllm.algorithm.loss_fn={takers}."
+                f"rllm.algorithm.{where}=luspo weights each sequence's loss by its length (TRL's LUSPO): set "
+                f"rllm.algorithm.loss_agg_mode=seq-mean-token-sum (it is {algorithm.loss_agg_mode!r})."
             )
-    if loss_fn == "luspo" and algorithm.loss_agg_mode != "seq-mean-token-sum":
-        raise ConfigError(
-            "rllm.algorithm.loss_fn=luspo weights each sequence's loss by its length (TRL's LUSPO): set "
-            f"rllm.algorithm.loss_agg_mode=seq-mean-token-sum (it is {algorithm.loss_agg_mode!r})."
-        )
     if algorithm.use_bias_correction_kl and not algorithm.use_kl_loss:
         raise ConfigError(
             "rllm.algorithm.use_bias_correction_kl=true corrects the KL loss term: set rllm.algorithm.use_kl_loss=true too."
@@ -189,7 +191,7 @@ def _check_loss_kl_and_critic(config: Any) -> None:
             f"model.ref_path={config.model.ref_path!r} is set but no KL term uses a reference policy; set "
             "rllm.algorithm.use_kl_loss=true or use_kl_in_reward=true, or leave model.ref_path unset."
         )
-    estimators = {algorithm.adv_estimator, *dict(algorithm.estimator_map).values()}
+    estimators = {getattr(name, "value", name) for name in (typed.estimator, *typed.estimator_map.values())}
     uses_values = "gae" in estimators
     if uses_values and not backend.critic.enable:
         raise ConfigError(
@@ -233,7 +235,7 @@ def _check_sampler_and_correction(config: Any) -> None:
             parse_rollout_rs(correction.rollout_rs, correction.rollout_rs_threshold)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{key}.rollout_rs={correction.rollout_rs!r}: {exc}") from exc
-    if correction.tis_mode is not None and (config.rllm.algorithm.loss_fn or "ppo") == "dro":
+    if correction.tis_mode is not None and "dro" in AlgorithmConfig.from_config(config).losses_in_use().values():
         raise ConfigError(
             f"{key}.tis_mode with rllm.algorithm.loss_fn=dro: the weights scale the advantage term, and DRO's quadratic "
             "term is not linear in it; use another loss_fn, or tis_mode=null."

@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from rllm_torch.rllm.collect import collect_reward_and_advantage_from_trajectory_groups
 from rllm_torch.rllm.roles import needs_greedy_baselines
@@ -120,6 +120,8 @@ class UnifiedTrainer:
         pipeline = build_pipeline_configs(config, self.traj_group_adv_estimator_map)
         self.cf_config, self.transform_config = pipeline.compact_filtering, pipeline.transform
         self.rs_config, self.algorithm_config = pipeline.rejection_sampling, pipeline.algorithm
+        if pipeline.algorithm.loss_fn_map:  # the trainer's (estimator, loss) pairs reach the backend's update
+            OmegaConf.update(config, "rllm.algorithm.loss_fn_map", dict(pipeline.algorithm.loss_fn_map), force_add=True)
         self.dynamic_sampler = DynamicSampler(DynamicSamplingConfig.from_config(config))
         self.greedy_baselines = needs_greedy_baselines(self.algorithm_config, self.traj_group_adv_estimator_map)
         self.backend = backend_cls(config=config, ranks=self.ranks, **(backend_args or {}))

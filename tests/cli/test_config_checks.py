@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 from hydra import compose, initialize_config_module
+from hydra.errors import ConfigCompositionException
 
 from rllm_torch.cli.command_line import register_configs
+from rllm_torch import AlgorithmConfig
 from rllm_torch.core.errors import ConfigError
 from rllm_torch.trainer.config_checks import check_run_config
 
@@ -110,3 +112,17 @@ def test_dynamic_sampling_is_refused_on_more_than_one_process_and_its_cap_must_b
         check_run_config(config, world_size=2)
     with pytest.raises(ConfigError, match=r"max_num_gen_batches=0 is out of range; it must be >= 1"):
         check_run_config(compose_train("rllm.algorithm.filter_groups.max_num_gen_batches=0"))
+
+
+def test_role_maps_are_set_from_the_command_line_without_a_plus():
+    # the maps' keys are the user's roles: the schema leaves these two maps open (not struct)
+    config = compose_train(
+        "rllm.algorithm.estimator_map={solver:[rloo,ppo],judge:reinforce}",
+        "rllm.algorithm.loss_fn_map={distill:cross_entropy}",
+    )
+    check_run_config(config)
+    algorithm = AlgorithmConfig.from_config(config)
+    assert algorithm.estimator_map == {"solver": "rloo", "judge": "reinforce"}
+    assert algorithm.loss_fn_map == {"distill": "cross_entropy", "solver": "ppo"}
+    with pytest.raises(ConfigCompositionException):  # a typo in a fixed key still stops Hydra
+        compose_train("rllm.algorithm.loss_fn_mapp={distill:cross_entropy}")

@@ -33,6 +33,7 @@ from rllm_torch.core.losses import (
     off_policy_sequence_mask,
     policy_loss,
 )
+from rllm_torch.rllm.config import AlgorithmConfig
 from rllm_torch.trainer.state import TrainerState
 
 __all__ = ["PolicyUpdater"]
@@ -64,7 +65,10 @@ class PolicyUpdater:
     def __init__(self, actor: Actor, critic: Critic | None, micro: MicroBatcher, config: DictConfig, device) -> None:
         self.actor, self.critic, self.micro, self.device = actor, critic, micro, device
         self.settings, self.algorithm, self.ranks = config.backend, config.rllm.algorithm, micro.ranks
-        self.loss_fn = self.algorithm.loss_fn or "ppo"
+        # the run's loss and each role's (rllm.algorithm.loss_fn_map, or estimator_map's pairs)
+        self.losses = AlgorithmConfig.from_config(config)
+        self.loss_fn = self.losses.loss_fn or "ppo"
+        self._row_losses: list[tuple[str, Tensor | None]] = [(self.loss_fn, None)]
         self.loss_agg_mode = self.algorithm.loss_agg_mode
         self.loss_agg_horizon = self.algorithm.loss_agg_horizon or config.rllm.rollout.max_new_tokens
         self.use_kl_loss = bool(self.algorithm.use_kl_loss)
@@ -118,6 +122,7 @@ class PolicyUpdater:
             return
         epochs, num_minis = self.micro.updates_per_batch(total_rows)
         self._ensure_scheduler(trainer_state, epochs * num_minis)
+        self._row_losses = self.row_losses(batch)
         local_stats, grad_norms = [], []
         with stage_memory("updating the policy", self.micro.memory_advice()):
             for _ in range(epochs):
@@ -153,6 +158,20 @@ class PolicyUpdater:
         if self.critic is not None and (critic_norm := self.critic.take_grad_norm()) is not None:
             trainer_state.metrics["critic/grad_norm"] = critic_norm
 
+    def row_losses(self, batch) -> list[tuple[str, Tensor | None]]:
+        """The policy loss of each row of ``batch``: ``[(loss_fn, None)]`` when every group's role
+        trains with the same loss (the run's ``loss_fn`` unless a role's entry says otherwise),
+        else one ``(loss, [R] bool rows)`` per loss in use, each role's rows by its
+        ``loss_fn_for(role)``; all of them aggregated over the mini-batch's one normaliser."""
+        names_G = [self.losses.loss_fn_for(role) for role in batch.group_roles]
+        used = sorted(set(names_G))
+        if len(used) <= 1:
+            return [(used[0] if used else self.loss_fn, None)]
+        loss_G = torch.tensor([used.index(n) for n in names_G], device=batch.group_index.device)
+        trajectory_R = batch.row_index if batch.row_index is not None else torch.arange(len(batch.input_ids))
+        loss_R = loss_G[batch.group_index[trajectory_R.to(batch.group_index.device)]]
+        return [(name, loss_R == i) for i, name in enumerate(used)]
+
     def global_normaliser(self, mask_RT: Tensor) -> Tensor:
         """``loss_agg_mode``'s normaliser of a mini-batch over every rank's rows (one all-reduce)."""
         normaliser = loss_normaliser(mask_RT, self.loss_agg_mode)
@@ -183,19 +202,29 @@ class PolicyUpdater:
         loss_mask_RT, selection = self._policy_tokens(
             log_probs, entropy, advantages, batch.rollout_log_probs[rows], mask_RT
         )
-        loss, extra = policy_loss(
-            self.loss_fn,
-            log_probs,
-            old_log_probs,
-            advantages,
-            loss_mask_RT,  # the tokens trained on; the normaliser stays the mini-batch's (as TRL)
-            importance_sampling_level=self.algorithm.importance_sampling_level,
-            beta=s.dro_beta,
-            **self._loss_settings,
-            **aggregation,
-        )
+        loss, stats = log_probs.new_zeros(()), {}
+        for name, of_loss_R in self._row_losses:  # one loss for the whole batch, or one per role's rows
+            part_RT, trained_RT = mask_RT, loss_mask_RT
+            if of_loss_R is not None:
+                if not bool(of_loss_R[rows].any()):
+                    continue  # none of this loss's rows in the micro-batch
+                part_RT, trained_RT = mask_RT * of_loss_R[rows, None], loss_mask_RT * of_loss_R[rows, None]
+            part, extra = policy_loss(
+                name,
+                log_probs,
+                old_log_probs,
+                advantages,
+                trained_RT,  # the tokens trained on; the normaliser stays the mini-batch's (as TRL)
+                importance_sampling_level=self.algorithm.importance_sampling_level,
+                beta=s.dro_beta,
+                **self._loss_settings,
+                **aggregation,
+            )
+            loss, part_tokens = loss + part, part_RT.sum()
+            for k, v in extra.items():  # token sums of each loss's diagnostics, over its rows
+                stats[k] = stats.get(k, 0) + v.detach() * part_tokens
         tokens = mask_RT.sum()
-        stats = {"loss": loss.detach(), "tokens": tokens} | {k: v.detach() * tokens for k, v in extra.items()}
+        stats = {"loss": loss.detach(), "tokens": tokens} | stats
         stats |= selection
         stats["entropy"] = (entropy.detach() * mask_RT).sum() if entropy is not None else tokens * 0.0
         if s.entropy_coeff and entropy is not None:  # verl's actor: pg_loss - entropy_coeff * agg(entropy)

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from rllm_torch.core.errors import RLLMTorchError
+from rllm_torch.rllm.config import AlgorithmConfig
 from rllm_torch.rllm.dispatch import get_tensor_adv_estimator
 from rllm_torch.trainer.runtime.fingerprint import describe_changes
 
@@ -71,12 +72,24 @@ def _changed_options(name: str, options: dict) -> dict:
     return {k: v for k, v in options.items() if k not in params or params[k].default != v}
 
 
+def _names(estimator_map: dict) -> dict[str, str]:
+    return {role: getattr(name, "value", name) for role, name in estimator_map.items()}
+
+
+def _estimator_names(config: Any) -> list[str]:
+    """The run's estimator and each role's (``estimator_map``'s pairs split), as names."""
+    typed = AlgorithmConfig.from_config(config)
+    return list(
+        dict.fromkeys([getattr(typed.estimator, "value", typed.estimator), *_names(typed.estimator_map).values()])
+    )
+
+
 def _extras_line(config: Any) -> str:
     """The settings beyond the default algorithm: estimator options, discounts, KL terms, the
     reference policy, the critic, the vLLM sampler and rollout correction ("" when none is set)."""
     algorithm, backend = config.rllm.algorithm, config.backend
     parts = []
-    estimators = {algorithm.adv_estimator, *algorithm.estimator_map.values()}
+    estimators = set(_estimator_names(config))
     for name, options in algorithm.estimator_options.items():
         if name in estimators and (changed := _changed_options(name, dict(options))):
             parts.append(f"{name} {', '.join(f'{k}={v}' for k, v in changed.items())}")
@@ -144,9 +157,9 @@ def _prompts_per_step(config: Any, train: list | None) -> str:
 GROUP_BASELINE_ESTIMATORS = ("grpo", "rloo", "opo", "pass_at_k", "reinforce_plus_plus_baseline")
 
 
-def _singleton_groups_warning(rllm: Any) -> str:
-    algorithm = rllm.algorithm
-    used = [algorithm.adv_estimator, *algorithm.estimator_map.values()]
+def _singleton_groups_warning(config: Any) -> str:
+    rllm = config.rllm
+    used = _estimator_names(config)
     grouped = [name for name in dict.fromkeys(used) if name in GROUP_BASELINE_ESTIMATORS]
     if rllm.rollout.n != 1 or not grouped:
         return ""
@@ -184,10 +197,11 @@ def startup_summary(
         run_state = (
             f"resuming from {resumed.path} (step {state.global_step} of {plan.total_steps}, epoch {state.epoch})"
         )
-    algorithm = rllm.algorithm
+    algorithm, typed = rllm.algorithm, AlgorithmConfig.from_config(config)  # typed: estimator_map's pairs split
     estimator = algorithm.adv_estimator + ("" if algorithm.norm_adv_by_std_in_grpo else " (no std)")
-    if algorithm.estimator_map:
-        estimator += f", by role {dict(algorithm.estimator_map)}"
+    if typed.estimator_map:
+        estimator += f", by role {_names(typed.estimator_map)}"
+    loss = f"{typed.loss_fn or 'ppo'}" + (f", by role {typed.loss_fn_map}" if typed.loss_fn_map else "")
     if rllm.stepwise_advantage.mode != "broadcast":
         estimator += f" {rllm.stepwise_advantage.mode}"  # e.g. "rloo turn_level advantages"
     steps = f"{plan.total_steps} ({_count(plan.epochs, 'epoch')} of {_count(plan.steps_per_epoch, 'step')})"
@@ -207,11 +221,11 @@ def startup_summary(
         ("task", _task_line(config, trainer.train_dataset, trainer.val_dataset)),
         (
             "algorithm",
-            f"{estimator} advantages, {algorithm.loss_fn} loss ({algorithm.loss_agg_mode}), "
+            f"{estimator} advantages, {loss} loss ({algorithm.loss_agg_mode}), "
             f"{rllm.rollout.n} rollouts per prompt, {_prompts_per_step(config, trainer.train_dataset)}",
         ),
         *([("extras", extras)] if (extras := _extras_line(config)) else []),
-        *([("warning", warning)] if (warning := _singleton_groups_warning(rllm)) else []),
+        *([("warning", warning)] if (warning := _singleton_groups_warning(config)) else []),
         ("steps", steps + (f"; {plan.note}" if plan.note else "")),
         ("devices", devices),
     ]
