@@ -158,5 +158,6 @@ def group_baselines_tensor(groups: list[TrajectoryGroup]) -> Tensor | None:
 def needs_greedy_baselines(config: AlgorithmConfig, estimator_map: dict | None = None) -> bool:
     """Whether some role's estimator is ``remax`` (``estimator``, an ``estimator_map`` value, or a
     value of the trainer's extra ``estimator_map``): the trainer then samples greedy baselines."""
-    names = (config.estimator, *config.estimator_map.values(), *(estimator_map or {}).values())
+    extra = AlgorithmConfig(estimator_map=dict(estimator_map or {})).estimator_map  # (estimator, loss) pairs split
+    names = (config.estimator, *config.estimator_map.values(), *extra.values())
     return any(registered_name(name) == "remax" for name in names)

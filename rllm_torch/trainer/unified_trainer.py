@@ -39,6 +39,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rllm_torch.rllm.collect import collect_reward_and_advantage_from_trajectory_groups
+from rllm_torch.rllm.config import AlgorithmConfig
 from rllm_torch.rllm.roles import needs_greedy_baselines
 from rllm_torch.rllm.types import Episode
 from rllm_torch.trainer.config_checks import check_run_config
@@ -116,12 +117,14 @@ class UnifiedTrainer:
         self.config, self.rllm_config = config, config.rllm
         self.traj_grouping_hook = traj_grouping_hook
         self.traj_group_adv_estimator_map = traj_group_adv_estimator_map or {}
+        if losses := AlgorithmConfig(estimator_map=dict(self.traj_group_adv_estimator_map)).loss_fn_map:
+            # the (estimator, loss) pairs' losses join the run config's, for its checks and the backend's update
+            merged = {**(OmegaConf.select(config, "rllm.algorithm.loss_fn_map") or {}), **losses}
+            OmegaConf.update(config, "rllm.algorithm.loss_fn_map", merged, force_add=True)
         check_run_config(config, self.ranks.world_size, estimator_map=self.traj_group_adv_estimator_map)
         pipeline = build_pipeline_configs(config, self.traj_group_adv_estimator_map)
         self.cf_config, self.transform_config = pipeline.compact_filtering, pipeline.transform
         self.rs_config, self.algorithm_config = pipeline.rejection_sampling, pipeline.algorithm
-        if pipeline.algorithm.loss_fn_map:  # the trainer's (estimator, loss) pairs reach the backend's update
-            OmegaConf.update(config, "rllm.algorithm.loss_fn_map", dict(pipeline.algorithm.loss_fn_map), force_add=True)
         self.dynamic_sampler = DynamicSampler(DynamicSamplingConfig.from_config(config))
         self.greedy_baselines = needs_greedy_baselines(self.algorithm_config, self.traj_group_adv_estimator_map)
         self.backend = backend_cls(config=config, ranks=self.ranks, **(backend_args or {}))

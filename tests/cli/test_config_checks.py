@@ -7,8 +7,8 @@ import pytest
 from hydra import compose, initialize_config_module
 from hydra.errors import ConfigCompositionException
 
-from rllm_torch.cli.command_line import register_configs
 from rllm_torch import AlgorithmConfig
+from rllm_torch.cli.command_line import register_configs
 from rllm_torch.core.errors import ConfigError
 from rllm_torch.trainer.config_checks import check_run_config
 

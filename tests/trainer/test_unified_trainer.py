@@ -159,3 +159,13 @@ def test_a_workflow_that_keeps_failing_is_counted_as_an_error_when_not_raising(t
     row = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
     assert row["batch/termination_reason/error"] == 0.5
     assert "update_policy" in trainer.backend.calls
+
+
+def test_the_trainers_estimator_and_loss_pairs_reach_the_checks_and_the_backends_config(tmp_path):
+    pairs = {"judge": ("reinforce", "cross_entropy")}
+    trainer = trainer_for(tmp_path, "rllm.trainer.total_batches=1", estimator_map=pairs)
+    assert trainer.algorithm_config.estimator_for("judge") == "reinforce"
+    assert trainer.algorithm_config.loss_fn_for("judge") == "cross_entropy"
+    assert dict(trainer.backend.config.rllm.algorithm.loss_fn_map) == {"judge": "cross_entropy"}
+    with pytest.raises(ConfigError, match=r"clip_ratio_c=3.0 is a ratio cap .*loss_fn_map\['judge'\]"):
+        trainer_for(tmp_path, "backend.clip_ratio_c=3", estimator_map=pairs)
