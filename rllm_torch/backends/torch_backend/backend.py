@@ -264,22 +264,22 @@ class TorchBackend(BackendProtocol):
         self, batch: list[tuple[str, dict]], agent_workflow_engine: Any, is_validation: bool = False
     ) -> list:
         n = self.config.rllm.rollout.n_val if is_validation else self.config.rllm.rollout.n
-        self.rollout_engine.validation = is_validation
-        tasks = [(task_id, task, k) for task_id, task in batch for k in range(n)]
-        with self._sampling_weights():
-            return await agent_workflow_engine.execute_tasks(
-                [t for _, t, _ in tasks], [i for i, _, _ in tasks], [k for _, _, k in tasks]
-            )
+        return await self._run_tasks(batch, agent_workflow_engine, range(n), validation=is_validation)
 
     async def generate_baseline_episodes(self, batch: list[tuple[str, dict]], agent_workflow_engine: Any) -> list:
         """One greedy rollout of each task (``remax``'s baselines): training's sampling settings at
         temperature 0, rollout index ``rollout.n`` (after the sampled ones)."""
-        n = self.config.rllm.rollout.n
-        self.rollout_engine.validation, self.rollout_engine.greedy = False, True
+        return await self._run_tasks(batch, agent_workflow_engine, [self.config.rllm.rollout.n], greedy=True)
+
+    async def _run_tasks(self, batch, engine: Any, indices, *, validation: bool = False, greedy: bool = False) -> list:
+        """The workflows of each task of ``batch`` once per rollout index, sampled with the
+        settings of ``validation`` / ``greedy`` (left at training's afterwards)."""
+        tasks = [(task_id, task, k) for task_id, task in batch for k in indices]
+        self.rollout_engine.validation, self.rollout_engine.greedy = validation, greedy
         try:
             with self._sampling_weights():
-                return await agent_workflow_engine.execute_tasks(
-                    [task for _, task in batch], [task_id for task_id, _ in batch], [n] * len(batch)
+                return await engine.execute_tasks(
+                    [t for _, t, _ in tasks], [i for i, _, _ in tasks], [k for *_, k in tasks]
                 )
         finally:
             self.rollout_engine.greedy = False
