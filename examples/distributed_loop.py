@@ -12,6 +12,7 @@ that its weights equal rank 0's.
 
 from __future__ import annotations
 
+import gc
 import sys
 
 import torch
@@ -62,5 +63,6 @@ if __name__ == "__main__":
     before, after = train(*sys.argv[1:2])
     if dist.get_rank() == 0:
         print(f"world size {dist.get_world_size()}: expected reward {before:.3f} -> {after:.3f}")
+    gc.collect()  # the DDP model (a reference cycle) lets go of the group before it is destroyed
     dist.barrier()  # no rank tears the group down while another still uses it
     dist.destroy_process_group()
