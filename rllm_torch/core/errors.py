@@ -30,6 +30,7 @@ __all__ = [
     "DistributedBatchError",
     "DistributedTimeoutError",
     "OutOfMemoryError",
+    "NonFiniteGradientError",
 ]
 
 
@@ -135,3 +136,8 @@ class OutOfMemoryError(RLLMTorchError, RuntimeError):
     """A stage of a training step (sampling, the log-prob passes, the update) ran out of device or
     host memory. Not an input error, and not retried: it wraps the allocator's error
     (``__cause__``) and names the stage and the settings that lower its memory."""
+
+
+class NonFiniteGradientError(RLLMTorchError, RuntimeError):
+    """An optimizer step's gradient norm was NaN or infinite: the step was not taken (the weights
+    stay those of the last good step). Names the step's loss and the settings that usually cause it."""

@@ -23,7 +23,7 @@ from rllm_torch.rllm.settings import check_value, declared, setting
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-__all__ = ["rLLMAdvantageEstimator", "AlgorithmConfig", "STEPWISE_MODES", "TURN_MODES", "RUN_OPTIONS"]
+__all__ = ["rLLMAdvantageEstimator", "AlgorithmConfig", "STEPWISE_MODES", "TURN_MODES", "RUN_OPTIONS", "BATCH_INPUTS"]
 
 TURN_MODES = ("turn_level", "mt_grpo", "gigpo")  # the modes with one advantage per step
 STEPWISE_MODES = ("broadcast", *TURN_MODES)
@@ -109,12 +109,23 @@ def _discount(name: str) -> Callable[[Any], float]:
     return functools.partial(check_discount, name=name)
 
 
+#: Keyword-only parameters of the built-in estimators that are tensors of the batch, given with the
+#: rewards by the per-role rule (``remax``'s greedy rewards, which the trainer samples), never options.
+BATCH_INPUTS = frozenset({"baselines"})
+
+
 def _estimator_options(value: object) -> dict[str, dict[str, Any]]:
     if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, dict) for k, v in value.items()):
         raise ConfigError(
             "estimator_options must map estimator names to {option: value} dicts, e.g. "
             f"rllm.algorithm.estimator_options.pass_at_k.k=2; got {value!r}."
         )
+    for name, options in value.items():
+        if given := sorted(BATCH_INPUTS & set(options)):
+            raise ConfigError(
+                f"estimator_options.{name}.{given[0]} is not an option: it is a tensor of each batch (remax's baselines are "
+                "the greedy rollouts' rewards, which the trainer samples); drop it."
+            )
     return value
 
 

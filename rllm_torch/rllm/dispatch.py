@@ -33,7 +33,7 @@ from rllm_torch.core.errors import (
 from rllm_torch.core.packing import GroupedRewards
 from rllm_torch.core.segment import accumulation_dtype
 from rllm_torch.core.tokens import TokenRewards
-from rllm_torch.rllm.config import RUN_OPTIONS, AlgorithmConfig
+from rllm_torch.rllm.config import BATCH_INPUTS, RUN_OPTIONS, AlgorithmConfig
 from rllm_torch.rllm.registry import Registration, registered_name, registration
 from rllm_torch.rllm.settings import check_value, declared, default_of
 
@@ -124,7 +124,7 @@ def _options_for(entry: Registration, name: str, run_options: dict[str, object],
     if accepted is not None:
         unknown = sorted(set(options) - accepted)
         if unknown:
-            takes = ", ".join(sorted(accepted - {"batch", "rewards"})) or "no option"
+            takes = ", ".join(sorted(accepted - {"batch", "rewards"} - BATCH_INPUTS)) or "no option"
             raise ConfigError(
                 f"estimator {name!r} takes no option {', '.join(map(repr, unknown))}; it takes: {takes}. "
                 f"(From a run's config: rllm.algorithm.estimator_options.{name}.<option>=value. The run-wide "

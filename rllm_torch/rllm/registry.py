@@ -27,7 +27,7 @@ from rllm_torch.core.errors import (
     EstimatorRegistrationError,
     UnknownEstimatorError,
 )
-from rllm_torch.rllm.config import RUN_OPTIONS
+from rllm_torch.rllm.config import BATCH_INPUTS, RUN_OPTIONS
 
 __all__ = [
     "register_rllm_adv_estimator",
@@ -150,11 +150,6 @@ def register_builtin(
     else:
         _add(name, arrays_fn, "arrays", tensor_fn)
     _BUILTINS.append(registered_name(name))
-
-
-#: Keyword-only parameters of the built-ins that are tensors of the batch, given by the caller
-#: with the rewards (the per-role rule: ``remax``'s greedy rewards), never run options.
-BATCH_INPUTS = frozenset({"baselines"})
 
 
 def builtin_estimator_options() -> dict[str, dict[str, object]]:

@@ -13,6 +13,7 @@ from enum import Enum
 import torch
 from torch import Tensor
 
+from rllm_torch.core.checks import check_reward
 from rllm_torch.core.distributed import gather_objects
 from rllm_torch.core.errors import ConfigError, InvalidRewardsError, UnknownEstimatorError
 from rllm_torch.core.packing import GroupedRewards
@@ -147,12 +148,26 @@ def reward_components_tensor(trajectories: list[tuple[TrajectoryGroup, Trajector
 
 def group_baselines_tensor(groups: list[TrajectoryGroup]) -> Tensor | None:
     """``[G]`` float64 of the groups' ``reward_baseline`` (``remax``'s greedy rewards), NaN for a
-    group without one; None when no group has one."""
+    group without one; None when no group has one.
+
+    Raises:
+        InvalidRewardTypeError / InvalidRewardsError: a baseline that is not a real number, or not
+            finite, naming the task and group.
+    """
     if all(group.reward_baseline is None for group in groups):
         return None
-    return torch.tensor(
-        [math.nan if g.reward_baseline is None else float(g.reward_baseline) for g in groups], dtype=torch.float64
-    ).reshape(len(groups))
+    values = []
+    for g in groups:
+        value = math.nan
+        if g.reward_baseline is not None:
+            value = check_reward(g.reward_baseline, f"task {g.task_id!r}, group {g.group_id!r}: reward_baseline")
+            if not math.isfinite(value):
+                raise InvalidRewardsError(
+                    f"task {g.task_id!r}, group {g.group_id!r}: reward_baseline {value} is not finite; remax's baseline is "
+                    "the reward of a greedy rollout, a real number (leave it None where there is none)."
+                )
+        values.append(value)
+    return torch.tensor(values, dtype=torch.float64).reshape(len(groups))
 
 
 def needs_greedy_baselines(config: AlgorithmConfig, estimator_map: dict | None = None) -> bool:
@@ -161,3 +176,16 @@ def needs_greedy_baselines(config: AlgorithmConfig, estimator_map: dict | None =
     extra = AlgorithmConfig(estimator_map=dict(estimator_map or {})).estimator_map  # (estimator, loss) pairs split
     names = (config.estimator, *config.estimator_map.values(), *extra.values())
     return any(registered_name(name) == "remax" for name in names)
+
+
+def unseen_map_roles(config: AlgorithmConfig, roles: set[str]) -> str:
+    """A warning naming the roles of ``estimator_map`` / ``loss_fn_map`` that none of ``roles``
+    (a batch's group roles, every rank's) is: likely misspelt, since their entries change
+    nothing; ``""`` when every entry's role was seen."""
+    unseen = sorted((set(config.estimator_map) | set(config.loss_fn_map)) - roles)
+    if not unseen:
+        return ""
+    return (
+        f"rllm.algorithm.estimator_map / loss_fn_map name role(s) {unseen} that no group of the first batch has "
+        f"(its roles: {sorted(roles)}); their entries change nothing unless such groups come later. Check the spelling."
+    )

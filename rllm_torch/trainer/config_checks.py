@@ -177,6 +177,11 @@ def _check_loss_kl_and_critic(config: Any) -> None:
                     f"backend.{option}={backend[option]} is {what}, and rllm.algorithm.{where}={loss_fn!r} has none: "
                     f"drop backend.{option}, or use one of rllm.algorithm.loss_fn={takers}."
                 )
+        if loss_fn == "clip_cov" and not backend.clip_cov_lb < backend.clip_cov_ub:
+            raise ConfigError(
+                f"rllm.algorithm.{where}=clip_cov cuts tokens whose covariance lies between backend.clip_cov_lb and "
+                f"backend.clip_cov_ub: clip_cov_lb={backend.clip_cov_lb} must be below clip_cov_ub={backend.clip_cov_ub}."
+            )
         if loss_fn == "luspo" and algorithm.loss_agg_mode != "seq-mean-token-sum":
             raise ConfigError(
                 f"rllm.algorithm.{where}=luspo weights each sequence's loss by its length (TRL's LUSPO): set "
@@ -244,6 +249,7 @@ def _check_sampler_and_correction(config: Any) -> None:
 
 def _check_filters(config: Any) -> None:
     rllm = config.rllm
+
     if rllm.rejection_sample.multiplier != 1 and not rllm.rejection_sample.enable:
         raise ConfigError(
             f"rllm.rejection_sample.multiplier={rllm.rejection_sample.multiplier} needs rllm.rejection_sample.enable=true."

@@ -373,8 +373,8 @@ class BackendConfig:
     mini_batch_size: int | None = setting(
         None, "rows (one per step) per optimizer step; None: the whole batch", minimum=1
     )
-    clip_ratio_low: float = setting(0.2, "PPO's and CISPO's lower clip epsilon", minimum=0)
-    clip_ratio_high: float = setting(0.2, "their upper clip epsilon (DAPO's clip-higher)", minimum=0)
+    clip_ratio_low: float = setting(0.2, "PPO's and CISPO's lower clip epsilon", minimum=0, maximum=1e6)
+    clip_ratio_high: float = setting(0.2, "their upper clip epsilon (DAPO's clip-higher)", minimum=0, maximum=1e6)
     entropy_coeff: float = setting(
         0.0, "entropy bonus: - entropy_coeff * agg(entropy) in the loss (verl's actor.entropy_coeff)", minimum=0
     )
@@ -384,7 +384,7 @@ class BackendConfig:
         minimum=1,
         exclusive_minimum=True,
     )
-    dro_beta: float = setting(0.05, "weight of the quadratic log-ratio penalty of loss_fn=dro", minimum=0)
+    dro_beta: float = setting(0.05, "weight of the quadratic log-ratio penalty of loss_fn=dro", minimum=0, maximum=1e6)
     delta: float | None = setting(
         None,
         "cap of the ratio in ppo's / luspo's unclipped term (TRL's two-sided clip); null: off",
@@ -392,26 +392,32 @@ class BackendConfig:
         exclusive_minimum=True,
     )
     tau_pos: float = setting(
-        1.0, "sapo: the gate's temperature where A > 0 (verl's)", minimum=0, exclusive_minimum=True
+        1.0,
+        "sapo: the gate's temperature where A > 0 (verl's; its 4/tau scale must stay finite)",
+        minimum=1e-4,
+        maximum=1e4,
     )
-    tau_neg: float = setting(1.05, "sapo: the gate's temperature where A <= 0", minimum=0, exclusive_minimum=True)
+    tau_neg: float = setting(1.05, "sapo: the gate's temperature where A <= 0", minimum=1e-4, maximum=1e4)
     clip_cov_ratio: float = setting(
         0.0002, "clip_cov: share of trained tokens whose loss is cut", minimum=0, maximum=1, exclusive_minimum=True
     )
-    clip_cov_lb: float = setting(1.0, "clip_cov: lower bound of the covariance of a token that may be cut")
-    clip_cov_ub: float = setting(5.0, "clip_cov: its upper bound")
+    clip_cov_lb: float = setting(1.0, "clip_cov: lower bound of the covariance of a token that may be cut", finite=True)
+    clip_cov_ub: float = setting(5.0, "clip_cov: its upper bound (above clip_cov_lb)", finite=True)
     kl_cov_ratio: float = setting(
         0.0002, "kl_cov: share of trained tokens penalised", minimum=0, maximum=1, exclusive_minimum=True
     )
-    ppo_kl_coef: float = setting(0.1, "kl_cov: the |log ratio| penalty's coefficient", minimum=0)
-    vespo_k_pos: float = setting(2.0, "vespo: k of the weight w^k e^(lambda (1 - w)) where A >= 0 (TRL's)")
-    vespo_lambda_pos: float = setting(3.0, "vespo: its lambda where A >= 0", minimum=0)
-    vespo_k_neg: float = setting(3.0, "vespo: k where A < 0")
-    vespo_lambda_neg: float = setting(2.0, "vespo: lambda where A < 0", minimum=0)
+    ppo_kl_coef: float = setting(0.1, "kl_cov: the |log ratio| penalty's coefficient", minimum=0, maximum=1e6)
+    vespo_k_pos: float = setting(
+        2.0, "vespo: k of the weight w^k e^(lambda (1 - w)) where A >= 0 (TRL's)", minimum=-1e3, maximum=1e3
+    )
+    vespo_lambda_pos: float = setting(3.0, "vespo: its lambda where A >= 0", minimum=0, maximum=1e3)
+    vespo_k_neg: float = setting(3.0, "vespo: k where A < 0", minimum=-1e3, maximum=1e3)
+    vespo_lambda_neg: float = setting(2.0, "vespo: lambda where A < 0", minimum=0, maximum=1e3)
     top_entropy_quantile: float = setting(
         1.0,
         "train on the tokens whose entropy is in this top share (TRL's; 0.2: the 80/20 paper); 1: all",
         minimum=0,
+        exclusive_minimum=True,
         maximum=1,
     )
     rollout_batch_size: int | None = setting(

@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -40,7 +41,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rllm_torch.rllm.collect import collect_reward_and_advantage_from_trajectory_groups
 from rllm_torch.rllm.config import AlgorithmConfig
-from rllm_torch.rllm.roles import needs_greedy_baselines
+from rllm_torch.rllm.roles import needs_greedy_baselines, unseen_map_roles
 from rllm_torch.rllm.types import Episode
 from rllm_torch.trainer.config_checks import check_run_config
 from rllm_torch.trainer.logs.run_directory import run_loggers, write_run_files
@@ -126,6 +127,7 @@ class UnifiedTrainer:
         self.cf_config, self.transform_config = pipeline.compact_filtering, pipeline.transform
         self.rs_config, self.algorithm_config = pipeline.rejection_sampling, pipeline.algorithm
         self.dynamic_sampler = DynamicSampler(DynamicSamplingConfig.from_config(config))
+        self.roles_checked = False  # set once the first batch's roles were compared with the role maps
         self.greedy_baselines = needs_greedy_baselines(self.algorithm_config, self.traj_group_adv_estimator_map)
         self.backend = backend_cls(config=config, ranks=self.ranks, **(backend_args or {}))
         self.backend.validate_config()
@@ -298,8 +300,21 @@ class UnifiedTrainer:
                 state.episodes, state.trajectory_groups, self.rs_config, state.rs_state, process_group=group
             )
             state.metrics.update(rs_metrics)
-            if self.greedy_baselines:
-                attach_reward_baselines(state.trajectory_groups, greedy, self.transform_config, self.traj_grouping_hook)
+            if not self.roles_checked:  # the first batch: a role map's entry that matches no role is likely a typo
+                self.roles_checked = True
+                batch_roles = sorted({g.group_role for g in state.trajectory_groups})
+                roles = {role for rank_roles in ranks.gather(batch_roles) for role in rank_roles}
+                if (warning := unseen_map_roles(self.algorithm_config, roles)) and ranks.is_main:
+                    warnings.warn(warning, UserWarning, stacklevel=1)
+            if self.greedy_baselines:  # remax: each group's greedy reward, or the group is left out (counted)
+                state.trajectory_groups, dropped = attach_reward_baselines(
+                    state.trajectory_groups,
+                    greedy,
+                    self.algorithm_config,
+                    self.transform_config,
+                    self.traj_grouping_hook,
+                )
+                state.metrics["batch/remax_groups_without_baseline"] = ranks.reduce([float(dropped)])[0]
             if not ranks.any(state.has_trajectory_groups):  # a rank without groups trains on an empty batch
                 return
             state.backend_batch = self.backend.transform_to_backend_batch(state)

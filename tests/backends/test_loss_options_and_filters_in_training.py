@@ -95,10 +95,20 @@ def test_the_entropy_quantile_leaves_out_about_four_fifths_of_the_tokens(tmp_pat
             r"token_k3 takes one upper bound",
         ),
         (("rllm.algorithm.rollout_correction.rollout_rs_threshold=0.1",), r"rollout_rs_threshold is set but"),
-        (("backend.tau_pos=0", "rllm.algorithm.loss_fn=sapo"), r"backend.tau_pos=0.0 is out of range; it must be > 0"),
+        (("backend.tau_pos=0", "rllm.algorithm.loss_fn=sapo"), r"backend.tau_pos=0.0 is out of range; it must be in \[0.0001, 10000.0\]"),
         (("backend.top_entropy_quantile=1.5",), r"backend.top_entropy_quantile=1.5 is out of range"),
         (("rllm.algorithm.kl_loss_type=k4+", "rllm.algorithm.use_kl_loss=true"), r"kl_loss_type='k4\+' is not one of"),
         (("rllm.algorithm.loss_fn=gmpo",), r"loss_fn='gmpo' is not one of"),
+        # values whose loss overflows float32 (all passed the start-up checks before, and made every weight NaN)
+        (("rllm.algorithm.loss_fn=dro", "backend.dro_beta=inf"), r"backend.dro_beta=inf is out of range"),
+        (("rllm.algorithm.loss_fn=sapo", "backend.tau_pos=1e-40"), r"backend.tau_pos=1e-40 is out of range"),
+        (("rllm.algorithm.loss_fn=vespo", "backend.vespo_k_pos=nan"), r"backend.vespo_k_pos=nan is out of range"),
+        (("rllm.algorithm.loss_fn=geo_mean", "backend.clip_ratio_high=1e300"), r"clip_ratio_high=1e\+300 is out of"),
+        (("backend.top_entropy_quantile=0",), r"top_entropy_quantile=0.0 is out of range; it must be in \(0, 1\]"),
+        (
+            ("rllm.algorithm.loss_fn=clip_cov", "backend.clip_cov_lb=5", "backend.clip_cov_ub=1"),
+            r"clip_cov_lb=5.0 must be below clip_cov_ub=1.0",
+        ),
     ],
 )
 def test_settings_that_cannot_work_stop_the_run_at_start_up(tmp_path, overrides, message):

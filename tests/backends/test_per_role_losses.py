@@ -123,3 +123,32 @@ def test_a_map_that_gives_every_role_the_runs_loss_is_the_run_without_a_map():
         a, _ = plain.updater.micro_batch_loss(batch, rows, normaliser)
         b, _ = mapped.updater.micro_batch_loss(batch, rows, normaliser)
     assert torch.equal(a, b)
+
+
+def test_a_non_finite_gradient_stops_the_update_before_the_step_and_keeps_the_weights():
+    from rllm_torch.core.errors import NonFiniteGradientError
+
+    backend, _ = _backend_and_batch()
+    actor = backend.actor
+    before = [p.detach().clone() for p in actor.parameters]
+    for p in actor.parameters:
+        p.grad = torch.zeros_like(p)
+    actor.parameters[0].grad[0] = float("nan")
+    with pytest.raises(NonFiniteGradientError, match=r"gradient norm is nan .* the optimizer step was not taken"):
+        actor.step()
+    assert all(torch.equal(a, b) for a, b in zip(before, actor.parameters, strict=True))
+    assert all(p.grad is None for p in actor.parameters)
+
+
+def test_a_role_map_entry_no_group_has_is_named_at_the_first_batch(tmp_path):
+    from tiny_runs import TINY_STEPS
+
+    from rllm_torch.cli.train_command import run
+
+    distill = ("task.name=distill", "task.mix_rl=true", "rllm.algorithm.use_precomputed_advantage=true")
+    config = make_config(tmp_path, *TINY_STEPS, *distill, "rllm.algorithm.loss_fn_map={solvr: dro}")
+    with pytest.warns(
+        UserWarning,
+        match=r"name role\(s\) \['solvr'\] that no group of the first batch has \(its roles: \['distill', 'solver'\]\)",
+    ):
+        run(config)

@@ -76,7 +76,7 @@ def clip_cov_loss(
     """
     if not 0 < clip_cov_ratio <= 1 or not clip_cov_lb < clip_cov_ub:
         raise ValueError(
-            f"clip_cov_ratio={clip_cov_ratio!r} must be in (0, 1] and clip_cov_lb={clip_cov_lb!r} < "
+            f"clip_cov_ratio={clip_cov_ratio!r} must be in (0, 1], and clip_cov_lb={clip_cov_lb!r} must be below "
             f"clip_cov_ub={clip_cov_ub!r} (backend.clip_cov_ratio, backend.clip_cov_lb, backend.clip_cov_ub)."
         )
     ratio_NT = (log_probs - old_log_probs).exp()

@@ -157,6 +157,19 @@ def _prompts_per_step(config: Any, train: list | None) -> str:
 GROUP_BASELINE_ESTIMATORS = ("grpo", "rloo", "opo", "pass_at_k", "reinforce_plus_plus_baseline")
 
 
+def _warnings(config: Any) -> str:
+    """The start-up summary's warnings: settings that run but are likely not what was meant."""
+    rllm, found = config.rllm, [_singleton_groups_warning(config)]
+    rs = rllm.rejection_sample
+    if rs.enable and rs.min_trajs_per_group > rllm.rollout.n:
+        found.append(
+            f"rllm.rejection_sample.min_trajs_per_group={rs.min_trajs_per_group} is above rllm.rollout.n="
+            f"{rllm.rollout.n}: a group of one trajectory per rollout is dropped, so only workflows with several "
+            "trajectories of a role per episode train; lower min_trajs_per_group or raise rllm.rollout.n"
+        )
+    return "; ".join(w for w in found if w)
+
+
 def _singleton_groups_warning(config: Any) -> str:
     rllm = config.rllm
     used = _estimator_names(config)
@@ -225,7 +238,7 @@ def startup_summary(
             f"{rllm.rollout.n} rollouts per prompt, {_prompts_per_step(config, trainer.train_dataset)}",
         ),
         *([("extras", extras)] if (extras := _extras_line(config)) else []),
-        *([("warning", warning)] if (warning := _singleton_groups_warning(config)) else []),
+        *([("warning", warning)] if (warning := _warnings(config)) else []),
         ("steps", steps + (f"; {plan.note}" if plan.note else "")),
         ("devices", devices),
     ]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rllm_torch.rllm.config import AlgorithmConfig
+from rllm_torch.rllm.registry import registered_name
 from rllm_torch.rllm.types import Episode, TrajectoryGroup
 from rllm_torch.trainer.pipeline.transform import (
     TrajGroupingHook,
@@ -28,15 +30,22 @@ async def sample_greedy_episodes(backend: Any, engine: Any, batch: Any, *, step:
 def attach_reward_baselines(
     groups: list[TrajectoryGroup],
     greedy_episodes: list[Episode],
+    algorithm: AlgorithmConfig,
     transform_config: TransformConfig,
     traj_grouping_hook: TrajGroupingHook | None = None,
-) -> None:
+) -> tuple[list[TrajectoryGroup], int]:
     """Set each group's ``reward_baseline`` to the mean reward of the greedy episodes' group with
-    the same ``group_id`` (one trajectory per task and role: its reward), in place; a group with no
-    greedy counterpart (or one without a reward) keeps ``None`` (the per-role rule then refuses
-    it), and one that has a baseline keeps it. The greedy episodes are
-    grouped as the training ones (the same transform and hook), without compact filtering: a
-    greedy rollout that was cut off still scores the prompt."""
+    the same ``group_id`` (one trajectory per task and role: its reward), in place; a group that
+    has one keeps it (rejection sampling's from an earlier step). The greedy episodes are grouped
+    as the training ones (the same transform and hook), without compact filtering: a greedy
+    rollout that was cut off still scores the prompt.
+
+    Returns:
+        ``(groups, dropped)``: the groups, less those of a ``remax`` role left without a baseline
+        (their greedy episode failed, recorded as an error with ``rllm.workflow.raise_on_error=false``,
+        or has no reward), and how many were left out (the trainer counts them in
+        ``batch/remax_groups_without_baseline``).
+    """
     greedy, _ = transform_episodes_to_trajectory_groups(
         greedy_episodes, transform_config, None, metrics_prefix="baseline", traj_grouping_hook=traj_grouping_hook
     )
@@ -45,6 +54,11 @@ def attach_reward_baselines(
         for g in greedy
         if g.trajectories and all(t.reward is not None for t in g.trajectories)
     }
-    for group in groups:  # a group kept from an earlier step (rejection sampling) keeps its own
+    kept = []
+    for group in groups:
         if group.group_id in rewards and group.reward_baseline is None:
             group.reward_baseline = rewards[group.group_id]
+        remax = registered_name(algorithm.estimator_for(group.group_role)) == "remax"
+        if group.reward_baseline is not None or not remax:
+            kept.append(group)
+    return kept, len(groups) - len(kept)

@@ -21,7 +21,7 @@ from rllm_torch import (
     compute_advantages,
 )
 from rllm_torch.cli.train_command import run
-from rllm_torch.core.errors import ConfigError, InvalidRewardsError
+from rllm_torch.core.errors import ConfigError, InvalidRewardsError, InvalidRewardTypeError
 from rllm_torch.core.estimators import remax
 from rllm_torch.trainer.config_checks import check_run_config
 
@@ -167,3 +167,54 @@ def test_the_backends_baseline_episodes_are_the_policys_argmax_and_its_sampling_
         argmax = [int(backend.actor.model(torch.tensor([p])).logits[0, -1].argmax()) for p in ids]
     assert [r for _, _, r in greedy] == [[t] for t in argmax]
     assert backend.rollout_engine.params.temperature == 1.0  # training's sampling again
+
+
+def test_with_raise_on_error_false_a_group_whose_greedy_episode_failed_is_left_out_and_counted(tmp_path, monkeypatch):
+    # the reward fails on the untrained model's greedy answer "==" (and on any sample that equals it)
+    (tmp_path / "fails_on_greedy.py").write_text(
+        "def reward(task, response):\n"
+        "    if response == '==':\n"
+        "        raise ValueError('no score for ==')\n"
+        "    return float(response.strip() == task['answer'])\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rows = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(4) for b in range(2)]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = ("task.name=file", f"task.train_path={tmp_path / 'train.jsonl'}", "task.reward_fn=fails_on_greedy:reward")
+    run(
+        make_config(
+            tmp_path,
+            *[o for o in TINY if not o.startswith("task.train_size")],
+            *data,
+            "rllm.workflow.raise_on_error=false",
+        )
+    )
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    counted = [r for r in rows if "batch/remax_groups_without_baseline" in r]
+    assert len(counted) == 2  # both steps ran
+    for row in counted:
+        greedy = [json.loads(line) for line in (tmp_path / "episodes" / f"baseline_step_{row['step']}.jsonl").open()]
+        failed = sum(e["termination_reason"] == "error" for e in greedy)
+        assert failed > 0 and row["batch/remax_groups_without_baseline"] == failed
+
+
+@pytest.mark.parametrize(
+    "baseline, error, message",
+    [
+        ("0.5", InvalidRewardTypeError, r"group 'b:solver': reward_baseline: reward '0.5' of type str"),
+        ([0.5], InvalidRewardTypeError, r"reward_baseline: reward \[0.5\] of type list"),
+        (float("inf"), InvalidRewardsError, r"group 'b:solver': reward_baseline inf is not finite"),
+        (float("nan"), InvalidRewardsError, r"reward_baseline nan is not finite"),
+    ],
+)
+def test_a_reward_baseline_that_is_not_a_finite_number_is_refused_naming_the_group(baseline, error, message):
+    groups = [_group([1.0, 0.0], 0.5, "a"), _group([0.0, 1.0], baseline, "b")]
+    with pytest.raises(error, match=message):
+        collect_reward_and_advantage_from_trajectory_groups(groups, AlgorithmConfig(estimator="remax"))
+
+
+def test_baselines_are_no_config_option():
+    with pytest.raises(ConfigError, match=r"estimator_options.remax.baselines is not an option"):
+        AlgorithmConfig(estimator="remax", estimator_options={"remax": {"baselines": [0.5]}})
+    with pytest.raises(ConfigError, match=r"estimator 'remax' takes no option 'bogus'; it takes: no option"):
+        compute_advantages(GroupedRewards.from_groups([[1.0]]), "remax", bogus=1)

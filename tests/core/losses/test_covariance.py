@@ -97,7 +97,7 @@ def test_on_policy_kl_cov_is_reinforce_and_clip_cov_cuts_only_the_chosen_tokens(
     "fn, options, message",
     [
         (clip_cov_loss, dict(clip_cov_ratio=0.0), "clip_cov_ratio=0.0 must be in"),
-        (clip_cov_loss, dict(clip_cov_lb=5.0, clip_cov_ub=1.0), "clip_cov_lb=5.0 < clip_cov_ub=1.0"),
+        (clip_cov_loss, dict(clip_cov_lb=5.0, clip_cov_ub=1.0), "clip_cov_lb=5.0 must be below clip_cov_ub=1.0"),
         (kl_cov_loss, dict(kl_cov_ratio=2.0), "kl_cov_ratio=2.0 must be in"),
         (kl_cov_loss, dict(ppo_kl_coef=-1.0), "ppo_kl_coef=-1.0 >= 0"),
     ],
