@@ -218,3 +218,9 @@ def test_baselines_are_no_config_option():
         AlgorithmConfig(estimator="remax", estimator_options={"remax": {"baselines": [0.5]}})
     with pytest.raises(ConfigError, match=r"estimator 'remax' takes no option 'bogus'; it takes: no option"):
         compute_advantages(GroupedRewards.from_groups([[1.0]]), "remax", bogus=1)
+
+
+def test_rejection_sampling_that_would_drop_every_single_rollout_group_is_named_at_start_up(tmp_path, capsys):
+    overrides = [o for o in TINY if "episode_logging" not in o]
+    run(make_config(tmp_path, *overrides, "rllm.rollout.n=1", "rllm.rejection_sample.enable=true"))
+    assert "rllm.rejection_sample.min_trajs_per_group=2 is above rllm.rollout.n=1" in capsys.readouterr().out
