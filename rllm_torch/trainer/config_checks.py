@@ -273,8 +273,7 @@ def check_world_size(config: Any, world_size: int) -> None:
     Raises:
         DistributedSetupError: more ranks than prompts per step, a ``data.train_batch_size`` not
             divisible by the world size, episode-mode rejection sampling (it accumulates per
-            rank, so the ranks would disagree on when a batch is released) or dynamic sampling
-            (each rank would draw its own number of batches) on several processes.
+            rank, so the ranks would disagree on when a batch is released) on several processes.
         ConfigError: ``backend.parallelism=fsdp`` on one process, or with LoRA or a critic.
     """
     batch = config.data.train_batch_size
@@ -287,11 +286,6 @@ def check_world_size(config: Any, world_size: int) -> None:
         raise DistributedSetupError(
             f"data.train_batch_size={batch} is not divisible by the world size {world_size}: every rank takes an equal "
             f"share of each step's prompts; use a multiple of {world_size} (e.g. {batch - batch % world_size or world_size})."
-        )
-    if world_size > 1 and config.rllm.algorithm.filter_groups.enable:
-        raise DistributedSetupError(
-            "rllm.algorithm.filter_groups.enable=true (dynamic sampling) is not supported on more than one process: each "
-            "rank would draw its own number of extra batches. Run it on one process, or disable it."
         )
     if world_size > 1 and config.rllm.rejection_sample.enable:
         raise DistributedSetupError(

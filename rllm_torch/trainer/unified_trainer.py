@@ -126,7 +126,7 @@ class UnifiedTrainer:
         pipeline = build_pipeline_configs(config, self.traj_group_adv_estimator_map)
         self.cf_config, self.transform_config = pipeline.compact_filtering, pipeline.transform
         self.rs_config, self.algorithm_config = pipeline.rejection_sampling, pipeline.algorithm
-        self.dynamic_sampler = DynamicSampler(DynamicSamplingConfig.from_config(config))
+        self.dynamic_sampler = DynamicSampler(DynamicSamplingConfig.from_config(config), ranks=self.ranks)
         self.roles_checked = False  # set once the first batch's roles were compared with the role maps
         self.greedy_baselines = needs_greedy_baselines(self.algorithm_config, self.traj_group_adv_estimator_map)
         self.backend = backend_cls(config=config, ranks=self.ranks, **(backend_args or {}))

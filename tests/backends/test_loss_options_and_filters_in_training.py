@@ -95,7 +95,10 @@ def test_the_entropy_quantile_leaves_out_about_four_fifths_of_the_tokens(tmp_pat
             r"token_k3 takes one upper bound",
         ),
         (("rllm.algorithm.rollout_correction.rollout_rs_threshold=0.1",), r"rollout_rs_threshold is set but"),
-        (("backend.tau_pos=0", "rllm.algorithm.loss_fn=sapo"), r"backend.tau_pos=0.0 is out of range; it must be in \[0.0001, 10000.0\]"),
+        (
+            ("backend.tau_pos=0", "rllm.algorithm.loss_fn=sapo"),
+            r"backend.tau_pos=0.0 is out of range; it must be in \[0.0001, 10000.0\]",
+        ),
         (("backend.top_entropy_quantile=1.5",), r"backend.top_entropy_quantile=1.5 is out of range"),
         (("rllm.algorithm.kl_loss_type=k4+", "rllm.algorithm.use_kl_loss=true"), r"kl_loss_type='k4\+' is not one of"),
         (("rllm.algorithm.loss_fn=gmpo",), r"loss_fn='gmpo' is not one of"),

@@ -101,15 +101,10 @@ def test_a_bad_importance_sampling_level_stops_the_run_at_start_up(settings, mes
         check_run_config(compose_train(*overrides))
 
 
-def test_dynamic_sampling_is_refused_on_more_than_one_process_and_its_cap_must_be_positive():
-    from rllm_torch.core.errors import DistributedSetupError
-
+def test_dynamic_sampling_runs_on_several_processes_and_its_cap_must_be_positive():
     config = compose_train("rllm.algorithm.filter_groups.enable=true")
     check_run_config(config, world_size=1)
-    with pytest.raises(
-        DistributedSetupError, match="filter_groups.enable=true .*not supported on more than one process"
-    ):
-        check_run_config(config, world_size=2)
+    check_run_config(config, world_size=2)  # each rank fills its share (tests/cli/test_torchrun.py)
     with pytest.raises(ConfigError, match=r"max_num_gen_batches=0 is out of range; it must be >= 1"):
         check_run_config(compose_train("rllm.algorithm.filter_groups.max_num_gen_batches=0"))
 

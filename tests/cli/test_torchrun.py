@@ -51,6 +51,19 @@ def test_two_processes_are_one_run_whose_rank_0_writes_each_step_once(tmp_path):
     assert checkpoint_steps(tmp_path / "run") == [39, 40]
 
 
+def test_dynamic_sampling_on_two_ranks_fills_each_ranks_share_from_the_same_number_of_batches(tmp_path):
+    extra = ("rllm.algorithm.filter_groups.enable=true", "rllm.trainer.total_batches=3", "rllm.trainer.test_freq=0")
+    done = run(train(tmp_path / "run", *extra))
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "actor/loss" in r]
+    assert [r["step"] for r in steps] == [1, 2, 3]
+    for r in steps:  # 8 prompts a step, 4 per rank, each rank drawing the step's batches in step with the other
+        assert r["batch/dynamic_sampling/gen_batches"] >= 1
+        trained = 8 - r["batch/dynamic_sampling/prompts_short"]
+        assert r["groups/num_groups"] == trained and r["batch/dynamic_sampling/prompts_with_signal"] >= trained
+
+
 @pytest.mark.parametrize(
     ("override", "message"),
     [

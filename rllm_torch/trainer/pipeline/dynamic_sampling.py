@@ -19,6 +19,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from omegaconf import DictConfig
 
@@ -88,10 +89,18 @@ class DynamicSamplingConfig:
 
 @dataclass
 class DynamicSampler:
-    """Fills one step's batch (:meth:`fill`); counts the steps that fell short over the run."""
+    """Fills one step's batch (:meth:`fill`); counts the steps that fell short over the run.
+
+    On several processes (``ranks``, a :class:`~rllm_torch.trainer.ranks.RunRanks`) each rank
+    fills its share of the step, ``target_prompts / world_size`` prompts, from its own batches:
+    the ranks draw the same number of batches (one all-reduce a round: a rank keeps drawing while
+    any rank is short), so every rank counts the same batches of the epoch, and each trains on its
+    first share (a rank short of it trains on what it found).
+    """
 
     config: DynamicSamplingConfig
     short_steps: int = 0
+    ranks: Any = None
 
     async def fill(
         self,
@@ -113,11 +122,17 @@ class DynamicSampler:
             prompts with signal (by task id, in the order drawn), every episode drawn, and
             ``batch/dynamic_sampling/{gen_batches, prompts_with_signal, prompts_short}``.
         """
-        target, cap = self.config.target_prompts, self.config.max_num_gen_batches
+        ranks = self.ranks
+        world = ranks.world_size if ranks is not None else 1
+        target, cap = self.config.target_prompts // world, self.config.max_num_gen_batches
         drawn, kept, rounds = list(episodes), self.config.signal(to_groups(episodes)), 1
-        while len(_task_ids(kept)) < target and rounds < cap:
+
+        def anyone(flag: bool) -> bool:  # the same answer on every rank
+            return ranks.any(flag) if ranks is not None else flag
+
+        while anyone(len(_task_ids(kept)) < target) and rounds < cap:
             more = await draw()
-            if more is None:
+            if anyone(more is None):  # the epoch's data ran out (on every rank together: equal shares)
                 break
             rounds += 1
             drawn += more
@@ -125,7 +140,10 @@ class DynamicSampler:
         found = _task_ids(kept)
         chosen = set(found[:target])
         short = max(target - len(found), 0)
-        if short:
+        found_total = float(len(found))
+        if ranks is not None:  # the step's totals, over every rank
+            found_total, short = ranks.reduce([found_total, float(short)])
+        if anyone(short > 0):
             self.short_steps += 1
             if rounds >= cap:
                 why, fix = (
@@ -134,16 +152,18 @@ class DynamicSampler:
                 )
             else:
                 why, fix = "the epoch's data ran out", "the next epoch starts a full step again"
-            warnings.warn(
-                f"dynamic sampling, step {step}: {why} with {len(found)} of {target} prompts with signal after {rounds} "
-                f"batch(es); training on {len(found)} (short step {self.short_steps} of this run): {fix}, or check that "
-                "the prompts are not all too easy or too hard for the policy.",
-                UserWarning,
-                stacklevel=2,
-            )
+            if ranks is None or ranks.is_main:
+                warnings.warn(
+                    f"dynamic sampling, step {step}: {why} with {int(found_total)} of {self.config.target_prompts} "
+                    f"prompts with signal after {rounds} batch(es); training on {int(found_total)} (short step "
+                    f"{self.short_steps} of this run): {fix}, or check that the prompts are not all too easy or too "
+                    "hard for the policy.",
+                    UserWarning,
+                    stacklevel=2,
+                )
         metrics = {
             "batch/dynamic_sampling/gen_batches": float(rounds),
-            "batch/dynamic_sampling/prompts_with_signal": float(len(found)),
+            "batch/dynamic_sampling/prompts_with_signal": float(found_total),
             "batch/dynamic_sampling/prompts_short": float(short),
         }
         return [e for e in drawn if e.task_id in chosen], drawn, metrics
