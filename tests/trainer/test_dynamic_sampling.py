@@ -120,3 +120,59 @@ def test_total_batches_counts_steps_even_when_steps_draw_several_batches(tmp_pat
     trainer, rows = run(tmp_path / "epochs", "rllm.trainer.total_epochs=1")  # no total_batches: one pass
     assert len(rows) == 3
     assert "dynamic sampling: trained 3 steps in rllm.trainer.total_epochs=1 (of 6 batches)" in capsys.readouterr().out
+
+
+class OtherRankShort:
+    """A RunRanks of 2 whose other rank is short of its share for ``rounds`` more rounds (the
+    lockstep rule of several processes, without the processes)."""
+
+    world_size, is_main = 2, True
+
+    def __init__(self, rounds: int):
+        self.rounds, self.calls = rounds, 0
+
+    def any(self, flag: bool) -> bool:
+        # fill asks in turn "is a rank short?" and, after a draw, "has a rank's data run out?"
+        self.calls += 1
+        if flag or self.calls % 2 == 0:
+            return flag  # the other rank's data has not run out
+        self.rounds -= 1
+        return self.rounds >= 0
+
+    def reduce(self, values, op="sum"):
+        return [2 * v for v in values]  # the other rank found as many
+
+
+def test_on_several_ranks_a_rank_keeps_drawing_while_another_is_short_and_trains_on_its_share():
+    import asyncio
+
+    from rllm_torch.trainer.pipeline.dynamic_sampling import DynamicSampler
+
+    def episodes(ids):
+        return [
+            Episode(id=f"{i}:{k}", task_id=str(i), trajectories=[Trajectory(name="solver", reward=float(k))])
+            for i in ids
+            for k in range(2)
+        ]
+
+    def to_groups(eps):
+        from rllm_torch.rllm.types import TrajectoryGroup
+
+        ids = dict.fromkeys(e.task_id for e in eps)
+        return [
+            TrajectoryGroup([t for e in eps if e.task_id == i for t in e.trajectories], group_id=i, task_id=i)
+            for i in ids
+        ]
+
+    batches = iter([episodes([2, 3]), episodes([4, 5]), episodes([6, 7])])
+    draws = []
+
+    async def draw():
+        draws.append(1)
+        return next(batches, None)
+
+    sampler = DynamicSampler(DynamicSamplingConfig(enable=True, target_prompts=4), ranks=OtherRankShort(rounds=2))
+    kept, drawn, metrics = asyncio.run(sampler.fill(episodes([0, 1]), draw, to_groups, step=1))
+    # this rank had its share (2 of 4 prompts) at once, and drew 2 more batches while the other was short
+    assert len(draws) == 2 and metrics["batch/dynamic_sampling/gen_batches"] == 3.0
+    assert sorted({e.task_id for e in kept}) == ["0", "1"] and len(drawn) == 12
