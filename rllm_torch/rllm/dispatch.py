@@ -127,7 +127,8 @@ def _options_for(entry: Registration, name: str, run_options: dict[str, object],
             takes = ", ".join(sorted(accepted - {"batch", "rewards"} - BATCH_INPUTS)) or "no option"
             raise ConfigError(
                 f"estimator {name!r} takes no option {', '.join(map(repr, unknown))}; it takes: {takes}. "
-                f"(From a run's config: rllm.algorithm.estimator_options.{name}.<option>=value. The run-wide "
+                f"(From a run's config: rllm.algorithm.estimator_options.{name}.<option>=value, with a leading + for an "
+                f"option the schema does not list, e.g. a custom estimator's. The run-wide "
                 f"options {', '.join(RUN_OPTIONS)} go to every estimator, each taking those it declares.)"
             )
     chosen = {k: v for k, v in run_options.items() if accepted is None or k in accepted}

@@ -23,7 +23,7 @@ stage reduces its own: sums of counts, means over every rank's items, the maximu
 and rank 0 alone prints, logs and writes checkpoints. A stage that finds nothing to train on
 skips the step on every rank together, so the ranks' collectives stay in step.
 
-**Length.** Longer than a module here should be (about 370 lines) because one step's stages,
+**Length.** Longer than a module here should be (about 390 lines) because one step's stages,
 the epochs, validation, the end of a run and SIGTERM are one loop read in one order; each stage's
 work is a function of :mod:`~rllm_torch.trainer.pipeline` or :mod:`~rllm_torch.trainer.runtime`.
 """
@@ -307,14 +307,15 @@ class UnifiedTrainer:
                 if (warning := unseen_map_roles(self.algorithm_config, roles)) and ranks.is_main:
                     warnings.warn(warning, UserWarning, stacklevel=1)
             if self.greedy_baselines:  # remax: each group's greedy reward, or the group is left out (counted)
-                state.trajectory_groups, dropped = attach_reward_baselines(
+                state.trajectory_groups, baseline_metrics = attach_reward_baselines(
                     state.trajectory_groups,
                     greedy,
                     self.algorithm_config,
                     self.transform_config,
                     self.traj_grouping_hook,
+                    ranks,
                 )
-                state.metrics["batch/remax_groups_without_baseline"] = ranks.reduce([float(dropped)])[0]
+                state.metrics.update(baseline_metrics)
             if not ranks.any(state.has_trajectory_groups):  # a rank without groups trains on an empty batch
                 return
             state.backend_batch = self.backend.transform_to_backend_batch(state)

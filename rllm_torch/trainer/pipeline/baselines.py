@@ -13,6 +13,7 @@ from rllm_torch.trainer.pipeline.transform import (
     TransformConfig,
     transform_episodes_to_trajectory_groups,
 )
+from rllm_torch.trainer.ranks import RunRanks
 
 __all__ = ["sample_greedy_episodes", "attach_reward_baselines"]
 
@@ -33,7 +34,8 @@ def attach_reward_baselines(
     algorithm: AlgorithmConfig,
     transform_config: TransformConfig,
     traj_grouping_hook: TrajGroupingHook | None = None,
-) -> tuple[list[TrajectoryGroup], int]:
+    ranks: RunRanks | None = None,
+) -> tuple[list[TrajectoryGroup], dict[str, float]]:
     """Set each group's ``reward_baseline`` to the mean reward of the greedy episodes' group with
     the same ``group_id`` (one trajectory per task and role: its reward), in place; a group that
     has one keeps it (rejection sampling's from an earlier step). The greedy episodes are grouped
@@ -41,10 +43,10 @@ def attach_reward_baselines(
     rollout that was cut off still scores the prompt.
 
     Returns:
-        ``(groups, dropped)``: the groups, less those of a ``remax`` role left without a baseline
+        ``(groups, metrics)``: the groups, less those of a ``remax`` role left without a baseline
         (their greedy episode failed, recorded as an error with ``rllm.workflow.raise_on_error=false``,
-        or has no reward), and how many were left out (the trainer counts them in
-        ``batch/remax_groups_without_baseline``).
+        or has no reward); ``batch/remax_groups_without_baseline`` (how many were left out) and
+        ``batch/remax_greedy_reward`` (the mean baseline), over every rank of ``ranks``.
     """
     greedy, _ = transform_episodes_to_trajectory_groups(
         greedy_episodes, transform_config, None, metrics_prefix="baseline", traj_grouping_hook=traj_grouping_hook
@@ -61,4 +63,10 @@ def attach_reward_baselines(
         remax = registered_name(algorithm.estimator_for(group.group_role)) == "remax"
         if group.reward_baseline is not None or not remax:
             kept.append(group)
-    return kept, len(groups) - len(kept)
+    baselines = [g.reward_baseline for g in kept if g.reward_baseline is not None]
+    values = [sum(baselines), float(len(baselines)), float(len(groups) - len(kept))]
+    total, count, dropped = ranks.reduce(values) if ranks is not None else values
+    metrics = {"batch/remax_groups_without_baseline": dropped}
+    if count:
+        metrics["batch/remax_greedy_reward"] = total / count
+    return kept, metrics

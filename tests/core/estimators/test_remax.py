@@ -120,6 +120,7 @@ def test_a_training_run_samples_one_greedy_episode_per_prompt_and_subtracts_its_
         assert len(greedy) == 8 and {e["rollout_idx"] for e in greedy} == {4}  # one per prompt, after the 4 sampled
         baseline = {e["task_id"]: e["trajectories"][0]["reward"] for e in greedy}
         assert 0 < sum(baseline.values()) and len(set(baseline.values())) > 1
+        assert row["batch/remax_greedy_reward"] == pytest.approx(sum(baseline.values()) / len(baseline))
         want = [e["trajectories"][0]["reward"] - baseline[e["task_id"]] for e in sampled]
         assert row["advantage/solver/mean"] == pytest.approx(sum(want) / len(want), abs=1e-9)
         assert (row["advantage/solver/min"], row["advantage/solver/max"]) == pytest.approx((min(want), max(want)))
