@@ -99,19 +99,28 @@ TINY = (
 )
 
 
-def test_a_training_run_samples_one_greedy_episode_per_prompt_and_subtracts_its_reward(tmp_path, monkeypatch):
-    # a reward the random tiny model earns in part (its share of '=', whose greedy answer is "=="),
-    # scaled by the prompt's answer, so the greedy rewards differ from 0 and from prompt to prompt
-    (tmp_path / "digit_share.py").write_text(
-        "def reward(task, response):\n"
-        "    return response.count('=') / max(len(response), 1) * (1 + int(task['answer']))\n"
-    )
+def train_on_file(tmp_path, monkeypatch, reward_source: str, *overrides: str) -> list[dict]:
+    """A tiny remax run on 8 prompts ``"a+b="`` of a file, scored by ``reward(task, response)``
+    written in ``reward_source``; its ``metrics.jsonl`` rows."""
+    module = "reward_" + "".join(c if c.isalnum() else "_" for c in tmp_path.name)  # one module per test
+    (tmp_path / f"{module}.py").write_text(reward_source)
     monkeypatch.syspath_prepend(str(tmp_path))
     rows = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(4) for b in range(2)]
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    data = ("task.name=file", f"task.train_path={tmp_path / 'train.jsonl'}", "task.reward_fn=digit_share:reward")
-    run(make_config(tmp_path, *[o for o in TINY if not o.startswith("task.train_size")], *data))  # the file's 8
-    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    data = ("task.name=file", f"task.train_path={tmp_path / 'train.jsonl'}", f"task.reward_fn={module}:reward")
+    run(make_config(tmp_path, *[o for o in TINY if not o.startswith("task.train_size")], *data, *overrides))
+    return [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_a_training_run_samples_one_greedy_episode_per_prompt_and_subtracts_its_reward(tmp_path, monkeypatch):
+    # a reward the random tiny model earns in part (its share of '=', whose greedy answer is "=="),
+    # scaled by the prompt's answer, so the greedy rewards differ from 0 and from prompt to prompt
+    rows = train_on_file(
+        tmp_path,
+        monkeypatch,
+        "def reward(task, response):\n"
+        "    return response.count('=') / max(len(response), 1) * (1 + int(task['answer']))\n",
+    )
     train = {r["step"]: r for r in rows if "actor/loss" in r}
     assert sorted(train) == [1, 2]
     for step, row in train.items():
@@ -172,25 +181,15 @@ def test_the_backends_baseline_episodes_are_the_policys_argmax_and_its_sampling_
 
 def test_with_raise_on_error_false_a_group_whose_greedy_episode_failed_is_left_out_and_counted(tmp_path, monkeypatch):
     # the reward fails on the untrained model's greedy answer "==" (and on any sample that equals it)
-    (tmp_path / "fails_on_greedy.py").write_text(
+    rows = train_on_file(
+        tmp_path,
+        monkeypatch,
         "def reward(task, response):\n"
         "    if response == '==':\n"
         "        raise ValueError('no score for ==')\n"
-        "    return float(response.strip() == task['answer'])\n"
+        "    return float(response.strip() == task['answer'])\n",
+        "rllm.workflow.raise_on_error=false",
     )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    rows = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(4) for b in range(2)]
-    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    data = ("task.name=file", f"task.train_path={tmp_path / 'train.jsonl'}", "task.reward_fn=fails_on_greedy:reward")
-    run(
-        make_config(
-            tmp_path,
-            *[o for o in TINY if not o.startswith("task.train_size")],
-            *data,
-            "rllm.workflow.raise_on_error=false",
-        )
-    )
-    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     counted = [r for r in rows if "batch/remax_groups_without_baseline" in r]
     assert len(counted) == 2  # both steps ran
     for row in counted:
