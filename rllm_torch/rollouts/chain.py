@@ -16,7 +16,7 @@ from typing import Any
 
 from rllm_torch.core.errors import ConfigError
 from rllm_torch.rllm.types import Episode, TerminationReason, Trajectory
-from rllm_torch.rollouts.task import Task, exact_match_reward
+from rllm_torch.rollouts.task import EnvironmentLatency, Task, exact_match_reward
 from rllm_torch.trainer.workflow import RolloutEngine, Workflow
 
 __all__ = ["chain_problems", "chain_task", "ArithmeticChainWorkflow", "FEEDBACK"]
@@ -50,7 +50,12 @@ def chain_problems(count: int, *, turns: int, max_sum: int, seed: int, data_sour
 
 def chain_task(task_config: Any) -> Task:
     """Train and validation chains from ``task_config.{train_size, val_size, max_sum, turns, seed}``
-    (validation uses ``seed + 1``)."""
+    (validation uses ``seed + 1``); ``env_latency_ms``: each environment reply's wait.
+
+    Raises:
+        ConfigError: see :func:`chain_problems` and :class:`~rllm_torch.rollouts.task.EnvironmentLatency`.
+    """
+    EnvironmentLatency(task_config.env_latency_ms)  # checked at start-up
     turns = task_config.turns
     train = chain_problems(task_config.train_size, turns=turns, max_sum=task_config.max_sum, seed=task_config.seed)
     val = chain_problems(task_config.val_size, turns=turns, max_sum=task_config.max_sum, seed=task_config.seed + 1)
@@ -61,7 +66,7 @@ def chain_task(task_config: Any) -> Task:
         reward_fn=exact_match_reward,
         alphabet="0123456789+=!?",
         workflow=ArithmeticChainWorkflow,
-        workflow_args={},
+        workflow_args={"env_latency_ms": list(task_config.env_latency_ms)},
     )
 
 
@@ -80,11 +85,19 @@ class ArithmeticChainWorkflow(Workflow):
     Args:
         rollout_engine: where completions come from.
         role: the trajectory name (the group role).
+        env_latency_ms: ``[low, high]``: the environment's reply after each turn but the last
+            waits a uniform time in it (:class:`~rllm_torch.rollouts.task.EnvironmentLatency`).
     """
 
-    def __init__(self, rollout_engine: RolloutEngine, role: str = "solver", **kwargs: Any) -> None:
+    def __init__(
+        self,
+        rollout_engine: RolloutEngine,
+        role: str = "solver",
+        env_latency_ms: tuple[float, float] = (0, 0),
+        **kwargs: Any,
+    ) -> None:
         super().__init__(rollout_engine, **kwargs)
-        self.role = role
+        self.role, self.latency = role, EnvironmentLatency(env_latency_ms)
 
     async def run(self, task: dict, uid: str) -> Episode:
         terms = [int(t) for t in task["terms"]]
@@ -101,6 +114,8 @@ class ArithmeticChainWorkflow(Workflow):
                 reason = TerminationReason.MAX_RESPONSE_LENGTH_EXCEEDED
             if not answer.isdigit():
                 break
+            if len(steps) < len(terms) - 1:
+                await self.latency.wait()  # the environment's reply: a tool call's latency
             conversation, previous = f"{prompt}{answer}{FEEDBACK[right]}", int(answer)
         steps[-1].done = True
         reward = sum(correct) / (len(terms) - 1)

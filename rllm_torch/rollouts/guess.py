@@ -28,7 +28,7 @@ from typing import Any
 
 from rllm_torch.core.errors import ConfigError
 from rllm_torch.rllm.types import Episode, TerminationReason, Trajectory
-from rllm_torch.rollouts.task import Task
+from rllm_torch.rollouts.task import EnvironmentLatency, Task
 from rllm_torch.trainer.workflow import RolloutEngine, Workflow
 
 __all__ = ["guess_problems", "guess_task", "guess_reward", "parse_guess", "GuessNumberWorkflow", "STYLES"]
@@ -103,6 +103,7 @@ def guess_task(task_config: Any) -> Task:
     Raises:
         ConfigError: see :func:`guess_problems`; ``max_turns < 1``, ``turn_cost`` negative.
     """
+    EnvironmentLatency(task_config.env_latency_ms)  # checked at start-up
     if task_config.max_turns < 1 or not 0 <= task_config.turn_cost * task_config.max_turns < math.inf:
         raise ConfigError(
             f"guess task: task.max_turns must be >= 1 and task.turn_cost >= 0 (finite over max_turns turns), got {task_config.max_turns} and {task_config.turn_cost}."
@@ -118,6 +119,7 @@ def guess_task(task_config: Any) -> Task:
         alphabet=_alphabet(task_config.style, task_config.max_number),
         workflow=GuessNumberWorkflow,
         workflow_args={
+            "env_latency_ms": list(task_config.env_latency_ms),
             "max_turns": task_config.max_turns,
             "turn_cost": task_config.turn_cost,
             "style": task_config.style,
@@ -137,6 +139,8 @@ class GuessNumberWorkflow(Workflow):
         turn_cost: the reward of each turn before the last (negated).
         style: ``"symbols"`` or ``"words"`` (the feedback's form).
         role: the trajectory name (the group role).
+        env_latency_ms: ``[low, high]``: each feedback waits a uniform time in it
+            (:class:`~rllm_torch.rollouts.task.EnvironmentLatency`).
     """
 
     def __init__(
@@ -146,10 +150,12 @@ class GuessNumberWorkflow(Workflow):
         turn_cost: float = 0.1,
         style: str = "symbols",
         role: str = "guesser",
+        env_latency_ms: tuple[float, float] = (0, 0),
         **kwargs: Any,
     ) -> None:
         super().__init__(rollout_engine, **kwargs)
         self.max_turns, self.turn_cost, self.style, self.role = max_turns, turn_cost, style, role
+        self.latency = EnvironmentLatency(env_latency_ms)
 
     async def run(self, task: dict, uid: str) -> Episode:
         secret, conversation = int(task["secret"]), task["prompt"]
@@ -169,6 +175,7 @@ class GuessNumberWorkflow(Workflow):
                 reason = TerminationReason.ENV_DONE
             if last:
                 break
+            await self.latency.wait()  # the environment's reply: a tool call's latency
             conversation += _feedback(self.style, guess, secret)
         steps[-1].done = True
         reward = sum(step.reward for step in steps)

@@ -3,11 +3,44 @@ builds a :class:`Task` from its config section; :mod:`rllm_torch.rollouts.catalo
 
 from __future__ import annotations
 
+import asyncio
+import math
+import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from rllm_torch.core.errors import ConfigError
 from rllm_torch.rollouts.single_turn import RewardFn
 
-__all__ = ["Task", "exact_match_reward", "alphabet_of"]
+__all__ = ["Task", "exact_match_reward", "alphabet_of", "EnvironmentLatency"]
+
+
+class EnvironmentLatency:
+    """The wait of an environment's reply (a tool call, a sandbox, a slow judge): each
+    :meth:`wait` sleeps a uniform ``[low, high]`` milliseconds (``task.env_latency_ms``) without
+    blocking the event loop; ``[0, 0]``: no wait.
+
+    Raises:
+        ConfigError: not two finite numbers ``0 <= low <= high <= 60000``.
+    """
+
+    def __init__(self, bounds_ms: Sequence[float] = (0, 0), seed: int | None = None) -> None:
+        bounds = list(bounds_ms)
+        if (
+            len(bounds) != 2
+            or not all(isinstance(b, int | float) and math.isfinite(b) for b in bounds)
+            or not (0 <= bounds[0] <= bounds[1] <= 60_000)
+        ):
+            raise ConfigError(
+                f"task.env_latency_ms={bounds!r}: give [low, high] milliseconds with 0 <= low <= high <= 60000, "
+                "e.g. [50, 200]; [0, 0] for none."
+            )
+        self.low_s, self.high_s = bounds[0] / 1000, bounds[1] / 1000
+        self.rng = random.Random(seed)
+
+    async def wait(self) -> None:
+        if self.high_s > 0:
+            await asyncio.sleep(self.rng.uniform(self.low_s, self.high_s))
 
 
 @dataclass

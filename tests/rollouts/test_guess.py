@@ -87,6 +87,7 @@ def test_words_style_for_a_chat_model():
 def test_bad_settings(overrides, match):
     config = OmegaConf.create(
         dict(name="guess", seed=0, train_size=4, val_size=2, max_number=7, max_turns=4, turn_cost=0.1, style="symbols")
+        | {"env_latency_ms": [0, 0]}
         | overrides
     )
     with pytest.raises(ConfigError, match=match):
