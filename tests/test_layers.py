@@ -37,7 +37,7 @@ UNITS = {
         ("workflow", "workflow_engine"),
         ("logs",),
         ("protocol",),
-        ("unified_trainer",),
+        ("unified_trainer", "async_loop"),
     ],
 }
 #: Packages of one layer that must not import each other.

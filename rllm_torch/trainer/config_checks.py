@@ -28,7 +28,7 @@ from rllm_torch.rllm.registry import is_token_level, registered_name
 from rllm_torch.rllm.roles import needs_greedy_baselines
 from rllm_torch.rllm.settings import check_value, walk
 from rllm_torch.rllm.stepwise import check_stepwise_estimator
-from rllm_torch.trainer.schema import TaskConfig, TrainConfig, typed_run_config
+from rllm_torch.trainer.schema import TaskConfig, TrainConfig, prompts_per_step, typed_run_config
 
 __all__ = ["check_run_config", "check_values", "check_world_size", "check_estimator_call", "TASK_ONLY_KEYS"]
 
@@ -36,7 +36,13 @@ __all__ = ["check_run_config", "check_values", "check_world_size", "check_estima
 FILE_TASK_KEYS = ("train_path", "val_path", "prompt_key", "answer_key", "reward_fn")
 DIGIT_KEYS = ("min_digits", "max_digits")
 GUESS_KEYS = ("max_number", "max_turns", "turn_cost", "style")
-TASK_ONLY_KEYS = {"file": FILE_TASK_KEYS, "reverse": DIGIT_KEYS, "word_addition": DIGIT_KEYS, "guess": GUESS_KEYS}
+TASK_ONLY_KEYS = {
+    "file": FILE_TASK_KEYS,
+    "reverse": DIGIT_KEYS,
+    "word_addition": DIGIT_KEYS,
+    "guess": (*GUESS_KEYS, "env_latency_ms"),
+    "chain": ("env_latency_ms",),
+}
 
 
 def check_run_config(config: Any, world_size: int = 1, *, estimator_map: dict | None = None) -> None:
@@ -62,6 +68,7 @@ def check_run_config(config: Any, world_size: int = 1, *, estimator_map: dict | 
     _check_loss_kl_and_critic(config)
     _check_sampler_and_correction(config)
     _check_filters(config)
+    _check_async_training(config)
     check_world_size(config, world_size)
 
 
@@ -266,6 +273,32 @@ def _check_filters(config: Any) -> None:
         )
 
 
+def _check_async_training(config: Any) -> None:
+    """``rllm.async_training``: its settings read only in async mode, and what async mode cannot honour."""
+    section, key = config.rllm.async_training, "rllm.async_training"
+    if not section.enable:
+        defaults = OmegaConf.structured(TrainConfig).rllm.async_training
+        if changed := [name for name in section if name != "enable" and section[name] != defaults[name]]:
+            raise ConfigError(
+                f"{key}.{changed[0]}={section[changed[0]]} is read only in async mode: add {key}.enable=true, or drop it."
+            )
+        return
+    cannot = {
+        "rllm.algorithm.adv_estimator=remax (greedy baselines sampled with the step's own weights)": needs_greedy_baselines(
+            AlgorithmConfig.from_config(config)
+        ),
+        "backend.parallelism=fsdp (the sampler holds a whole copy of the policy; use ddp)": (
+            config.backend.parallelism == "fsdp"
+        ),
+        "backend.rollout.engine=vllm (its weight sync runs with the update; use backend.rollout.engine=hf)": (
+            config.backend.rollout.engine == "vllm"
+        ),
+    }
+    for setting_, refused in cannot.items():
+        if refused:
+            raise ConfigError(f"{key}.enable=true cannot run with {setting_}; set {key}.enable=false, or change it.")
+
+
 def check_world_size(config: Any, world_size: int) -> None:
     """Settings a run of ``world_size`` processes cannot honour (checked before the process group
     is set up, so every rank raises the same error and none waits for the others).
@@ -276,15 +309,16 @@ def check_world_size(config: Any, world_size: int) -> None:
             rank, so the ranks would disagree on when a batch is released) on several processes.
         ConfigError: ``backend.parallelism=fsdp`` on one process, or with LoRA or a critic.
     """
-    batch = config.data.train_batch_size
+    batch = prompts_per_step(config)
+    name = "data.train_batch_size" if batch == config.data.train_batch_size else "rllm.async_training.mini_batch_size"
     if world_size > batch:
         raise DistributedSetupError(
-            f"{world_size} processes for data.train_batch_size={batch} prompts per step: each rank needs at least one; "
-            f"launch at most {batch} processes or raise data.train_batch_size."
+            f"{world_size} processes for {name}={batch} prompts per step: each rank needs at least one; "
+            f"launch at most {batch} processes or raise {name}."
         )
     if batch % world_size:
         raise DistributedSetupError(
-            f"data.train_batch_size={batch} is not divisible by the world size {world_size}: every rank takes an equal "
+            f"{name}={batch} is not divisible by the world size {world_size}: every rank takes an equal "
             f"share of each step's prompts; use a multiple of {world_size} (e.g. {batch - batch % world_size or world_size})."
         )
     if world_size > 1 and config.rllm.rejection_sample.enable:

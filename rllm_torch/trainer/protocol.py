@@ -107,6 +107,25 @@ class BackendProtocol(ABC):
             "rllm.algorithm.adv_estimator=remax needs: use another estimator, or the torch backend."
         )
 
+    # ---- async training (rllm.async_training.enable) ------------------------------------------
+    def init_async_rollout_engine(self) -> Any:
+        """A second rollout engine that holds its own copy of the policy's weights (policy
+        version 0), for sampling while the update runs; it takes new weights only through
+        :meth:`publish_weights` and its ``sync_weights``.
+
+        Raises:
+            ConfigError: the default: this backend cannot train asynchronously.
+        """
+        raise ConfigError(
+            f"{type(self).__name__} cannot sample while it trains (init_async_rollout_engine), which "
+            "rllm.async_training.enable=true needs: set it to false, or use the torch backend."
+        )
+
+    def publish_weights(self, version: int) -> None:
+        """Hand the policy's current weights to the async engine as policy ``version`` (called
+        between steps, never during an update)."""
+        raise ConfigError(f"{type(self).__name__} cannot publish weights to an async sampler.")
+
     @abstractmethod
     def transform_to_backend_batch(self, trainer_state: TrainerState) -> Any:
         """Turn ``trainer_state.trajectory_groups`` into the backend's batch."""

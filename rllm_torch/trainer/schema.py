@@ -39,6 +39,8 @@ __all__ = [
     "DataConfig",
     "CompactFilteringFlags",
     "typed_run_config",
+    "prompts_per_step",
+    "STALE_GROUP_POLICIES",
     "ARCHITECTURES",
     "COMPUTE_DTYPES",
     "PARALLELISMS",
@@ -233,6 +235,46 @@ class EpisodeLoggingSection:
     episode_log_dir: str | None = setting(None, "where (None: the run directory)", resumable=True)
 
 
+STALE_GROUP_POLICIES = ("wait", "drop")  # rllm.async_training.stale_groups
+
+
+@dataclass
+class AsyncTrainingSection:
+    """rLLM's ``AsyncTrainingConfig`` (``rllm.async_training``): sampling runs ahead of the update on
+    weights it holds, synced every ``trigger_parameter_sync_step`` steps (policy versions)."""
+
+    enable: bool = setting(
+        False, "sample the next steps' episodes while the update runs (a producer and a buffer)", resumable=True
+    )
+    staleness_threshold: float = setting(
+        0.0,
+        "the most policy versions a trained group may lag the trainer (0 with trigger_parameter_sync_step=1: on-policy)",
+        minimum=0,
+        maximum=1e6,
+        resumable=True,
+    )
+    trigger_parameter_sync_step: int = setting(
+        1,
+        "training steps between two weight syncs into the sampler (one sync = one policy version)",
+        minimum=1,
+        resumable=True,
+    )
+    partial_rollout: bool = setting(
+        False,
+        "a sync reaches episodes in flight (their later turns sample the new weights); false: between batches",
+        resumable=True,
+    )
+    mini_batch_size: int | None = setting(
+        None, "prompts per training step in async mode; null: data.train_batch_size", minimum=1
+    )
+    stale_groups: str = setting(
+        "wait",
+        "wait: sampling waits rather than run past the bound | drop: it runs on, and groups past the bound are dropped",
+        choices=STALE_GROUP_POLICIES,
+        resumable=True,
+    )
+
+
 @dataclass
 class RllmConfig:
     algorithm: AlgorithmSection = field(default_factory=AlgorithmSection)
@@ -243,6 +285,7 @@ class RllmConfig:
     rejection_sample: RejectionSampleSection = field(default_factory=RejectionSampleSection)
     compact_filtering: CompactFilteringFlags = field(default_factory=CompactFilteringFlags)
     episode_logging: EpisodeLoggingSection = field(default_factory=EpisodeLoggingSection)
+    async_training: AsyncTrainingSection = field(default_factory=AsyncTrainingSection)
 
 
 @dataclass
@@ -288,6 +331,11 @@ class TaskConfig:
     max_number: int = setting(9, "guess: the secret is in 0..max_number", minimum=1, maximum=99)
     max_turns: int = setting(4, "guess: the most guesses per episode", minimum=1)
     turn_cost: float = setting(0.1, "guess: the reward of each wrong guess before the last turn (negated)", minimum=0)
+    env_latency_ms: list[float] = setting(
+        help="chain, guess: each environment reply waits uniform [low, high] ms (a tool call's latency)",
+        factory=lambda: [0.0, 0.0],
+        resumable=True,
+    )
     style: str = setting("symbols", "guess: symbols (the tiny model: '?5<') | words (a chat model)")
     min_digits: int = setting(6, "reverse: shortest digit string", minimum=1)
     max_digits: int = setting(6, "reverse: longest digit string", minimum=1)
@@ -476,6 +524,15 @@ class TrainConfig:
     rllm: RllmConfig = field(default_factory=RllmConfig)
     seed: int = setting(0, "python, numpy and torch's global generators (backend.seed: the model and sampler)")
     imports: list[str] = setting(help="modules imported at start-up, e.g. ones registering estimators", factory=list)
+
+
+def prompts_per_step(config: Any) -> int:
+    """Prompts a training step takes: ``rllm.async_training.mini_batch_size`` in async mode when
+    set, else ``data.train_batch_size`` (over every rank)."""
+    async_training = config.rllm.async_training
+    if async_training.enable and async_training.mini_batch_size is not None:
+        return int(async_training.mini_batch_size)
+    return int(config.data.train_batch_size)
 
 
 def typed_run_config(config: Any = None) -> DictConfig:

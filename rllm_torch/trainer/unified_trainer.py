@@ -23,9 +23,14 @@ stage reduces its own: sums of counts, means over every rank's items, the maximu
 and rank 0 alone prints, logs and writes checkpoints. A stage that finds nothing to train on
 skips the step on every rank together, so the ranks' collectives stay in step.
 
-**Length.** Longer than a module here should be (about 390 lines) because one step's stages,
+In async mode (``rllm.async_training.enable=true``) the episodes of a step come from a producer
+that samples ahead on the sampler's own weights (:mod:`~rllm_torch.trainer.async_loop`), and the
+stages from the log-probs on run in a thread, so sampling goes on during the update.
+
+**Length.** Longer than a module here should be (about 450 lines) because one step's stages,
 the epochs, validation, the end of a run and SIGTERM are one loop read in one order; each stage's
-work is a function of :mod:`~rllm_torch.trainer.pipeline` or :mod:`~rllm_torch.trainer.runtime`.
+work is a function of :mod:`~rllm_torch.trainer.pipeline` or :mod:`~rllm_torch.trainer.runtime`,
+and the async loop is its own module.
 """
 
 from __future__ import annotations
@@ -34,19 +39,22 @@ import asyncio
 import itertools
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+import torch
 from omegaconf import DictConfig, OmegaConf
 
 from rllm_torch.rllm.collect import collect_reward_and_advantage_from_trajectory_groups
 from rllm_torch.rllm.config import AlgorithmConfig
 from rllm_torch.rllm.roles import needs_greedy_baselines, unseen_map_roles
 from rllm_torch.rllm.types import Episode
+from rllm_torch.trainer.async_loop import fit_streaming
 from rllm_torch.trainer.config_checks import check_run_config
 from rllm_torch.trainer.logs.run_directory import run_loggers, write_run_files
 from rllm_torch.trainer.logs.step_metrics import stage_timer, workflow_metrics
 from rllm_torch.trainer.logs.summary import StepPlan, plan_steps, startup_summary
+from rllm_torch.trainer.pipeline.async_rollouts import AsyncTrainingConfig
 from rllm_torch.trainer.pipeline.baselines import attach_reward_baselines, sample_greedy_episodes
 from rllm_torch.trainer.pipeline.dynamic_sampling import DynamicSampler, DynamicSamplingConfig
 from rllm_torch.trainer.pipeline.rejection_sampling import apply_rejection_sampling_and_filtering
@@ -140,19 +148,27 @@ class UnifiedTrainer:
             rs_config=self.rs_config,
             algorithm_config=self.algorithm_config,
         )
+        self.agent_workflow_engine = self._workflow_engine(rollout_engine)
+        self.async_config = AsyncTrainingConfig.from_config(config)
+        # async training: the training episodes come from a second engine with its own weights
+        self.async_workflow_engine = (
+            self._workflow_engine(self.backend.init_async_rollout_engine()) if self.async_config.enable else None
+        )
+        self.tokenizer, self.val_history = getattr(self.backend, "tokenizer", None), []
+
+    def _workflow_engine(self, rollout_engine: Any) -> UnifiedWorkflowEngine:
         wf = self.rllm_config.workflow
-        self.agent_workflow_engine = UnifiedWorkflowEngine(
+        return UnifiedWorkflowEngine(
             self.workflow_class,
             self.workflow_args,
             rollout_engine,
-            config,
+            self.config,
             n_parallel_tasks=wf.n_parallel_tasks,
             retry_limit=wf.retry_limit,
             raise_on_error=wf.raise_on_error,
             reward_timeout_s=wf.reward_timeout_s,
             episode_logger=self.episode_logger,
         )
-        self.tokenizer, self.val_history = getattr(self.backend, "tokenizer", None), []
 
     def fit(self) -> None:
         """Train (sync entry point; runs :meth:`fit_async` in a new event loop)."""
@@ -212,7 +228,7 @@ class UnifiedTrainer:
                 flush=True,
             )
 
-    def _stop_if_asked(self, state: TrainerState) -> None:
+    def stop_if_asked(self, state: TrainerState) -> None:
         """On a stop request (any rank): checkpoint the step reached if new, raise TrainingStopped."""
         if self.stop_signals is None or not self.ranks.any(self.stop_signals.requested):
             return
@@ -229,58 +245,87 @@ class UnifiedTrainer:
             unfinished.append("the end of training (the torch backend: the checkpoints/final export)")
         return unfinished
 
-    async def _fit_async(self, state: TrainerState, dataloader: Any, plan: StepPlan) -> None:
+    def epochs(self, state: TrainerState, plan: StepPlan) -> Any:
+        """The epochs to train: with dynamic sampling and ``total_batches``, as many as it takes
+        (a step draws several batches)."""
+        by_steps = self.dynamic_sampler.config.enable and self.rllm_config.trainer.total_batches
+        return itertools.count(state.epoch) if by_steps else range(state.epoch, plan.epochs)
+
+    async def end_step(self, state: TrainerState) -> None:
+        """After a step's update: the slowest rank's timings, the log, validation and checkpoint when due."""
         trainer = self.rllm_config.trainer
+        await self.backend.on_batch_end(state)
+        self.ranks.reduce_max_metrics(state.metrics)  # the slowest rank's timings
+        self.logger.log(state.metrics, step=state.global_step)
+        if trainer.test_freq > 0 and state.global_step % trainer.test_freq == 0:
+            await self._validate_async(state)
+        if self.checkpointer.due(state):
+            self.checkpointer.save(state, self.val_history)
+
+    async def _fit_async(self, state: TrainerState, dataloader: Any, plan: StepPlan) -> None:
         self.logger.start_progress(state.total_steps, state.global_step)
-        # dynamic sampling draws several batches a step: with total_batches, as many epochs as it takes
-        by_steps = self.dynamic_sampler.config.enable and trainer.total_batches
-        for epoch in itertools.count(state.epoch) if by_steps else range(state.epoch, plan.epochs):
+        if self.async_config.enable:
+            await fit_streaming(self, state, dataloader, plan)
+            return
+        for epoch in self.epochs(state, plan):
             state.epoch = epoch
             await self.backend.on_epoch_start(state)
             if hasattr(dataloader, "set_epoch"):
                 dataloader.set_epoch(epoch)
             batches = iter(itertools.islice(dataloader, state.batch_in_epoch, None))  # resumed: skip the done ones
-            for batch in batches:  # dynamic sampling draws more of the epoch's batches from the same iterator
+
+            async def next_batch(it=batches) -> Any:  # dynamic sampling: more of the epoch's batches
+                batch = next(it, None)
+                state.batch_in_epoch += batch is not None  # drawn counts as done (a resumed run skips it)
+                return batch
+
+            for batch in batches:
                 if state.global_step >= plan.total_steps:
                     break
-                self._stop_if_asked(state)  # a SIGTERM during the step before (or the start-up)
+                self.stop_if_asked(state)  # a SIGTERM during the step before (or the start-up)
                 state.reset_batch()
                 state.global_step += 1
                 state.batch_in_epoch += 1
                 await self.backend.on_batch_start(state)
                 start = time.perf_counter()
-                await self._train_batch_async(batch, state, lambda it=batches: next(it, None))
+                await self.train_batch(batch, state, next_batch, self._generate_now)
                 state.metrics["time/step"] = time.perf_counter() - start
-                await self.backend.on_batch_end(state)
-                self.ranks.reduce_max_metrics(state.metrics)  # the slowest rank's timings
-                self.logger.log(state.metrics, step=state.global_step)
-                if trainer.test_freq > 0 and state.global_step % trainer.test_freq == 0:
-                    await self._validate_async(state)
-                if self.checkpointer.due(state):
-                    self.checkpointer.save(state, self.val_history)
+                await self.end_step(state)
             await self.backend.on_epoch_end(state)
             if state.global_step >= plan.total_steps:
                 break
             state.epoch, state.batch_in_epoch = epoch + 1, 0  # where a checkpoint taken now resumes
 
-    async def _train_batch_async(self, batch: Any, state: TrainerState, next_batch: Callable[[], Any]) -> None:
+    async def _generate_now(self, batch: Any, state: TrainerState) -> list[Episode]:
+        """The synchronous run's sampling: ``batch``'s episodes from the policy as it is now."""
+        self.agent_workflow_engine.set_training_step(state.global_step, mode="train", epoch=state.epoch)
+        return await self.backend.generate_episodes(
+            batch, agent_workflow_engine=self.agent_workflow_engine, is_validation=False
+        )
+
+    async def train_batch(
+        self,
+        batch: Any,
+        state: TrainerState,
+        next_batch: Callable[[], Awaitable[Any]],
+        episodes_of: Callable[[Any, TrainerState], Awaitable[list[Episode]]],
+    ) -> None:
         """One step's stages, each timed into ``time/{generate, transform, log_probs, advantages,
         update}`` (seconds; the slowest rank's once reduced; ``time/step`` is their total with
-        the metrics in between). With dynamic sampling, ``generate`` draws more of the epoch's
-        batches (``next_batch``) until the step has enough prompts with signal."""
+        the metrics in between). ``episodes_of(batch, state)`` gives a batch's episodes (sampled
+        now, or in async mode taken from the buffer: ``time/generate`` is then the wait). With
+        dynamic sampling, ``generate`` draws more batches (``next_batch``) until the step has
+        enough prompts with signal."""
         ranks, group = self.ranks, self.ranks.estimator_group
-        self.agent_workflow_engine.set_training_step(state.global_step, mode="train", epoch=state.epoch)
         with stage_timer(state.metrics, "generate"):
-            state.episodes = await self.backend.generate_episodes(
-                batch, agent_workflow_engine=self.agent_workflow_engine, is_validation=False
-            )
+            state.episodes = await episodes_of(batch, state)
             drawn = state.episodes
             greedy = []  # remax: one greedy rollout per task, scored, never trained on
             if self.greedy_baselines:
                 engine, step = self.agent_workflow_engine, state.global_step
                 greedy = await sample_greedy_episodes(self.backend, engine, batch, step=step, epoch=state.epoch)
             if self.dynamic_sampler.config.enable:
-                state.episodes, drawn, sampling_metrics = await self._fill_with_signal(state, next_batch)
+                state.episodes, drawn, sampling_metrics = await self._fill_with_signal(state, next_batch, episodes_of)
                 state.metrics.update(sampling_metrics)
         if not ranks.any(bool(drawn)):
             return
@@ -319,6 +364,19 @@ class UnifiedTrainer:
             if not ranks.any(state.has_trajectory_groups):  # a rank without groups trains on an empty batch
                 return
             state.backend_batch = self.backend.transform_to_backend_batch(state)
+        if self.async_config.enable:  # in a thread of its own: the event loop keeps sampling meanwhile
+            threads = torch.get_num_threads()  # a new thread would start with one intra-op thread per core
+
+            def update() -> None:
+                torch.set_num_threads(threads)
+                asyncio.run(self._update_async(state))
+
+            await asyncio.to_thread(update)
+        else:
+            await self._update_async(state)
+
+    async def _update_async(self, state: TrainerState) -> None:
+        """The stages after the backend batch: log-probs, advantages, update (timed)."""
         with stage_timer(state.metrics, "log_probs"):
             await self.backend.process_backend_batch(state)
         with stage_timer(state.metrics, "advantages"):
@@ -327,19 +385,17 @@ class UnifiedTrainer:
             await self.backend.update_policy(state)
 
     async def _fill_with_signal(
-        self, state: TrainerState, next_batch: Callable[[], Any]
+        self,
+        state: TrainerState,
+        next_batch: Callable[[], Awaitable[Any]],
+        episodes_of: Callable[[Any, TrainerState], Awaitable[list[Episode]]],
     ) -> tuple[list[Episode], list[Episode], dict[str, float]]:
         """DAPO's dynamic sampling (:class:`~rllm_torch.trainer.pipeline.dynamic_sampling.DynamicSampler`):
         every extra batch drawn counts as done in the epoch (a resumed run skips it)."""
 
         async def draw() -> list[Episode] | None:
-            batch = next_batch()
-            if batch is None:
-                return None
-            state.batch_in_epoch += 1
-            return await self.backend.generate_episodes(
-                batch, agent_workflow_engine=self.agent_workflow_engine, is_validation=False
-            )
+            batch = await next_batch()
+            return None if batch is None else await episodes_of(batch, state)
 
         def to_groups(episodes: list[Episode]) -> list:
             groups, _ = transform_episodes_to_trajectory_groups(

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import math
 import numbers
 import os
@@ -19,7 +20,14 @@ from typing import Any
 from rllm_torch.core.errors import InvalidRewardsError, InvalidRewardTypeError, RewardTimeoutError
 from rllm_torch.rllm.types import Episode, Step
 
-__all__ = ["ModelOutput", "RolloutEngine", "Workflow", "RewardThreads", "MAX_REWARD"]
+__all__ = ["ModelOutput", "RolloutEngine", "Workflow", "RewardThreads", "MAX_REWARD", "SAMPLED_VERSIONS"]
+
+SAMPLED_VERSIONS: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
+    "rllm_torch_sampled_versions", default=None
+)
+"""The policy versions of the completions one episode sampled, in order (one per ``generate``
+call): the workflow engine sets a fresh list in each episode's task, and a rollout engine whose
+weights carry a version (async training's sampler) appends it; None outside an episode."""
 
 MAX_REWARD = 1e15
 """The largest reward magnitude :meth:`Workflow.call_reward` accepts: far beyond any reward scale in
@@ -104,6 +112,7 @@ class ModelOutput:
         response_ids: sampled response token ids, ``T`` of them (including the end token if sampled).
         logprobs: ``T`` per-token sampling log-probs (nats) of the temperature-scaled distribution.
         finish_reason: ``"stop"`` (end token sampled) or ``"length"`` (``max_new_tokens`` reached).
+        info: free-form; ``"policy_version"``: the version of the weights that sampled it (async training).
     """
 
     text: str

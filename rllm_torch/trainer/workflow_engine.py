@@ -11,7 +11,7 @@ from typing import Any
 
 from rllm_torch.core.errors import ConfigError, OutOfMemoryError, RewardTimeoutError, WorkflowError
 from rllm_torch.rllm.types import Episode, TerminationReason
-from rllm_torch.trainer.workflow import Workflow
+from rllm_torch.trainer.workflow import SAMPLED_VERSIONS, Workflow
 
 __all__ = ["UnifiedWorkflowEngine", "EpisodeLogger"]
 
@@ -124,6 +124,8 @@ class UnifiedWorkflowEngine:
             last_error: BaseException | None = None
             for _attempt in range(self.retry_limit):
                 workflow.reset()
+                versions: list[int] = []  # this attempt's completions' policy versions (this task's context)
+                SAMPLED_VERSIONS.set(versions)
                 try:
                     episode = await workflow.run(task, uid)
                     break
@@ -145,6 +147,8 @@ class UnifiedWorkflowEngine:
         finally:
             self._pool.put_nowait(workflow)
         episode.task_id, episode.rollout_idx, episode.id, episode.task = task_id, rollout_idx, uid, task
+        if versions:  # sampled by versioned weights (async training): each turn's, and the oldest
+            episode.info["policy_versions"], episode.info["policy_version"] = list(versions), min(versions)
         return episode
 
     async def execute_tasks(

@@ -57,6 +57,7 @@ from rllm_torch.trainer.pipeline.token_batch import build_token_batch
 from rllm_torch.trainer.protocol import BackendProtocol
 from rllm_torch.trainer.ranks import RunRanks
 from rllm_torch.trainer.runtime.checkpoint import directory_digests, directory_matches, replace_directory
+from rllm_torch.trainer.schema import prompts_per_step
 from rllm_torch.trainer.state import TrainerState
 
 __all__ = ["TorchBackend"]
@@ -249,11 +250,40 @@ class TorchBackend(BackendProtocol):
             )
         return self.rollout_engine
 
+    def init_async_rollout_engine(self) -> TorchRolloutEngine:
+        """Async training's sampler: the ``hf`` engine over its own copy of the policy (the
+        policy's weights' memory once more), sampling with training's settings and the rank's
+        one sampling generator (the checkpoint's), at policy version 0 until :meth:`publish_weights`."""
+        main = self.rollout_engine
+        # as it is, requires_grad too: sampling runs under no_grad, and a frozen copy takes other
+        # kernels (its log-probs then differ from the policy's in the last bits)
+        sampler = copy.deepcopy(self.model)
+        engine = TorchRolloutEngine(
+            sampler,
+            self.tokenizer,
+            main.train_params,
+            main.val_params,
+            max_batch_size=main.max_batch_size,
+            apply_chat_template=self.apply_chat_template,
+            autocast_dtype=self.compute_dtype,
+        )
+        engine.generator, engine.version = main.generator, 0
+        engine.sync_in_flight = bool(self.config.rllm.async_training.partial_rollout)
+        self.async_rollout_engine = engine
+        return engine
+
+    def publish_weights(self, version: int) -> None:
+        """Stage the policy's trainable parameters (with LoRA: only the adapters; the frozen base
+        is the sampler's already) as ``version`` in the async sampler, which takes them between
+        batches (or, with ``partial_rollout``, at its next sampling call)."""
+        weights = {name: p.detach().clone() for name, p in self.model.named_parameters() if p.requires_grad}
+        self.async_rollout_engine.stage_weights(weights, version)
+
     def get_dataloader(self, dataset: list[dict], trainer_state: TrainerState) -> TaskDataLoader:
         data = self.config.data
         return TaskDataLoader(
             dataset or [],
-            data.train_batch_size,
+            prompts_per_step(self.config),
             shuffle=data.shuffle,
             seed=self.settings.seed,
             rank=self.ranks.rank,
@@ -275,22 +305,24 @@ class TorchBackend(BackendProtocol):
         """The workflows of each task of ``batch`` once per rollout index, sampled with the
         settings of ``validation`` / ``greedy`` (left at training's afterwards)."""
         tasks = [(task_id, task, k) for task_id, task in batch for k in indices]
-        self.rollout_engine.validation, self.rollout_engine.greedy = validation, greedy
+        rollout = engine.rollout_engine  # the main engine, or async training's sampler
+        rollout.validation, rollout.greedy = validation, greedy
         try:
-            with self._sampling_weights():
+            with self._sampling_weights(rollout):
                 return await engine.execute_tasks(
                     [t for _, t, _ in tasks], [i for i, _, _ in tasks], [k for *_, k in tasks]
                 )
         finally:
-            self.rollout_engine.greedy = False
+            rollout.greedy = False
 
-    def _sampling_weights(self) -> AbstractContextManager:
+    def _sampling_weights(self, rollout: Any) -> AbstractContextManager:
         """The weights a sampling phase runs on. The vLLM engine holds its own copy: it is synced
         here if an optimizer step changed the policy (under FSDP one parameter at a time, every
-        rank together). ``generate`` runs on the policy itself: under FSDP, gathered whole for the
-        phase (:meth:`Actor.sampling_weights`)."""
-        self.rollout_engine.sync_weights()  # a no-op for the hf engine
-        return nullcontext() if self.settings.rollout.engine == "vllm" else self.actor.sampling_weights()
+        rank together); async training's sampler takes its staged weights. The main ``hf`` engine
+        runs on the policy itself: under FSDP, gathered whole for the phase (:meth:`Actor.sampling_weights`)."""
+        rollout.sync_weights()  # a no-op for the main hf engine
+        own_weights = self.settings.rollout.engine == "vllm" or rollout is not self.rollout_engine
+        return nullcontext() if own_weights else self.actor.sampling_weights()
 
     def transform_to_backend_batch(self, trainer_state: TrainerState):
         return build_token_batch(

@@ -19,7 +19,7 @@ from rllm_torch.backends.torch_backend.micro_batches import stage_memory
 from rllm_torch.backends.torch_backend.model import check_context, compute_autocast, context_length
 from rllm_torch.backends.torch_backend.sampling import sample_completions
 from rllm_torch.backends.torch_backend.tokenizer import encode_prompts
-from rllm_torch.trainer.workflow import ModelOutput, RolloutEngine
+from rllm_torch.trainer.workflow import SAMPLED_VERSIONS, ModelOutput, RolloutEngine
 
 __all__ = ["TorchRolloutEngine", "BatchedRolloutEngine", "SamplingParams"]
 
@@ -90,6 +90,9 @@ class BatchedRolloutEngine(RolloutEngine):
         self.generator = torch.Generator(device=self._generator_device()).manual_seed(seed)
         self.validation = False
         self.greedy = False  # training's settings at temperature 0: remax's baseline rollouts
+        self.version: int | None = None  # the policy version of the weights held (async training's sampler)
+        self.sync_in_flight = False  # take staged weights at every sampling call (partial rollouts), not only at syncs
+        self._staged: tuple[dict[str, torch.Tensor], int] | None = None
         self._pending: list[tuple[str, asyncio.Future]] = []
         self._flush_scheduled = False
 
@@ -98,7 +101,23 @@ class BatchedRolloutEngine(RolloutEngine):
         return next(self.model.parameters()).device
 
     def sync_weights(self) -> None:
-        """Bring the sampler's weights up to the policy's (nothing to do when it samples from the policy itself)."""
+        """Bring the sampler's weights up to the policy's (nothing to do when it samples from the
+        policy itself), or take the weights :meth:`stage_weights` holds."""
+        if self._staged is not None:
+            weights, version = self._staged
+            self._load_weights(weights)
+            self._staged, self.version = None, version
+
+    def stage_weights(self, weights: dict[str, torch.Tensor], version: int) -> None:
+        """Hold ``weights`` (the policy's parameters by name, copies the caller gives away) as
+        policy version ``version``; the sampler takes them at its next :meth:`sync_weights`, and
+        every completion sampled after that records ``version`` (``ModelOutput.info["policy_version"]``
+        and the episode's :data:`~rllm_torch.trainer.workflow.SAMPLED_VERSIONS`)."""
+        self._staged = (weights, version)
+
+    def _load_weights(self, weights: dict[str, torch.Tensor]) -> None:
+        """Copy ``weights`` into the sampler's own copy of the policy."""
+        raise NotImplementedError(f"{type(self).__name__} samples from the policy itself: it takes no staged weights")
 
     @property
     def params(self) -> SamplingParams:
@@ -115,10 +134,15 @@ class BatchedRolloutEngine(RolloutEngine):
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
-        return await future
+        output = await future
+        if (versions := SAMPLED_VERSIONS.get()) is not None and "policy_version" in output.info:
+            versions.append(output.info["policy_version"])
+        return output
 
     def _flush(self) -> None:
         pending, self._pending, self._flush_scheduled = self._pending, [], False
+        if self.sync_in_flight:  # partial rollouts: episodes in flight sample the newest staged weights
+            self.sync_weights()
         for start in range(0, len(pending), self.max_batch_size):
             chunk = pending[start : start + self.max_batch_size]
             try:
@@ -129,6 +153,8 @@ class BatchedRolloutEngine(RolloutEngine):
                         future.set_exception(exc)
                 continue
             for (_, future), output in zip(chunk, outputs, strict=True):
+                if self.version is not None:
+                    output.info["policy_version"] = self.version
                 if not future.done():
                     future.set_result(output)
 
@@ -171,3 +197,10 @@ class TorchRolloutEngine(BatchedRolloutEngine):
         finally:
             self.model.train(was_training)
         return model_outputs(self.tokenizer, prompt_ids, responses, logprobs, reasons)
+
+    def _load_weights(self, weights: dict[str, torch.Tensor]) -> None:
+        """Copy ``weights`` into this engine's model (async training's sampler holds its own copy)."""
+        params = dict(self.model.named_parameters())
+        with torch.no_grad():
+            for name, tensor in weights.items():
+                params[name].copy_(tensor)

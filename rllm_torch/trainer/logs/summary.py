@@ -14,6 +14,7 @@ from rllm_torch.core.errors import RLLMTorchError
 from rllm_torch.rllm.config import AlgorithmConfig
 from rllm_torch.rllm.dispatch import get_tensor_adv_estimator
 from rllm_torch.trainer.runtime.fingerprint import describe_changes
+from rllm_torch.trainer.schema import prompts_per_step
 
 __all__ = ["StepPlan", "plan_steps", "startup_summary", "GROUP_BASELINE_ESTIMATORS"]
 
@@ -142,12 +143,16 @@ def _count(n: int, noun: str) -> str:
 
 
 def _prompts_per_step(config: Any, train: list | None) -> str:
-    """``data.train_batch_size``, as the data loader will really batch the training set."""
-    batch_size = config.data.train_batch_size
+    """Prompts per step (:func:`~rllm_torch.trainer.schema.prompts_per_step`), as the data loader
+    will really batch the training set."""
+    batch_size = prompts_per_step(config)
+    key = (
+        "rllm.async_training.mini_batch_size" if batch_size != config.data.train_batch_size else "data.train_batch_size"
+    )
     if train is None:
         return f"{batch_size} prompts per step"
     if 0 < len(train) < batch_size:
-        return f"{len(train)} prompts per step (the whole training set; data.train_batch_size={batch_size})"
+        return f"{len(train)} prompts per step (the whole training set; {key}={batch_size})"
     last = len(train) % batch_size
     return f"{batch_size} prompts per step" + (f" ({last} in the last step of each epoch)" if last else "")
 

@@ -26,7 +26,7 @@ from omegaconf import DictConfig
 from rllm_torch.core.errors import ConfigError
 from rllm_torch.rllm.types import Episode, TrajectoryGroup
 from rllm_torch.trainer.pipeline.rejection_sampling import RejectionSamplingConfig, groups_with_signal
-from rllm_torch.trainer.schema import GROUP_SIGNAL_METRICS
+from rllm_torch.trainer.schema import GROUP_SIGNAL_METRICS, prompts_per_step
 
 __all__ = ["DynamicSamplingConfig", "DynamicSampler"]
 
@@ -65,14 +65,14 @@ class DynamicSamplingConfig:
 
     @classmethod
     def from_config(cls, config: DictConfig) -> DynamicSamplingConfig:
-        """From a run config's ``rllm.algorithm.filter_groups`` and ``data.train_batch_size``
+        """From a run config's ``rllm.algorithm.filter_groups`` and its prompts per step
         (:func:`~rllm_torch.trainer.schema.typed_run_config`)."""
         section = config.rllm.algorithm.filter_groups
         return cls(
             enable=bool(section.enable),
             metric=section.metric,
             max_num_gen_batches=section.max_num_gen_batches,
-            target_prompts=config.data.train_batch_size,
+            target_prompts=prompts_per_step(config),
         )
 
     def signal(self, groups: list[TrajectoryGroup]) -> list[TrajectoryGroup]:

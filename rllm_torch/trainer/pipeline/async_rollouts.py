@@ -1,0 +1,230 @@
+"""Async training's rollout side (rLLM's ``rllm.async_training``): a producer that samples the
+coming steps' batches with the weights its sampler holds while the trainer updates, a bounded
+buffer between them, policy versions, and the staleness bound.
+
+**Versions.** The trainer publishes its weights to the sampler after every
+``trigger_parameter_sync_step`` (``T``) steps: version ``k`` is the policy after step ``k * T``,
+and during step ``s`` (1-based) the trainer is at version ``(s - 1) // T``
+(:meth:`AsyncTrainingConfig.version_at`). Every completion records the version that sampled it
+(:data:`~rllm_torch.trainer.workflow.SAMPLED_VERSIONS`); an episode's version is its oldest
+turn's (they differ only with ``partial_rollout``, when a sync reaches episodes in flight), a
+group's is the oldest of its episodes, and a group trained at step ``s`` has staleness
+``(s - 1) // T - version``. No group is trained with a staleness above ``staleness_threshold``.
+
+**Wait or drop** (``stale_groups``). ``wait``: the producer starts a batch only when the version
+it would be sampled with is within the bound of the step that will train it (its *label*: the
+step after the previous batch's, or the step that is waiting for it, whichever is earlier; a
+step takes at least one batch, so a batch is never trained later than its label), so nothing is
+dropped. ``drop``: the producer runs ahead as far as the buffer holds, and groups past the bound
+are dropped when they are taken (counted in ``async/groups_dropped_stale``).
+
+The buffer holds ``(floor(staleness_threshold) + 1) * T`` batches (verl's fully-async queue:
+required samples x (staleness + 1) x sync interval). With ``staleness_threshold=0`` and ``T=1``
+the producer samples step ``s``'s batch only after step ``s - 1`` (its validation and
+checkpoint included) published its weights: the synchronous run, draw for draw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig
+
+from rllm_torch.rllm.types import Episode
+
+__all__ = [
+    "AsyncTrainingConfig",
+    "RolloutBatch",
+    "RolloutProducer",
+    "StalenessTally",
+    "drop_stale_groups",
+    "staleness_counts",
+]
+
+
+@dataclass(frozen=True)
+class AsyncTrainingConfig:
+    """``rllm.async_training`` (its settings' meaning: :class:`~rllm_torch.trainer.schema.AsyncTrainingSection`)."""
+
+    enable: bool = False
+    staleness_threshold: float = 0.0
+    trigger_parameter_sync_step: int = 1
+    partial_rollout: bool = False
+    stale_groups: str = "wait"
+
+    @classmethod
+    def from_config(cls, config: DictConfig) -> AsyncTrainingConfig:
+        section = config.rllm.async_training
+        return cls(
+            enable=bool(section.enable),
+            staleness_threshold=float(section.staleness_threshold),
+            trigger_parameter_sync_step=int(section.trigger_parameter_sync_step),
+            partial_rollout=bool(section.partial_rollout),
+            stale_groups=str(section.stale_groups),
+        )
+
+    def version_at(self, step: int) -> int:
+        """The trainer's policy version during step ``step`` (1-based): the syncs made before it."""
+        return (step - 1) // self.trigger_parameter_sync_step
+
+    @property
+    def bound(self) -> int:
+        """The largest staleness a trained group may have (versions are whole numbers)."""
+        return math.floor(self.staleness_threshold)
+
+    @property
+    def capacity(self) -> int:
+        """Batches the buffer holds."""
+        return (self.bound + 1) * self.trigger_parameter_sync_step
+
+
+@dataclass
+class RolloutBatch:
+    """One batch's episodes, sampled ahead, and where the batch is in its epoch."""
+
+    episodes: list[Episode]
+    epoch: int
+    batch_in_epoch: int  # batches of the epoch done once this one is
+    last_in_epoch: bool
+
+
+def drop_stale_groups(episodes: list[Episode], version_now: int, bound: int) -> tuple[list[Episode], list[int], int]:
+    """The episodes of the groups (tasks) whose staleness ``version_now - oldest version`` is at
+    most ``bound``.
+
+    An episode without a version (one that failed before sampling) takes its group's.
+
+    Returns:
+        ``(kept episodes, the kept groups' staleness (one int per group), dropped groups)``.
+    """
+    oldest: dict[Any, int] = {}
+    for episode in episodes:
+        version = episode.info.get("policy_version")
+        if version is not None:
+            oldest[episode.task_id] = min(version, oldest.get(episode.task_id, version))
+    staleness = {task_id: version_now - version for task_id, version in oldest.items()}
+    kept = [e for e in episodes if staleness.get(e.task_id, 0) <= bound]
+    groups = {e.task_id for e in episodes}
+    kept_groups = [task_id for task_id in dict.fromkeys(e.task_id for e in kept)]
+    return kept, [staleness.get(task_id, 0) for task_id in kept_groups], len(groups) - len(kept_groups)
+
+
+def staleness_counts(staleness: list[int], bound: int) -> list[float]:
+    """Groups per staleness ``0..bound`` (the histogram a step logs)."""
+    counts = [0.0] * (bound + 1)
+    for value in staleness:
+        counts[value] += 1
+    return counts
+
+
+class StalenessTally:
+    """One step's staleness: the groups :meth:`keep` let through (by staleness) and dropped."""
+
+    def __init__(self, bound: int) -> None:
+        self.bound = bound
+        self.reset()
+
+    def reset(self) -> None:
+        self.staleness: list[int] = []
+        self.dropped = 0
+
+    def keep(self, episodes: list[Episode], version_now: int) -> list[Episode]:
+        """:func:`drop_stale_groups` at the trainer's ``version_now``, tallied."""
+        kept, staleness, dropped = drop_stale_groups(episodes, version_now, self.bound)
+        self.staleness += staleness
+        self.dropped += dropped
+        return kept
+
+    def metrics(self, ranks: Any, version: int, buffered: int) -> dict[str, float]:
+        """The step's ``async/*`` metrics over every rank of ``ranks`` (a
+        :class:`~rllm_torch.trainer.ranks.RunRanks`; two collectives on several ranks)."""
+        *counts, dropped, total = ranks.reduce(
+            [*staleness_counts(self.staleness, self.bound), self.dropped, sum(self.staleness)]
+        )
+        oldest, buffered = ranks.reduce([max(self.staleness, default=0), buffered], "max")
+        return {
+            **{f"async/staleness/{k}": count for k, count in enumerate(counts)},
+            "async/groups_dropped_stale": dropped,
+            "async/staleness_mean": total / max(sum(counts), 1),
+            "async/staleness_max": oldest,
+            "async/buffer_batches": buffered,
+            "async/policy_version": version,
+        }
+
+
+class RolloutProducer:
+    """Samples the batches of ``batches`` in order, ahead of the trainer, into a bounded buffer.
+
+    Args:
+        config: the async settings.
+        generate: ``generate(batch, step, epoch)`` → the batch's episodes, sampled by the async
+            sampler (``step``: the batch's label, for the episode log).
+        batches: ``(epoch, batch_in_epoch, last_in_epoch, batch)`` from the resumed position on.
+        start_step: the steps done before this producer starts.
+
+    A failure while sampling (e.g. a ``WorkflowError``) is raised by :meth:`get`.
+    """
+
+    def __init__(
+        self,
+        config: AsyncTrainingConfig,
+        generate: Callable[[Any, int, int], Awaitable[list[Episode]]],
+        batches: Iterator[tuple[int, int, bool, Any]],
+        *,
+        start_step: int,
+    ) -> None:
+        self.config, self.generate, self.batches = config, generate, batches
+        self.buffer: asyncio.Queue[RolloutBatch | None] = asyncio.Queue(config.capacity)
+        self.version = config.version_at(start_step + 1)  # the newest published
+        self.next_label = start_step + 1
+        self._changed = asyncio.Condition()
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self._run())
+
+    async def stop(self) -> None:
+        """Cancel sampling (the batches in flight and in the buffer are not trained)."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def publish(self, version: int) -> None:
+        """The trainer's weights of ``version`` were staged in the sampler."""
+        async with self._changed:
+            self.version = version
+            self._changed.notify_all()
+
+    async def get(self, step: int) -> RolloutBatch | None:
+        """The next batch, for step ``step`` (None: the data ran out). A batch not yet started is
+        labelled ``step`` at the latest (the trainer waits for it)."""
+        if self.buffer.empty() and not self._task.done():
+            async with self._changed:
+                self.next_label = min(self.next_label, step)
+                self._changed.notify_all()
+            getter = asyncio.ensure_future(self.buffer.get())
+            await asyncio.wait({getter, self._task}, return_when=asyncio.FIRST_COMPLETED)
+            if getter.done():
+                return getter.result()
+            getter.cancel()
+        if self._task.done():
+            self._task.result()  # the producer's error, if it failed
+        return None if self.buffer.empty() else self.buffer.get_nowait()  # its last batches, then None for good
+
+    def _may_start(self) -> bool:
+        needed = self.config.version_at(self.next_label) - self.config.bound
+        return self.config.stale_groups == "drop" or self.version >= needed
+
+    async def _run(self) -> None:
+        for epoch, batch_in_epoch, last, batch in self.batches:
+            async with self._changed:
+                await self._changed.wait_for(self._may_start)
+                label = self.next_label
+            episodes = await self.generate(batch, label, epoch)
+            await self.buffer.put(RolloutBatch(episodes, epoch, batch_in_epoch, last))
+            self.next_label = max(self.next_label, label + 1)
+        await self.buffer.put(None)
