@@ -75,10 +75,13 @@ async def fit_streaming(trainer: Any, state: TrainerState, dataloader: Any, plan
         return await take(later, state)
 
     producer.start()
+    synced_s = 0.0  # the last weight sync's seconds: a cost of the step after it
     try:
         while state.global_step < plan.total_steps:
             trainer.stop_if_asked(state)
+            start = time.perf_counter()
             item = await producer.get(state.global_step + 1)
+            waited = time.perf_counter() - start
             if ranks.any(item is None):  # the data ran out (on some rank: every rank stops)
                 break
             if not taken or item.epoch != taken[-1].epoch:
@@ -88,17 +91,22 @@ async def fit_streaming(trainer: Any, state: TrainerState, dataloader: Any, plan
             taken.clear()
             tally.reset()
             await trainer.backend.on_batch_start(state)
-            start = time.perf_counter()
             await trainer.train_batch(item, state, lambda: producer.get(state.global_step), take)
             state.metrics |= tally.metrics(ranks, cfg.version_at(state.global_step), producer.buffer.qsize())
-            state.metrics["time/step"] = time.perf_counter() - start
+            # the step's time as the synchronous loop's: waiting for its batch is its generate stage
+            state.metrics["time/generate"] = state.metrics.get("time/generate", 0.0) + waited
+            state.metrics["time/weight_sync"] = synced_s
+            state.metrics["time/step"] = time.perf_counter() - start + synced_s
             await trainer.end_step(state)
             if taken[-1].last_in_epoch and state.global_step < plan.total_steps:
                 await trainer.backend.on_epoch_end(state)
                 state.epoch, state.batch_in_epoch = taken[-1].epoch + 1, 0
+            synced_s = 0.0
             if state.global_step % cfg.trigger_parameter_sync_step == 0 and state.global_step < plan.total_steps:
+                synced = time.perf_counter()
                 version = state.global_step // cfg.trigger_parameter_sync_step
                 trainer.backend.publish_weights(version)
                 await producer.publish(version)
+                synced_s = time.perf_counter() - synced
     finally:
         await producer.stop()

@@ -225,11 +225,6 @@ def _check_sampler_and_correction(config: Any) -> None:
             f"{key}.tis_mode={correction.tis_mode!r} with bypass_mode=true: the old policy is then the sampler, so every "
             "weight is exactly 1; set bypass_mode=false (recompute the old log-probs) or tis_mode=null."
         )
-    if config.backend.rollout.engine == "vllm" and config.model.lora.r > 0:
-        raise ConfigError(
-            "backend.rollout.engine=vllm with model.lora.r > 0 is not supported yet (the engine is synced with the "
-            "model's own weights, not merged adapters); use backend.rollout.engine=hf, or model.lora.r=0."
-        )
     if correction.tis_cap_lower is not None and correction.tis_mode not in ("token_mask", "sequence_mask"):
         raise ConfigError(
             f"{key}.tis_cap_lower={correction.tis_cap_lower} is the lower cap of a mask mode: set {key}.tis_mode=token_mask "

@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import torch
-
 from test_resume_after_kill import OVERRIDES, checkpoint_steps, metric_rows
 from test_sigterm import trained_steps, wait_for_step
 from test_torchrun import ENV, LAUNCH_TIMEOUT_S, train

@@ -45,8 +45,9 @@ def _rows(run_dir: Path, *, drop_prefixes=("time/", "async/")) -> list[dict]:
     [
         ("task.val_size=4", "rllm.trainer.test_freq=2", "rllm.rollout.n_val=2"),  # validation between steps
         ("task.name=chain", "task.turns=2", "rllm.rollout.max_new_tokens=2"),
+        ("task.train_size=1024", "rllm.algorithm.filter_groups.enable=true"),  # a step draws more batches
     ],
-    ids=["arithmetic_with_validation", "chain_multi_turn"],
+    ids=["arithmetic_with_validation", "chain_multi_turn", "dynamic_sampling"],
 )
 def test_staleness_0_with_a_sync_every_step_is_the_synchronous_run(tmp_path, task):
     sync, streamed = tmp_path / "sync", tmp_path / "async"
@@ -54,8 +55,8 @@ def test_staleness_0_with_a_sync_every_step_is_the_synchronous_run(tmp_path, tas
     run(make_config(streamed, *TINY, *task, "rllm.async_training.enable=true"))
     assert _rows(streamed) == _rows(sync)
     async_rows = [r for r in _rows(streamed, drop_prefixes=("time/",)) if "actor/loss" in r]
-    assert [r["async/staleness_max"] for r in async_rows] == [0, 0, 0, 0]
-    assert [r["async/policy_version"] for r in async_rows] == [0, 1, 2, 3]
+    assert async_rows and all(r["async/staleness_max"] == 0 for r in async_rows)
+    assert [r["async/policy_version"] for r in async_rows] == [r["step"] - 1 for r in async_rows]
     weights = [(d / "checkpoints" / "final" / "model.safetensors").read_bytes() for d in (sync, streamed)]
     assert weights[0] == weights[1]
 
@@ -111,6 +112,30 @@ def test_no_group_is_trained_beyond_the_staleness_bound(tmp_path, monkeypatch, t
         assert all(r["async/groups_dropped_stale"] == 0 for r in rows.values())
 
 
+def test_stale_groups_reach_the_rollout_correction_with_the_samplers_log_probs(tmp_path, monkeypatch):
+    """Decoupled PPO: the sampler's log-probs are the behaviour policy's. A group one version stale
+    was sampled before the last update, so pi_old (recomputed) differs from them and the weights
+    pi_old / pi_sampler are not 1; at staleness 0 they are 1 to float32 rounding."""
+    from rllm_torch.cli import train_command
+
+    monkeypatch.setattr(train_command, "backend_class", lambda name: SlowTorchBackend)
+    correction = (
+        "rllm.algorithm.rollout_correction.tis_mode=token_mask",
+        "rllm.algorithm.rollout_correction.tis_cap=5",
+    )
+    diffs = {}
+    for threshold in (0, 1):
+        run_dir = tmp_path / str(threshold)
+        overrides = (*TINY, "task.train_size=64", "rllm.async_training.enable=true", *correction)
+        run(make_config(run_dir, *overrides, f"rllm.async_training.staleness_threshold={threshold}"))
+        rows = [r for r in _rows(run_dir, drop_prefixes=("time/",)) if "actor/loss" in r]
+        diffs[threshold] = [(r["async/staleness_max"], r["actor/rollout_logprob_abs_diff"]) for r in rows]
+        assert all(0 < r["rollout_corr/ess"] <= 1 for r in rows)
+    assert all(diff < 1e-6 for _, diff in diffs[0])
+    stale = [diff for staleness, diff in diffs[1] if staleness == 1]
+    assert stale and all(diff > 1e-4 for diff in stale)
+
+
 def _episode(task_id: str, version: int | None) -> Episode:
     return Episode(task_id=task_id, info={} if version is None else {"policy_version": version})
 
@@ -154,6 +179,37 @@ def test_the_producer_never_waits_for_a_step_that_waits_for_it():
     log = asyncio.run(scenario())
     assert ("sampled", 1, 0) in log and ("taken", "1", 0) in log
     assert ("sampled", 2, 1) in log and ("third", 2, 1) in log
+
+
+@pytest.mark.parametrize("partial, most", [(False, 1), (True, 2)])
+def test_with_partial_rollouts_batches_sample_at_once_within_the_buffer(partial, most):
+    """Staleness 1 (a buffer of 2): with partial rollouts two batches sample at once (their
+    environment waits overlap), without them one; batches reach the trainer in order either way."""
+
+    async def scenario() -> tuple[int, list[int]]:
+        now = most_seen = 0
+
+        async def generate(batch, step, epoch):
+            nonlocal now, most_seen
+            now += 1
+            most_seen = max(most_seen, now)
+            await asyncio.sleep(0.02 if batch % 2 == 0 else 0.005)  # the second finishes first
+            now -= 1
+            return [_episode(str(batch), 0)]
+
+        config = AsyncTrainingConfig(enable=True, staleness_threshold=1, partial_rollout=partial)
+        producer = RolloutProducer(config, generate, iter([(0, i + 1, False, i) for i in range(4)]), start_step=0)
+        producer.start()
+        order = []
+        for step in (1, 2):
+            order.append(int((await asyncio.wait_for(producer.get(step), 1.0)).episodes[0].task_id))
+            await producer.publish(step)
+        order += [int((await asyncio.wait_for(producer.get(s), 1.0)).episodes[0].task_id) for s in (3, 4)]
+        await producer.stop()
+        return most_seen, order
+
+    most_seen, order = asyncio.run(scenario())
+    assert most_seen == most and order == [0, 1, 2, 3]
 
 
 def test_the_producer_raises_its_error_to_the_trainer():

@@ -163,6 +163,7 @@ class VllmRolloutEngine(BatchedRolloutEngine):
         from vllm.platforms import current_platform
 
         on_cpu = current_platform.is_cpu()
+        model = model.get_base_model() if hasattr(model, "get_base_model") else model  # LoRA: the base's config
         arch = check_model(vllm, model, on_cpu)
         if kv_cache_memory_bytes is None and on_cpu:
             kv_cache_memory_bytes = CPU_KV_CACHE_BYTES

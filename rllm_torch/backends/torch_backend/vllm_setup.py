@@ -22,6 +22,7 @@ from rllm_torch.core.errors import ConfigError
 from rllm_torch.trainer.schema import ROLLOUT_ENGINES
 
 __all__ = [
+    "merged_lora_weights",
     "ENGINES",
     "CPU_KV_CACHE_BYTES",
     "INSTALL_HINT",
@@ -195,10 +196,35 @@ def full_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     """``(name, tensor)`` of every parameter of ``model``, one at a time: an FSDP2 shard
     (a DTensor) is gathered on its own when its turn comes (a collective: every rank iterates).
     A tied parameter comes under each of its names (GPT-2's ``lm_head.weight`` and
-    ``transformer.wte.weight``): vLLM's reload expects every module's weights, the head's too."""
+    ``transformer.wte.weight``): vLLM's reload expects every module's weights, the head's too.
+    A LoRA model (``peft``) yields its base model's names, each adapted weight with its adapter
+    merged (:func:`merged_lora_weights`)."""
+    if hasattr(model, "get_base_model") and hasattr(model, "disable_adapter"):  # peft
+        yield from merged_lora_weights(model)
+        return
     for name, param in model.named_parameters(remove_duplicate=False):
         tensor = param.detach()
         yield name, tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+
+
+def merged_lora_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """The weights of a ``peft`` LoRA model under its base model's own names, each adapted
+    module's ``W + (alpha / r) B A`` merged on the fly (peft's ``get_delta_weight``, which
+    also handles GPT-2's transposed ``Conv1D``), the adapters left in place; what vLLM's
+    ``load_weights`` takes for a plain checkpoint of the architecture."""
+    base = model.get_base_model()
+    adapted = {name: module for name, module in base.named_modules() if hasattr(module, "get_delta_weight")}
+    for name, param in base.named_parameters(remove_duplicate=False):
+        if ".lora_" in name:
+            continue
+        tensor = param.detach()
+        owner, _, leaf = name.rpartition(".base_layer.")
+        if owner:
+            if leaf == "weight":
+                layer = adapted[owner]
+                tensor = tensor + sum(layer.get_delta_weight(a) for a in layer.active_adapters).to(tensor.dtype)
+            name = f"{owner}.{leaf}"
+        yield name, tensor
 
 
 class logging_below_error:

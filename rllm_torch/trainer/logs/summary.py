@@ -172,7 +172,30 @@ def _warnings(config: Any) -> str:
             f"{rllm.rollout.n}: a group of one trajectory per rollout is dropped, so only workflows with several "
             "trajectories of a role per episode train; lower min_trajs_per_group or raise rllm.rollout.n"
         )
+    section = rllm.async_training
+    if section.enable and section.staleness_threshold >= 1 and rllm.algorithm.rollout_correction.tis_mode is None:
+        found.append(
+            f"rllm.async_training.staleness_threshold={section.staleness_threshold:g} trains groups sampled by older "
+            "weights with no importance correction; rllm.algorithm.rollout_correction.tis_mode=token_mask (AReaL's "
+            "decoupled PPO, docs/async.md) weighs each token by pi_old / pi_sampler"
+        )
     return "; ".join(w for w in found if w)
+
+
+def _async_line(config: Any) -> str:
+    """The ``async`` row: how far sampling may run ahead, and the off-policy correction in use."""
+    section = config.rllm.async_training
+    if not section.enable:
+        return ""
+    correction = config.rllm.algorithm.rollout_correction
+    parts = [
+        f"sampling runs ahead, groups at most {section.staleness_threshold:g} policy versions stale "
+        f"({'waits' if section.stale_groups == 'wait' else 'drops past it'})",
+        f"weights synced every {_count(section.trigger_parameter_sync_step, 'step')}"
+        + (", mid-episode too (partial rollouts)" if section.partial_rollout else ""),
+        f"off-policy correction: tis_mode={correction.tis_mode}" if correction.tis_mode else "no off-policy correction",
+    ]
+    return ", ".join(parts)
 
 
 def _singleton_groups_warning(config: Any) -> str:
@@ -243,6 +266,7 @@ def startup_summary(
             f"{rllm.rollout.n} rollouts per prompt, {_prompts_per_step(config, trainer.train_dataset)}",
         ),
         *([("extras", extras)] if (extras := _extras_line(config)) else []),
+        *([("async", line)] if (line := _async_line(config)) else []),
         *([("warning", warning)] if (warning := _warnings(config)) else []),
         ("steps", steps + (f"; {plan.note}" if plan.note else "")),
         ("devices", devices),

@@ -159,6 +159,13 @@ class StalenessTally:
 class RolloutProducer:
     """Samples the batches of ``batches`` in order, ahead of the trainer, into a bounded buffer.
 
+    A batch starts when the staleness rule lets it (:meth:`_may_start`) and the buffer has room
+    for it (batches sampling count against it). With ``partial_rollout`` several batches sample at
+    once (their episodes take new weights mid-flight anyway, each turn recording its version),
+    so environment waits of consecutive batches overlap; without it one batch samples at a time,
+    so a sync reaches the sampler only between batches. Batches reach the buffer in the order
+    they started.
+
     Args:
         config: the async settings.
         generate: ``generate(batch, step, epoch)`` → the batch's episodes, sampled by the async
@@ -178,20 +185,26 @@ class RolloutProducer:
         start_step: int,
     ) -> None:
         self.config, self.generate, self.batches = config, generate, batches
-        self.buffer: asyncio.Queue[RolloutBatch | None] = asyncio.Queue(config.capacity)
+        self.buffer: asyncio.Queue[RolloutBatch | None] = asyncio.Queue()
         self.version = config.version_at(start_step + 1)  # the newest published
         self.next_label = start_step + 1
+        self.sampling = 0  # batches started and not yet in the buffer
+        self.max_sampling = config.capacity if config.partial_rollout else 1
         self._changed = asyncio.Condition()
-        self._task: asyncio.Task | None = None
+        self._started: asyncio.Queue = asyncio.Queue()  # (sampling task, position), in start order
+        self._tasks: list[asyncio.Task] = []
 
     def start(self) -> None:
-        self._task = asyncio.ensure_future(self._run())
+        self._tasks = [asyncio.ensure_future(self._run()), asyncio.ensure_future(self._deliver())]
 
     async def stop(self) -> None:
         """Cancel sampling (the batches in flight and in the buffer are not trained)."""
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        while not self._started.empty():
+            if (started := self._started.get_nowait()) is not None:
+                started[0].cancel()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def publish(self, version: int) -> None:
         """The trainer's weights of ``version`` were staged in the sampler."""
@@ -200,22 +213,29 @@ class RolloutProducer:
             self._changed.notify_all()
 
     async def get(self, step: int) -> RolloutBatch | None:
-        """The next batch, for step ``step`` (None: the data ran out). A batch not yet started is
-        labelled ``step`` at the latest (the trainer waits for it)."""
-        if self.buffer.empty() and not self._task.done():
-            async with self._changed:
-                self.next_label = min(self.next_label, step)
-                self._changed.notify_all()
+        """The next batch, for step ``step`` (None: the data ran out). When none is sampling or
+        waiting, the next to start is labelled ``step`` at the latest (the trainer waits for it)."""
+        run, deliver = self._tasks
+        while self.buffer.empty():
+            for task in self._tasks:
+                if task.done() and not task.cancelled() and task.exception() is not None:
+                    task.result()  # the producer's error
+            if deliver.done():  # every batch was delivered and taken
+                return None
+            if self.sampling == 0:
+                async with self._changed:
+                    self.next_label = min(self.next_label, step)
+                    self._changed.notify_all()
             getter = asyncio.ensure_future(self.buffer.get())
-            await asyncio.wait({getter, self._task}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({getter, *(t for t in self._tasks if not t.done())}, return_when=asyncio.FIRST_COMPLETED)
             if getter.done():
                 return getter.result()
             getter.cancel()
-        if self._task.done():
-            self._task.result()  # the producer's error, if it failed
-        return None if self.buffer.empty() else self.buffer.get_nowait()  # its last batches, then None for good
+        return self.buffer.get_nowait()  # a batch, or None (the data ran out)
 
     def _may_start(self) -> bool:
+        if self.sampling >= self.max_sampling or self.sampling + self.buffer.qsize() >= self.config.capacity:
+            return False
         needed = self.config.version_at(self.next_label) - self.config.bound
         return self.config.stale_groups == "drop" or self.version >= needed
 
@@ -223,8 +243,19 @@ class RolloutProducer:
         for epoch, batch_in_epoch, last, batch in self.batches:
             async with self._changed:
                 await self._changed.wait_for(self._may_start)
-                label = self.next_label
-            episodes = await self.generate(batch, label, epoch)
-            await self.buffer.put(RolloutBatch(episodes, epoch, batch_in_epoch, last))
-            self.next_label = max(self.next_label, label + 1)
-        await self.buffer.put(None)
+                label, self.next_label = self.next_label, self.next_label + 1
+                self.sampling += 1
+            task = asyncio.ensure_future(self.generate(batch, label, epoch))
+            await self._started.put((task, (epoch, batch_in_epoch, last)))
+        await self._started.put(None)
+
+    async def _deliver(self) -> None:
+        """Move each sampled batch into the buffer, in the order the batches started."""
+        while (started := await self._started.get()) is not None:
+            task, position = started
+            episodes = await task
+            async with self._changed:
+                self.buffer.put_nowait(RolloutBatch(episodes, *position))
+                self.sampling -= 1
+                self._changed.notify_all()
+        self.buffer.put_nowait(None)
