@@ -9,8 +9,9 @@ Parts:
 
 * ``latency``: ``task=guess`` (up to 4 turns) whose environment waits 50-200 ms before each
   feedback (``task.env_latency_ms=[50,200]``, a tool call), rloo with GiGPO's credit (the shipped
-  ``guess`` experiment); sync for ``--steps`` steps, async at staleness 1, 2 and 4 for three times
-  as many with AReaL's decoupled PPO (``tis_mode=token_mask``, cap 5), validation every 16 steps. "pass@1 at equal wall-clock" is each async run's last
+  ``guess`` experiment); sync for ``--steps`` steps, async for three times as many at staleness 1
+  (without and with partial rollouts), 2 and 4 (with), each with AReaL's decoupled PPO
+  (``tis_mode=token_mask``, cap 5), validation every 16 steps. "pass@1 at equal wall-clock" is each async run's last
   validation logged no later than the synchronous run's whole training time.
 * ``default``: the default task (arithmetic, no latency), sync against staleness 1, 2, 4.
 * ``real``: SmolLM2-135M-Instruct (``--config-name smollm2``, its README command), a few steps.
@@ -37,7 +38,15 @@ from machine import cpu_name  # noqa: E402
 from results import add_write_results, results_path  # noqa: E402
 from train_runs import train_run  # noqa: E402
 
+PARTIAL = "rllm.async_training.partial_rollout=true"
+#: (label, overrides): sync, then async at staleness 1 without and with partial rollouts, 2 and 4 with them
 MODES = [
+    ("sync", []),
+    ("async, staleness 1", ["rllm.async_training.staleness_threshold=1"]),
+    *[(f"async, staleness {k}, partial", [f"rllm.async_training.staleness_threshold={k}", PARTIAL]) for k in (1, 2, 4)],
+]
+#: the default task has no environment: no partial rollouts there
+PLAIN_MODES = [
     ("sync", []),
     *[(f"async, staleness {k}", [f"rllm.async_training.staleness_threshold={k}"]) for k in (1, 2, 4)],
 ]
@@ -49,10 +58,12 @@ ASYNC = [
 ]
 
 
-def _runs(out: Path, name: str, base: list[str], pass_key: str, seed: int, steps: int, long_steps: int) -> list[dict]:
-    """One run per mode, the async ones ``long_steps`` long."""
+def _runs(
+    out: Path, name: str, base: list[str], pass_key: str, seed: int, steps: int, long_steps: int, modes: list
+) -> list[dict]:
+    """One run per ``(label, overrides)`` of ``modes``, the async ones ``long_steps`` long."""
     results = []
-    for label, extra in MODES:
+    for label, extra in modes:
         is_async = label != "sync"
         overrides = [*base, *(ASYNC if is_async else []), *extra, f"seed={seed}", f"backend.seed={seed}"]
         n = long_steps if is_async else steps
@@ -128,7 +139,7 @@ def main() -> None:
         results = [
             r
             for seed in args.seeds
-            for r in _runs(args.out, "guess", base, "val/guess/pass@1", seed, args.steps, 3 * args.steps)
+            for r in _runs(args.out, "guess", base, "val/guess/pass@1", seed, args.steps, 3 * args.steps, MODES)
         ]
         sections += [
             "## A multi-turn task whose environment waits 50-200 ms per reply",
@@ -141,14 +152,13 @@ def main() -> None:
         ]
     if "default" in args.parts:
         base = ["rllm.trainer.test_freq=32", *one_thread]
-        results = _runs(args.out, "default", base, "val/arithmetic/pass@1", args.seeds[0], 64, 64)
+        results = _runs(args.out, "default", base, "val/arithmetic/pass@1", args.seeds[0], 64, 64, PLAIN_MODES)
         sections += ["## The default task (no environment latency)", "", *_table(results, 64), ""]
     if "real" in args.parts:
         base = ["--config-name", "smollm2", "rllm.trainer.test_freq=0", "rllm.trainer.val_before_train=false"]
         base += ["rllm.trainer.log_table_every=0", "rllm.trainer.save_freq=0", "task.val_size=16"]
-        global MODES
-        MODES = MODES[:2]
-        results = _runs(args.out, "smollm2", base, "val/word_addition/pass@1", args.seeds[0], 4, 4)
+        modes = [MODES[0], MODES[2]]  # sync, and staleness 1 with partial rollouts
+        results = _runs(args.out, "smollm2", base, "val/word_addition/pass@1", args.seeds[0], 4, 4, modes)
         sections += [
             "## A real checkpoint: SmolLM2-135M-Instruct, 4 steps (its README command, 2 threads)",
             "",

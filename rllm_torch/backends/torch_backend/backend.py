@@ -315,11 +315,13 @@ class TorchBackend(BackendProtocol):
         finally:
             rollout.greedy = False
 
-    def _sampling_weights(self, rollout: Any) -> AbstractContextManager:
+    def _sampling_weights(self, rollout: Any = None) -> AbstractContextManager:
         """The weights a sampling phase runs on. The vLLM engine holds its own copy: it is synced
         here if an optimizer step changed the policy (under FSDP one parameter at a time, every
         rank together); async training's sampler takes its staged weights. The main ``hf`` engine
-        runs on the policy itself: under FSDP, gathered whole for the phase (:meth:`Actor.sampling_weights`)."""
+        runs on the policy itself: under FSDP, gathered whole for the phase (:meth:`Actor.sampling_weights`).
+        ``rollout``: the engine of the phase (None: the main one)."""
+        rollout = rollout if rollout is not None else self.rollout_engine
         rollout.sync_weights()  # a no-op for the main hf engine
         own_weights = self.settings.rollout.engine == "vllm" or rollout is not self.rollout_engine
         return nullcontext() if own_weights else self.actor.sampling_weights()
