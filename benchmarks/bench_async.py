@@ -13,6 +13,8 @@ Parts:
   (without and with partial rollouts), 2 and 4 (with), each with AReaL's decoupled PPO
   (``tis_mode=token_mask``, cap 5), validation every 16 steps. "pass@1 at equal wall-clock" is each async run's last
   validation logged no later than the synchronous run's whole training time.
+* ``chain``: two-turn chains with one such wait per episode (sync, staleness 1 without and with
+  partial rollouts): where sampling and the update take about as long.
 * ``default``: the default task (arithmetic, no latency), sync against staleness 1, 2, 4.
 * ``real``: SmolLM2-135M-Instruct (``--config-name smollm2``, its README command), a few steps.
 
@@ -126,10 +128,11 @@ def _table(results: list[dict], steps: int) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--parts", nargs="+", default=["latency", "default", "real"])
+    parser.add_argument("--parts", nargs="+", default=["latency", "chain", "default", "real"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     parser.add_argument("--steps", type=int, default=64, help="the synchronous run's steps (latency part)")
     parser.add_argument("--out", type=Path, default=Path("outputs/bench_async"))
+    parser.add_argument("--append", action="store_true", help="add the sections to the results file already there")
     add_write_results(parser)
     args = parser.parse_args()
     one_thread = ["backend.num_threads=1", "rllm.trainer.log_table_every=0", "rllm.trainer.save_freq=0"]
@@ -146,6 +149,22 @@ def main() -> None:
             "",
             f"`--config-name guess task.env_latency_ms=[50,200]`, validation every 16 steps (64 prompts x 4); sync "
             f"{args.steps} steps, async {3 * args.steps} with `tis_mode=token_mask tis_cap=5` (decoupled PPO).",
+            "",
+            *_table(results, args.steps),
+            "",
+        ]
+    if "chain" in args.parts:
+        base = ["--config-name", "chain", "task.env_latency_ms=[50,200]", "rllm.trainer.test_freq=16", *one_thread]
+        results = [
+            r
+            for seed in args.seeds
+            for r in _runs(args.out, "chain", base, "val/chain/pass@1", seed, args.steps, 3 * args.steps, MODES[:3])
+        ]
+        sections += [
+            "## Two-turn chains, one environment reply of 50-200 ms per episode",
+            "",
+            f"`--config-name chain task.env_latency_ms=[50,200]`, the same settings as above (sync {args.steps} steps, "
+            f"async {3 * args.steps}); this task learns slowly at this size (pass@1 stays low), its row is the speed.",
             "",
             *_table(results, args.steps),
             "",
@@ -172,9 +191,18 @@ def main() -> None:
         f"{platform.python_version()}. Command: `python benchmarks/bench_async.py --write-results` (runs one at a time).",
         "",
     ]
-    text = "\n".join(header + sections)
+    path = results_path("RESULTS_async.md", args.write_results)
+    if args.append and path.is_file():  # another part's sections under the first call's header
+        text = (
+            path.read_text().rstrip("\n")
+            + "\n\n"
+            + f"(`--parts {' '.join(args.parts)}`, a later call:)\n\n"
+            + "\n".join(sections)
+        )
+    else:
+        text = "\n".join(header + sections)
     print(text)
-    results_path("RESULTS_async.md", args.write_results).write_text(text + "\n")
+    path.write_text(text + "\n")
 
 
 if __name__ == "__main__":

@@ -285,7 +285,7 @@ def _check_async_training(config: Any) -> None:
         "backend.parallelism=fsdp (the sampler holds a whole copy of the policy; use ddp)": (
             config.backend.parallelism == "fsdp"
         ),
-        "backend.rollout.engine=vllm (its weight sync runs with the update; use backend.rollout.engine=hf)": (
+        "backend.rollout.engine=vllm (one engine cannot hold the sampler's weights and validation's; use hf)": (
             config.backend.rollout.engine == "vllm"
         ),
     }
