@@ -135,10 +135,11 @@ def test_a_bad_mode_or_cap_is_refused(mode, cap, message):
 # ---- in the torch backend ------------------------------------------------------------------
 
 
-def _step(dotlist, *, scale_advantages=None):
+def _step(dotlist, *, scale_advantages=None, update=True):
     """One real update on fixed groups whose sampling log-probs are not the model's:
     ``(backend, state)``. ``scale_advantages``: multiply the advantages by this ``[R, T]``
-    tensor before the update (the hand-made correction the backend's must equal)."""
+    tensor before the update (the hand-made correction the backend's must equal); ``update``:
+    False stops after the advantages."""
     import asyncio
 
     from trainer_rank_tasks import AlgorithmConfigFrom, _groups, backend_config, eos_id, fixed_groups
@@ -158,28 +159,41 @@ def _step(dotlist, *, scale_advantages=None):
         await backend.compute_advantages(state, AlgorithmConfigFrom(config))
         if scale_advantages is not None:
             state.backend_batch.advantages = state.backend_batch.advantages * scale_advantages
-        await backend.update_policy(state)
+        if update:
+            await backend.update_policy(state)
 
     asyncio.run(step())
     return backend, state
 
 
+@pytest.mark.parametrize("epochs", [1, 2])
 @pytest.mark.parametrize("mode", TIS_MODES)
 @pytest.mark.parametrize("loss_fn", ["ppo", "importance_sampling"])
 def test_the_backend_weights_each_tokens_loss_by_the_truncated_ratio_of_its_old_over_its_sampling_log_prob(
-    mode, loss_fn
+    mode, loss_fn, epochs
 ):
     # the groups' sampling log-probs are uniform in (-3, 0), the model's near log(1/14) = -2.64
     # (-2.9 to -2.5): ratios from 0.06 to 1.04, a cap of 1.01 catches a few tokens
-    dotlist = [f"rllm.algorithm.loss_fn={loss_fn}", "rllm.algorithm.rollout_correction.tis_cap=1.01"]
-    corrected, state = _step([*dotlist, f"rllm.algorithm.rollout_correction.tis_mode={mode}"])
+    dotlist = [
+        f"rllm.algorithm.loss_fn={loss_fn}",
+        "rllm.algorithm.rollout_correction.tis_cap=1.01",
+        f"backend.ppo_epochs={epochs}",
+    ]
+    tis = f"rllm.algorithm.rollout_correction.tis_mode={mode}"
+    corrected, state = _step([*dotlist, tis])
     batch = state.backend_batch
-    assert batch.old_log_probs is not None  # π_old is computed before the update
+    # π_old: the model before the update (a pass of its own, as two epochs make, without updating)
+    _, before = _step([*dotlist, tis, "backend.ppo_epochs=2"], update=False)
+    old_log_probs = before.backend_batch.old_log_probs
     ref_w, _, units = reference_weights(
-        batch.old_log_probs.double(), batch.rollout_log_probs.double(), batch.response_mask, mode, 1.01
+        old_log_probs.double(), batch.rollout_log_probs.double(), batch.response_mask, mode, 1.01
     )
     ref_w = torch.tensor(ref_w, dtype=torch.float32)
-    torch.testing.assert_close(batch.extras["rollout_is_weights"], ref_w, rtol=1e-5, atol=1e-6)
+    if epochs == 1:  # one update: no pass of its own, π_old and the weights come from the update's forward
+        assert batch.old_log_probs is None and "rollout_is_weights" not in batch.extras
+    else:  # several: π_old and the weights before the update
+        torch.testing.assert_close(batch.old_log_probs, old_log_probs, rtol=0, atol=0)
+        torch.testing.assert_close(batch.extras["rollout_is_weights"], ref_w, rtol=1e-5, atol=1e-6)
     w = [u for u, _ in units]
     assert state.metrics["rollout_corr/weight_mean"] == pytest.approx(sum(w) / len(w), rel=1e-5)
     assert state.metrics["rollout_corr/weight_max"] == pytest.approx(max(w), rel=1e-5)

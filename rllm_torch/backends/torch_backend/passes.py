@@ -25,7 +25,7 @@ from rllm_torch.core.losses.rollout_rejection import parse_rollout_rs, rollout_r
 from rllm_torch.trainer.ranks import RunRanks
 from rllm_torch.trainer.state import TrainerState
 
-__all__ = ["BatchPasses", "MicroBatcher"]
+__all__ = ["BatchPasses", "MicroBatcher", "rollout_weights", "summarise_weights_over_ranks"]
 
 
 class MicroBatcher:
@@ -79,6 +79,32 @@ class MicroBatcher:
         return ", ".join(advice[:-1]) + f" or {advice[-1]}" if len(advice) > 1 else advice[0]
 
 
+def rollout_weights(
+    old_log_probs: Tensor, rollout_log_probs: Tensor, response_mask: Tensor, correction
+) -> tuple[Tensor, Tensor]:
+    """Rollout correction's per-token weights (``rllm.algorithm.rollout_correction``'s ``tis_mode``,
+    ``tis_cap``, ``tis_cap_lower``; :func:`~rllm_torch.core.losses.rollout_importance_weights`) of
+    ``[R, T]`` rows, and their ``[5]`` stats (:func:`~rllm_torch.core.losses.importance_weight_stats`)
+    to add up over micro-batches and ranks with :func:`summarise_weights_over_ranks`."""
+    weights, capped = rollout_importance_weights(
+        old_log_probs,
+        rollout_log_probs,
+        response_mask,
+        tis_mode=correction.tis_mode,
+        tis_cap=correction.tis_cap,
+        tis_cap_lower=correction.tis_cap_lower,
+    )
+    return weights, importance_weight_stats(weights, capped, response_mask, tis_mode=correction.tis_mode)
+
+
+def summarise_weights_over_ranks(stats: list[Tensor], ranks: RunRanks) -> dict[str, float]:
+    """The ``rollout_corr/*`` metrics of :func:`rollout_weights`' stats of several parts of a
+    batch, over every rank (two all-reduces)."""
+    table = torch.stack(stats)
+    sums, largest = table[:, :4].sum(0).tolist(), float(table[:, 4].max())
+    return summarise_importance_weights(ranks.reduce(sums) + ranks.reduce([largest], "max"))
+
+
 class BatchPasses:
     """The no-gradient passes before an update (the backend's ``process_backend_batch``).
 
@@ -120,12 +146,14 @@ class BatchPasses:
         of the rewards and the critic's values) of every row, without gradient, in micro-batches.
 
         With a single update per batch (one epoch, one mini-batch) and no KL in the reward, the
-        old log-probs are left None: the update's own forward runs on the weights that sampled
-        the batch, so a separate no-gradient pass would compute the same numbers (TRL skips it
-        too), and the update takes them from its forward, detached. With rollout correction
-        (``rllm.algorithm.rollout_correction.tis_mode``) the old log-probs are always a pass of
-        their own (the weights need them before the update); with ``bypass_mode`` they are the
-        sampler's.
+        old log-probs are left None: the update's own forward runs on the weights the update
+        starts from, so a separate no-gradient pass would compute the same numbers (TRL skips it
+        too), and the update takes them from its forward, detached. That holds with rollout
+        correction's weights too (``rllm.algorithm.rollout_correction.tis_mode``: the update makes
+        them from its forward, :func:`rollout_weights`; AReaL's decoupled PPO, whose proximal policy
+        is then the update's starting point), unless rejection (``rollout_rs``) or an estimator
+        (``optimal_token_baseline``) needs them before the advantages. With ``bypass_mode`` they
+        are the sampler's.
 
         Raises:
             OutOfMemoryError: a pass ran out of memory (naming the settings that lower it).
@@ -136,7 +164,6 @@ class BatchPasses:
         single_update = (
             micro.updates_per_batch(max(total_rows, 1)) == (1, 1)
             and not self.use_kl_in_reward
-            and correction.tis_mode is None
             and correction.rollout_rs is None
             and not self.with_sum_pi_squared
         )
@@ -162,31 +189,18 @@ class BatchPasses:
                 batch.values = self.critic.values(batch, micro.split(batch, rows, collective=False))
         if correction.rollout_rs is not None:  # before the advantages (verl's order): a rejected sequence is untrained
             trainer_state.metrics |= self._reject_rollouts(batch)
-        if correction.tis_mode is not None:
-            trainer_state.metrics |= self._rollout_importance_weights(batch)
+        if correction.tis_mode is not None and batch.old_log_probs is not None:
+            weights, stats = rollout_weights(
+                batch.old_log_probs, batch.rollout_log_probs, batch.response_mask, correction
+            )
+            batch.extras["rollout_is_weights"] = weights
+            trainer_state.metrics |= summarise_weights_over_ranks([stats], self.micro.ranks)
         if self.use_kl_in_reward:
             algorithm, mask = self.algorithm, batch.response_mask
             kl = kl_penalty(batch.old_log_probs, batch.ref_log_probs, algorithm.kl_penalty)
             batch.reward_penalty = algorithm.kl_coef * kl * mask
             penalty, tokens = micro.ranks.reduce([float(batch.reward_penalty.sum()), float(mask.sum())])
             trainer_state.metrics["reward/kl_penalty"] = penalty / max(tokens, 1.0)  # mean per trained token
-
-    def _rollout_importance_weights(self, batch) -> dict[str, float]:
-        """``batch.extras["rollout_is_weights"]`` (``[R, T]``, the loss's per-token weights) and
-        their ``rollout_corr/*`` metrics over every rank's batch (two all-reduces)."""
-        correction, ranks = self.algorithm.rollout_correction, self.micro.ranks
-        mode = correction.tis_mode
-        weights, capped = rollout_importance_weights(
-            batch.old_log_probs,
-            batch.rollout_log_probs,
-            batch.response_mask,
-            tis_mode=mode,
-            tis_cap=correction.tis_cap,
-            tis_cap_lower=correction.tis_cap_lower,
-        )
-        batch.extras["rollout_is_weights"] = weights
-        stats = importance_weight_stats(weights, capped, batch.response_mask, tis_mode=mode).tolist()
-        return summarise_importance_weights(ranks.reduce(stats[:4]) + ranks.reduce(stats[4:], "max"))
 
     def _reject_rollouts(self, batch) -> dict[str, float]:
         """``rollout_correction.rollout_rs``: the rejected tokens leave ``batch.response_mask``

@@ -20,7 +20,7 @@ from transformers import get_scheduler
 from rllm_torch.backends.torch_backend.actor import Actor
 from rllm_torch.backends.torch_backend.critic import Critic
 from rllm_torch.backends.torch_backend.micro_batches import gradient_sync, stage_memory
-from rllm_torch.backends.torch_backend.passes import MicroBatcher
+from rllm_torch.backends.torch_backend.passes import MicroBatcher, rollout_weights, summarise_weights_over_ranks
 from rllm_torch.core.losses import (
     LOSS_FNS,
     aggregate_loss,
@@ -75,6 +75,7 @@ class PolicyUpdater:
         # the settings the policy losses take by name (each loss gets those its signature names)
         self._loss_settings = {name: self.settings[name] for name in _LOSS_SETTINGS}
         self.scheduler, self._pending_scheduler_state = None, None
+        self._weight_stats: list[Tensor] = []  # an update's rollout correction stats, made in its forwards
 
     def scheduler_state(self) -> dict | None:
         """The lr scheduler's state dict (the one a checkpoint restored, before the first update)."""
@@ -124,6 +125,7 @@ class PolicyUpdater:
         self._ensure_scheduler(trainer_state, epochs * num_minis)
         self._row_losses = self.row_losses(batch)
         local_stats, grad_norms = [], []
+        self._weight_stats.clear()
         with stage_memory("updating the policy", self.micro.memory_advice()):
             for _ in range(epochs):
                 order = torch.randperm(num_rows, device=self.device)
@@ -154,6 +156,8 @@ class PolicyUpdater:
                         self.critic.step()
                     local_stats.append(stats)
         trainer_state.metrics |= self._global_update_stats(local_stats, grad_norms)
+        if self._weight_stats:
+            trainer_state.metrics |= summarise_weights_over_ranks(self._weight_stats, ranks)
         trainer_state.metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
         if self.critic is not None and (critic_norm := self.critic.take_grad_norm()) is not None:
             trainer_state.metrics["critic/grad_norm"] = critic_norm
@@ -197,8 +201,16 @@ class PolicyUpdater:
         old_log_probs = log_probs.detach() if batch.old_log_probs is None else batch.old_log_probs[rows]
         aggregation = dict(loss_agg_mode=self.loss_agg_mode, horizon=self.loss_agg_horizon, normaliser=normaliser)
         advantages = batch.advantages[rows]
-        if "rollout_is_weights" in batch.extras:  # issue 18: w·ℓ(A) = ℓ(w·A) for the losses linear in A (w >= 0)
-            advantages = advantages * batch.extras["rollout_is_weights"][rows]
+        correction = self.algorithm.rollout_correction
+        if correction.tis_mode is not None:  # issue 18: w·ℓ(A) = ℓ(w·A) for the losses linear in A (w >= 0)
+            if batch.old_log_probs is None:  # π_old is this forward's: the weights too (the passes left both)
+                weights, weight_stats = rollout_weights(
+                    old_log_probs, batch.rollout_log_probs[rows], mask_RT, correction
+                )
+                self._weight_stats.append(weight_stats)
+            else:
+                weights = batch.extras["rollout_is_weights"][rows]
+            advantages = advantages * weights
         loss_mask_RT, selection = self._policy_tokens(
             log_probs, entropy, advantages, batch.rollout_log_probs[rows], mask_RT
         )
