@@ -19,7 +19,9 @@ Parts:
 * ``real``: SmolLM2-135M-Instruct (``--config-name smollm2``, its README command), a few steps.
 
 Steps per hour count training time only (the sum of ``time/step``; validation and start-up
-excluded). Every run has ``OMP_NUM_THREADS=1`` and ``backend.num_threads=1``: the synchronous
+excluded); "training s" adds the validations (the clock that "at sync's time" compares). Every
+run of the first three parts has ``OMP_NUM_THREADS=1`` and ``backend.num_threads=1`` (the
+``real`` part keeps its config's every core, as its README command does): the synchronous
 loop computes on one core, the async one samples on the main thread while its update runs in a
 second thread, so on this 2-core machine it may also use the second core; the overlap of an
 environment's waits with the update is what the latency part measures. Writes ``RESULTS_async.md``.
@@ -61,7 +63,15 @@ ASYNC = [
 
 
 def _runs(
-    out: Path, name: str, base: list[str], pass_key: str, seed: int, steps: int, long_steps: int, modes: list
+    out: Path,
+    name: str,
+    base: list[str],
+    pass_key: str,
+    seed: int,
+    steps: int,
+    long_steps: int,
+    modes: list,
+    reuse: bool = False,
 ) -> list[dict]:
     """One run per ``(label, overrides)`` of ``modes``, the async ones ``long_steps`` long."""
     results = []
@@ -73,6 +83,7 @@ def _runs(
             out / f"{name}_{label.replace(', ', '_').replace(' ', '')}_seed{seed}",
             [*overrides, f"rllm.trainer.total_batches={n}"],
             pass_key,
+            reuse=reuse,
         )
         trained = [r for r in done["rows"] if "time/step" in r]
         elapsed, clock = 0.0, {}  # the training time (steps and validations) when each validation ended
@@ -104,11 +115,15 @@ def _at(curve: list[tuple[int, float]], step: int) -> float | None:
     return next((v for s, v in curve if s == step), None)
 
 
+def _number(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
 def _table(results: list[dict], steps: int) -> list[str]:
     sync = {r["seed"]: r for r in results if r["label"] == "sync"}
     lines = [
         "| mode | seed | steps/hour | x sync | staleness mean / max | pass@1 at step "
-        f"{steps} | pass@1 at sync's time (step reached) | last pass@1 (step) | wall s |",
+        f"{steps} | pass@1 at sync's time (step reached) | last pass@1 (step) | training s |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
@@ -120,8 +135,9 @@ def _table(results: list[dict], steps: int) -> list[str]:
         last = r["curve"][-1]
         lines.append(
             f"| {r['label']} | {r['seed']} | {r['steps_per_hour']:.0f} | {r['steps_per_hour'] / base['steps_per_hour']:.2f} "
-            f"| {r['stale_mean']:.2f} / {r['stale_max']:.0f} | {equal_steps if equal_steps is None else f'{equal_steps:.3f}'} "
-            f"| {at_time[0]:.3f} ({at_time[1]}) | {last[1]:.3f} ({last[0]}) | {r['wall_s']:.0f} |"
+            f"| {r['stale_mean']:.2f} / {r['stale_max']:.0f} | {_number(equal_steps)} "
+            f"| {_number(at_time[0])} ({at_time[1] or 'none by then'}) | {last[1]:.3f} ({last[0]}) "
+            f"| {max(r['clock'].values()):.0f} |"
         )
     return lines
 
@@ -133,6 +149,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=64, help="the synchronous run's steps (latency part)")
     parser.add_argument("--out", type=Path, default=Path("outputs/bench_async"))
     parser.add_argument("--append", action="store_true", help="add the sections to the results file already there")
+    parser.add_argument("--reuse", action="store_true", help="read back the runs already in --out (train_runs.py)")
     add_write_results(parser)
     args = parser.parse_args()
     one_thread = ["backend.num_threads=1", "rllm.trainer.log_table_every=0", "rllm.trainer.save_freq=0"]
@@ -142,7 +159,9 @@ def main() -> None:
         results = [
             r
             for seed in args.seeds
-            for r in _runs(args.out, "guess", base, "val/guess/pass@1", seed, args.steps, 3 * args.steps, MODES)
+            for r in _runs(
+                args.out, "guess", base, "val/guess/pass@1", seed, args.steps, 3 * args.steps, MODES, args.reuse
+            )
         ]
         sections += [
             "## A multi-turn task whose environment waits 50-200 ms per reply",
@@ -158,7 +177,9 @@ def main() -> None:
         results = [
             r
             for seed in args.seeds
-            for r in _runs(args.out, "chain", base, "val/chain/pass@1", seed, args.steps, 3 * args.steps, MODES[:3])
+            for r in _runs(
+                args.out, "chain", base, "val/chain/pass@1", seed, args.steps, 3 * args.steps, MODES[:3], args.reuse
+            )
         ]
         sections += [
             "## Two-turn chains, one environment reply of 50-200 ms per episode",
@@ -171,13 +192,15 @@ def main() -> None:
         ]
     if "default" in args.parts:
         base = ["rllm.trainer.test_freq=32", *one_thread]
-        results = _runs(args.out, "default", base, "val/arithmetic/pass@1", args.seeds[0], 64, 64, PLAIN_MODES)
+        results = _runs(
+            args.out, "default", base, "val/arithmetic/pass@1", args.seeds[0], 64, 64, PLAIN_MODES, args.reuse
+        )
         sections += ["## The default task (no environment latency)", "", *_table(results, 64), ""]
     if "real" in args.parts:
         base = ["--config-name", "smollm2", "rllm.trainer.test_freq=0", "rllm.trainer.val_before_train=false"]
         base += ["rllm.trainer.log_table_every=0", "rllm.trainer.save_freq=0", "task.val_size=16"]
         modes = [MODES[0], MODES[2]]  # sync, and staleness 1 with partial rollouts
-        results = _runs(args.out, "smollm2", base, "val/word_addition/pass@1", args.seeds[0], 4, 4, modes)
+        results = _runs(args.out, "smollm2", base, "val/word_addition/pass@1", args.seeds[0], 4, 4, modes, args.reuse)
         sections += [
             "## A real checkpoint: SmolLM2-135M-Instruct, 4 steps (its README command, 2 threads)",
             "",

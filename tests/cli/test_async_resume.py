@@ -100,3 +100,20 @@ def test_two_ranks_train_asynchronously_within_the_bound(tmp_path):
     assert all(r["groups/num_groups"] == 8 for r in trained)  # both ranks' shares, every step
     assert all(r["async/staleness_max"] <= 2 for r in trained)
     assert all(sum(r[f"async/staleness/{k}"] for k in range(3)) == 8 for r in trained)
+
+
+def test_two_ranks_fill_a_dynamic_sampling_step_from_the_buffer(tmp_path):
+    extra = ("rllm.algorithm.filter_groups.enable=true", "rllm.trainer.total_batches=3", "rllm.trainer.test_freq=0")
+    done = subprocess.run(
+        train(tmp_path / "run", *AHEAD, *extra), capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S, env=ENV
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "actor/loss" in r]
+    assert [r["step"] for r in steps] == [1, 2, 3]
+    assert max(r["batch/dynamic_sampling/gen_batches"] for r in steps) >= 2  # a step drew more batches
+    for r in steps:  # 8 prompts a step, 4 per rank, the ranks drawing the same number of batches
+        trained = 8 - r["batch/dynamic_sampling/prompts_short"]
+        assert r["groups/num_groups"] == trained and r["batch/dynamic_sampling/prompts_with_signal"] >= trained
+        drawn = sum(r[f"async/staleness/{k}"] for k in range(3))  # every group drawn, with signal or not
+        assert drawn == 8 * r["batch/dynamic_sampling/gen_batches"] and r["async/staleness_max"] <= 2
