@@ -285,9 +285,6 @@ def _check_async_training(config: Any) -> None:
         "backend.parallelism=fsdp (the sampler holds a whole copy of the policy; use ddp)": (
             config.backend.parallelism == "fsdp"
         ),
-        "backend.rollout.engine=vllm (one engine cannot hold the sampler's weights and validation's; use hf)": (
-            config.backend.rollout.engine == "vllm"
-        ),
     }
     for setting_, refused in cannot.items():
         if refused:

@@ -189,9 +189,8 @@ def test_a_max_model_len_shorter_than_prompt_and_new_tokens_stops_the_run_at_sta
     assert not (tmp_path / "metrics.jsonl").exists()
 
 
-def test_a_short_training_run_samples_from_the_policy_it_trains(tmp_path):
-    """Every step's rollout log-probs equal the trainer's old log-probs (the engine was synced
-    after every update), the run learns nothing out of range and writes its metrics."""
+def _four_vllm_steps(tmp_path, *extra: str) -> list[dict]:
+    """A 4-step run sampling through vLLM with rollout correction's weights: its training rows."""
     import json
 
     from trainer_fakes import make_config
@@ -208,12 +207,19 @@ def test_a_short_training_run_samples_from_the_policy_it_trains(tmp_path):
         "rllm.rollout.n=4",
         "rllm.trainer.total_batches=4",
         "rllm.algorithm.rollout_correction.tis_mode=token",
+        *extra,
     )
     run(config)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in rows if "actor/loss" in r]
     assert [r["step"] for r in train] == [1, 2, 3, 4]
-    for r in train:
+    return train
+
+
+def test_a_short_training_run_samples_from_the_policy_it_trains(tmp_path):
+    """Every step's rollout log-probs equal the trainer's old log-probs (the engine was synced
+    after every update), the run learns nothing out of range and writes its metrics."""
+    for r in _four_vllm_steps(tmp_path):
         assert r["actor/rollout_logprob_abs_diff"] < 1e-5  # the sampler is the policy, step after step
         assert r["rollout_corr/weight_mean"] == pytest.approx(1.0, abs=1e-4)
         assert r["rollout_corr/ess"] == pytest.approx(1.0, abs=1e-6)
@@ -223,33 +229,40 @@ def test_a_lora_policy_trains_with_vllm_sampling_its_merged_weights(tmp_path):
     """LoRA with the vLLM engine: the sync sends the adapters merged into the base weights (vLLM's
     CPU engine takes plain checkpoints), so after every update the sampled log-probs at temperature
     1 equal the trainer's own (the LoRA model's) old log-probs, and the adapters train."""
+    pytest.importorskip("peft")
+    train = _four_vllm_steps(tmp_path, "model.lora.r=4", "model.lora.alpha=8", "backend.lr=0.01")
+    assert all(r["actor/rollout_logprob_abs_diff"] < 1e-5 for r in train)  # synced after every update
+    assert any(r["actor/grad_norm"] > 0 for r in train)
+
+
+def test_async_training_samples_through_vllm_with_the_published_weights(tmp_path):
+    """Async training with the vLLM engine as its sampler (validation through ``hf`` on the
+    current policy): at staleness 0 its training steps are the synchronous vLLM run's, the
+    sampled log-probs the trainer's; at staleness 1 with LoRA (published merged) every group
+    within the bound, and validation runs."""
     import json
 
-    from trainer_fakes import make_config
+    plain = ["rllm.trainer.test_freq=0", "rllm.trainer.val_before_train=false"]
+    sync = _four_vllm_steps(tmp_path / "sync", *plain)
+    streamed = _four_vllm_steps(tmp_path / "async", *plain, "rllm.async_training.enable=true")
 
-    from rllm_torch.cli.train_command import run
+    def same(rows):
+        return [{k: v for k, v in r.items() if not k.startswith(("time/", "async/"))} for r in rows]
 
-    pytest.importorskip("peft")
-    config = make_config(
-        tmp_path,
-        "backend.rollout.engine=vllm",
-        "model.num_heads=2",
+    assert same(streamed) == same(sync)
+    assert all(r["actor/rollout_logprob_abs_diff"] < 1e-5 and r["async/staleness_max"] == 0 for r in streamed)
+    ahead = [
+        "rllm.async_training.enable=true",
+        "rllm.async_training.staleness_threshold=1",
         "model.lora.r=4",
         "model.lora.alpha=8",
         "backend.lr=0.01",
-        "task.train_size=64",
-        "task.val_size=8",
-        "data.train_batch_size=16",
-        "rllm.rollout.n=4",
-        "rllm.trainer.total_batches=4",
-        "rllm.algorithm.rollout_correction.tis_mode=token",
-    )
-    run(config)
-    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    train = [r for r in rows if "actor/loss" in r]
-    assert [r["step"] for r in train] == [1, 2, 3, 4]
-    assert all(r["actor/rollout_logprob_abs_diff"] < 1e-5 for r in train)  # synced after every update
-    assert any(r["actor/grad_norm"] > 0 for r in train)
+        "rllm.trainer.test_freq=2",
+    ]
+    lora = _four_vllm_steps(tmp_path / "lora", *ahead)
+    assert all(r["async/staleness_max"] <= 1 for r in lora) and max(r["async/staleness_max"] for r in lora) == 1
+    rows = [json.loads(line) for line in (tmp_path / "lora" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "val/arithmetic/pass@1" in r] == [0, 2, 4]
 
 
 @pytest.mark.parametrize("parallelism", ["ddp", "fsdp"])

@@ -283,7 +283,6 @@ def test_with_lora_only_the_adapters_travel():
             r"read only in async mode: add rllm.async_training.enable=true",
         ),
         (["rllm.async_training.enable=true", "rllm.algorithm.adv_estimator=remax"], "cannot run with .*remax"),
-        (["rllm.async_training.enable=true", "backend.rollout.engine=vllm"], "cannot run with backend.rollout.engine"),
         (["rllm.async_training.enable=true", "rllm.async_training.stale_groups=later"], "stale_groups"),
         (["rllm.async_training.enable=true", "rllm.async_training.mini_batch_size=0"], "mini_batch_size=0"),
     ],

@@ -51,6 +51,7 @@ from rllm_torch.backends.torch_backend.setup_checks import check_prompts
 from rllm_torch.backends.torch_backend.tokenizer import has_saved_tokenizer, load_tokenizer, require_chat_template
 from rllm_torch.backends.torch_backend.update import PolicyUpdater
 from rllm_torch.backends.torch_backend.vllm_rollout import VllmRolloutEngine
+from rllm_torch.backends.torch_backend.vllm_setup import full_weights
 from rllm_torch.core.errors import CheckpointError
 from rllm_torch.trainer.model_defaults import apply_model_defaults
 from rllm_torch.trainer.pipeline.token_batch import build_token_batch
@@ -110,6 +111,7 @@ class TorchBackend(BackendProtocol):
         self.apply_chat_template = bool(config.task.apply_chat_template)
         self.actor = Actor(config, self.tokenizer, self.device, self.ranks, self.compute_dtype)
         self.model = self.actor.model
+        self.rollout_engine = self.async_rollout_engine = None  # init_rollout_engine, init_async_rollout_engine
         self.critic = (
             Critic(
                 config.model,
@@ -243,40 +245,64 @@ class TorchBackend(BackendProtocol):
                 distributed=self.ranks.distributed,
                 **common,
             )
-            self.optimizer.register_step_post_hook(lambda *_: self.rollout_engine.mark_stale())
+            vllm_engine = self.rollout_engine  # the engine, also when async training makes it the sampler
+            self.optimizer.register_step_post_hook(lambda *_: vllm_engine.mark_stale())
         else:
             self.rollout_engine = TorchRolloutEngine(
                 self.model, self.tokenizer, train, val, autocast_dtype=self.compute_dtype, **common
             )
         return self.rollout_engine
 
-    def init_async_rollout_engine(self) -> TorchRolloutEngine:
-        """Async training's sampler: the ``hf`` engine over its own copy of the policy (the
-        policy's weights' memory once more), sampling with training's settings and the rank's
-        one sampling generator (the checkpoint's), at policy version 0 until :meth:`publish_weights`."""
+    def init_async_rollout_engine(self) -> TorchRolloutEngine | VllmRolloutEngine:
+        """Async training's sampler, at policy version 0 until :meth:`publish_weights`, sampling
+        with training's settings and the rank's one sampling generator (the checkpoint's).
+
+        ``hf``: an engine over its own copy of the policy (the policy's weights' memory once more).
+        ``vllm``: the vLLM engine itself, which holds its own weights already (it then takes only
+        the published ones); validation, which samples the current policy, gets an ``hf`` engine
+        over the policy in its place."""
         main = self.rollout_engine
-        # as it is, requires_grad too: sampling runs under no_grad, and a frozen copy takes other
-        # kernels (its log-probs then differ from the policy's in the last bits)
-        sampler = copy.deepcopy(self.model)
-        engine = TorchRolloutEngine(
-            sampler,
-            self.tokenizer,
-            main.train_params,
-            main.val_params,
-            max_batch_size=main.max_batch_size,
-            apply_chat_template=self.apply_chat_template,
-            autocast_dtype=self.compute_dtype,
-        )
-        engine.generator, engine.version = main.generator, 0
+        if isinstance(main, VllmRolloutEngine):
+            main.published_weights_only = True
+            self.rollout_engine = TorchRolloutEngine(
+                self.model,
+                self.tokenizer,
+                main.train_params,
+                main.val_params,
+                max_batch_size=main.max_batch_size,
+                seed=self.settings.seed + self.ranks.rank,
+                apply_chat_template=self.apply_chat_template,
+                autocast_dtype=self.compute_dtype,
+            )
+            engine = main
+        else:
+            # as it is, requires_grad too: sampling runs under no_grad, and a frozen copy takes other
+            # kernels (its log-probs then differ from the policy's in the last bits)
+            engine = TorchRolloutEngine(
+                copy.deepcopy(self.model),
+                self.tokenizer,
+                main.train_params,
+                main.val_params,
+                max_batch_size=main.max_batch_size,
+                apply_chat_template=self.apply_chat_template,
+                autocast_dtype=self.compute_dtype,
+            )
+            engine.generator = main.generator
+        engine.version = 0
         engine.sync_in_flight = bool(self.config.rllm.async_training.partial_rollout)
         self.async_rollout_engine = engine
         return engine
 
     def publish_weights(self, version: int) -> None:
-        """Stage the policy's trainable parameters (with LoRA: only the adapters; the frozen base
-        is the sampler's already) as ``version`` in the async sampler, which takes them between
-        batches (or, with ``partial_rollout``, at its next sampling call)."""
-        weights = {name: p.detach().clone() for name, p in self.model.named_parameters() if p.requires_grad}
+        """Stage the policy's weights as ``version`` in the async sampler, which takes them between
+        batches (or, with ``partial_rollout``, at its next sampling call): copies of the trainable
+        parameters for the ``hf`` sampler (with LoRA only the adapters: the frozen base is its
+        already); for vLLM every weight by the base model's names, LoRA merged
+        (:func:`~rllm_torch.backends.torch_backend.vllm_setup.full_weights`)."""
+        if isinstance(self.async_rollout_engine, VllmRolloutEngine):
+            weights = {name: tensor.clone() for name, tensor in full_weights(self.model)}
+        else:
+            weights = {name: p.detach().clone() for name, p in self.model.named_parameters() if p.requires_grad}
         self.async_rollout_engine.stage_weights(weights, version)
 
     def get_dataloader(self, dataset: list[dict], trainer_state: TrainerState) -> TaskDataLoader:
@@ -323,7 +349,7 @@ class TorchBackend(BackendProtocol):
         ``rollout``: the engine of the phase (None: the main one)."""
         rollout = rollout if rollout is not None else self.rollout_engine
         rollout.sync_weights()  # a no-op for the main hf engine
-        own_weights = self.settings.rollout.engine == "vllm" or rollout is not self.rollout_engine
+        own_weights = isinstance(rollout, VllmRolloutEngine) or rollout is not self.rollout_engine
         return nullcontext() if own_weights else self.actor.sampling_weights()
 
     def transform_to_backend_batch(self, trainer_state: TrainerState):
@@ -359,12 +385,28 @@ class TorchBackend(BackendProtocol):
     def load_sharded_state_dict(self, state: dict[str, Any]) -> None:
         self.actor.load_sharded_state_dict(state)
 
+    def _training_sampler(self) -> TorchRolloutEngine | VllmRolloutEngine:
+        """The engine that samples the training episodes (async training with vLLM: its sampler)."""
+        return (
+            self.async_rollout_engine
+            if isinstance(self.async_rollout_engine, VllmRolloutEngine)
+            else self.rollout_engine
+        )
+
     def rank_state_dict(self) -> dict[str, Any]:
-        """This rank's sampling generator."""
-        return {"rollout_generator": self.rollout_engine.generator.get_state()}
+        """This rank's sampling generator (the training episodes')."""
+        return {"rollout_generator": self._training_sampler().generator.get_state()}
 
     def load_rank_state_dict(self, state: dict[str, Any]) -> None:
-        self.rollout_engine.generator.set_state(state["rollout_generator"])
+        self._training_sampler().generator.set_state(state["rollout_generator"])
+
+    def shutdown(self) -> None:
+        """Release the vLLM engine (the sampler's, in async training) at the end of the run, not
+        whenever the garbage collector gets to it: vLLM's process-wide parallel state goes with it,
+        which a later engine in the same process (a second run) would otherwise lose mid-run."""
+        for engine in {id(e): e for e in (self.rollout_engine, self.async_rollout_engine)}.values():
+            if isinstance(engine, VllmRolloutEngine) and engine.llm is not None:
+                engine.shutdown()
 
     def save_checkpoint(self, name: str) -> Path | None:
         """Save the model (LoRA: adapters merged) and tokenizer to ``{run_dir}/checkpoints/{name}``

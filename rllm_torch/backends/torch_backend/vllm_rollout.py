@@ -207,6 +207,7 @@ class VllmRolloutEngine(BatchedRolloutEngine):
         quiet_logs()
         self._stale = True  # dummy weights until the first sync
         self.syncs = 0
+        self.published_weights_only = False  # async training's sampler: only the staged (published) weights
 
     def _generator_device(self) -> torch.device:
         return torch.device("cpu")  # it draws the requests' seeds, on the host
@@ -217,10 +218,18 @@ class VllmRolloutEngine(BatchedRolloutEngine):
 
     def sync_weights(self) -> None:
         """Copy the policy's weights into the engine if they changed since the last sync (every
-        rank must call together under FSDP2: each parameter is gathered on its own)."""
-        if not self._stale:
-            return
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": full_weights(self.model)})
+        rank must call together under FSDP2: each parameter is gathered on its own). As async
+        training's sampler (:attr:`published_weights_only`): take the staged weights, if any
+        (the policy may be mid-update in the trainer's thread)."""
+        if self._staged is not None or self.published_weights_only:
+            super().sync_weights()
+        elif self._stale:
+            self._load_weights(full_weights(self.model))
+
+    def _load_weights(self, weights) -> None:
+        """Load ``(name, tensor)`` pairs (a dict's too) into the engine (vLLM's ``reload_weights``)."""
+        pairs = iter(weights.items()) if isinstance(weights, dict) else weights
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": pairs})
         self.llm.reset_prefix_cache()
         self._stale, self.syncs = False, self.syncs + 1
 
