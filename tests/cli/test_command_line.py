@@ -125,18 +125,26 @@ def test_a_failed_start_up_leaves_no_empty_directories_behind(tmp_path):
 
 
 def test_ctrl_c_prints_one_line_saying_which_step_the_same_command_resumes_from(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"} | {"PYTHONFAULTHANDLER": "1"}
     command = [sys.executable, "-m", "rllm_torch.train", *TINY, "rllm.trainer.total_batches=100000"]
     command += ["rllm.trainer.save_freq=2", "rllm.trainer.logger=[jsonl]", f"hydra.run.dir={tmp_path / 'run'}"]
-    launch = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        deadline = time.monotonic() + 120
-        while not (tmp_path / "run" / "checkpoints" / "step_000002").is_dir() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        launch.send_signal(signal.SIGINT)
-        _, err = launch.communicate(timeout=60)
-    finally:
-        launch.kill()
+    stderr = tmp_path / "stderr.txt"  # a file, not a pipe: nothing the process or a child leaves open can hold it
+    with stderr.open("w") as err_file:
+        launch = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err_file, env=env)
+        try:
+            deadline = time.monotonic() + 120
+            while not (tmp_path / "run" / "checkpoints" / "step_000002").is_dir() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            launch.send_signal(signal.SIGINT)
+            try:
+                launch.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                launch.send_signal(signal.SIGABRT)  # PYTHONFAULTHANDLER: every thread's stack on stderr
+                launch.wait(timeout=30)
+                pytest.fail(f"still running 60 s after SIGINT; stderr and stacks:\n{stderr.read_text()[-8000:]}")
+        finally:
+            launch.kill()
+    err = stderr.read_text()
     assert launch.returncode == 130
     lines = [line for line in err.splitlines() if line.strip()]
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]

@@ -262,32 +262,24 @@ class TorchBackend(BackendProtocol):
         the published ones); validation, which samples the current policy, gets an ``hf`` engine
         over the policy in its place."""
         main = self.rollout_engine
-        if isinstance(main, VllmRolloutEngine):
+        on_vllm = isinstance(main, VllmRolloutEngine)
+        # hf: as it is, requires_grad too (sampling runs under no_grad, and a frozen copy takes
+        # other kernels: its log-probs then differ from the policy's in the last bits)
+        hf = TorchRolloutEngine(
+            self.model if on_vllm else copy.deepcopy(self.model),
+            self.tokenizer,
+            main.train_params,
+            main.val_params,
+            max_batch_size=main.max_batch_size,
+            seed=self.settings.seed + self.ranks.rank,
+            apply_chat_template=self.apply_chat_template,
+            autocast_dtype=self.compute_dtype,
+        )
+        if on_vllm:  # vLLM samples the training episodes, hf over the policy validates
             main.published_weights_only = True
-            self.rollout_engine = TorchRolloutEngine(
-                self.model,
-                self.tokenizer,
-                main.train_params,
-                main.val_params,
-                max_batch_size=main.max_batch_size,
-                seed=self.settings.seed + self.ranks.rank,
-                apply_chat_template=self.apply_chat_template,
-                autocast_dtype=self.compute_dtype,
-            )
-            engine = main
-        else:
-            # as it is, requires_grad too: sampling runs under no_grad, and a frozen copy takes other
-            # kernels (its log-probs then differ from the policy's in the last bits)
-            engine = TorchRolloutEngine(
-                copy.deepcopy(self.model),
-                self.tokenizer,
-                main.train_params,
-                main.val_params,
-                max_batch_size=main.max_batch_size,
-                apply_chat_template=self.apply_chat_template,
-                autocast_dtype=self.compute_dtype,
-            )
-            engine.generator = main.generator
+            self.rollout_engine, engine = hf, main
+        else:  # the copy samples with the run's one generator (the checkpoint's)
+            hf.generator, engine = main.generator, hf
         engine.version = 0
         engine.sync_in_flight = bool(self.config.rllm.async_training.partial_rollout)
         self.async_rollout_engine = engine
