@@ -130,7 +130,15 @@ def test_ctrl_c_prints_one_line_saying_which_step_the_same_command_resumes_from(
     command += ["rllm.trainer.save_freq=2", "rllm.trainer.logger=[jsonl]", f"hydra.run.dir={tmp_path / 'run'}"]
     stderr = tmp_path / "stderr.txt"  # a file, not a pipe: nothing the process or a child leaves open can hold it
     with stderr.open("w") as err_file:
-        launch = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err_file, env=env)
+        # Ctrl-C's own disposition in the run, whatever this process inherited (a shell's background
+        # job ignores SIGINT, and an ignored signal stays ignored across exec: the run would train on)
+        launch = subprocess.Popen(
+            command,
+            stdout=subprocess.DEVNULL,
+            stderr=err_file,
+            env=env,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
         try:
             deadline = time.monotonic() + 120
             while not (tmp_path / "run" / "checkpoints" / "step_000002").is_dir() and time.monotonic() < deadline:
