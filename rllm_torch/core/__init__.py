@@ -10,6 +10,7 @@ it is all a custom training loop needs.
 * :mod:`~rllm_torch.core.turns`: :class:`GroupedTurns`, the turns of multi-turn trajectories
   (their credit schemes are in :mod:`~rllm_torch.core.estimators.turns`);
 * :mod:`~rllm_torch.core.estimators`: one module per estimator family;
+* :mod:`~rllm_torch.core.losses`: the policy losses, their aggregation and the registry of users' losses;
 * :mod:`~rllm_torch.core.errors`: the package's exception hierarchy.
 """
 
@@ -19,6 +20,7 @@ from rllm_torch.core.errors import __all__ as _errors_all
 from rllm_torch.core.estimators import *  # noqa: F403 - re-exported public surface
 from rllm_torch.core.estimators import __all__ as _estimators_all
 from rllm_torch.core.labels import factorize_group_labels
+from rllm_torch.core.losses.registry import LossContext, register_loss
 from rllm_torch.core.packing import GroupedRewards
 from rllm_torch.core.returns import discounted_returns, masked_whiten
 from rllm_torch.core.segment import segment_count, segment_mean, segment_sum, segment_var_mean
@@ -39,6 +41,8 @@ __all__ = [
     "broadcast_to_tokens",
     "discounted_returns",
     "masked_whiten",
+    "LossContext",
+    "register_loss",
     *_estimators_all,
     *_errors_all,
 ]

@@ -113,7 +113,23 @@ def test_an_unknown_mode_or_a_missing_horizon_is_refused():
         policy_loss("dpo", LOGP, OLD, ADV, MASK)
 
 
-SEQUENCE_LOSSES = ("geo_mean", "luspo")  # their on-policy gradients are sequence-level (tests/core/losses)
+SEQUENCE_LOSSES = ("geo_mean", "luspo", "gspo")  # their on-policy gradients are sequence-level (tests/core/losses)
+
+
+def test_gspo_by_its_own_name_is_ppo_on_the_sequence_ratio_aggregated_seq_mean_token_mean():
+    old = LOGP - torch.tensor([[0.5, 0.3], [0.1, 0.0]])  # off-policy: row 0 ratio e^.4, clipped
+    grads = []
+    for name, options in (
+        ("gspo", {}),
+        ("ppo", {"importance_sampling_level": "sequence", "loss_agg_mode": "seq-mean-token-mean"}),
+    ):
+        logp = LOGP.clone().requires_grad_(True)
+        loss, stats = policy_loss(name, logp, old, ADV, MASK, clip_ratio_low=0.1, clip_ratio_high=0.1, **options)
+        loss.backward()
+        grads.append((loss.detach(), logp.grad, stats["clip_fraction"]))
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert grads[0][2] > 0  # the clip bites on this batch: the test compares the clipped branch too
 
 
 @pytest.mark.parametrize("name", [n for n in LOSS_FNS if n not in SEQUENCE_LOSSES])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from rllm_torch.core.errors import ConfigError
 from rllm_torch.core.estimators.scaling import (
     check_batch,
     check_correction,
@@ -18,7 +19,10 @@ from rllm_torch.core.packing import GroupedRewards
 from rllm_torch.core.returns import discounted_returns, whiten_over
 from rllm_torch.core.tokens import TokenRewards
 
-__all__ = ["reinforce", "reinforce_plus_plus_baseline", "reinforce_plus_plus"]
+__all__ = ["reinforce", "reinforce_plus_plus_baseline", "reinforce_plus_plus", "SINGLETON_BASELINES"]
+
+#: ``reinforce_plus_plus_baseline``'s baseline for a group of one: 0, or the group's own mean (rLLM's code).
+SINGLETON_BASELINES = ("zero", "mean")
 
 
 @shared_docstring
@@ -53,16 +57,22 @@ def reinforce(batch: GroupedRewards) -> tuple[Tensor, Tensor]:
 
 
 @shared_docstring
-def reinforce_plus_plus_baseline(batch: GroupedRewards, *, epsilon: float = 1e-6) -> tuple[Tensor, Tensor]:
+def reinforce_plus_plus_baseline(
+    batch: GroupedRewards, *, epsilon: float = 1e-6, singleton_baseline: str = "zero"
+) -> tuple[Tensor, Tensor]:
     """REINFORCE++ with a group-mean baseline, whitened over the whole batch (role).
 
     ``c_i = r_i - mean_g`` for a group of two or more, ``c_i = r_i`` for a group of one
-    (baseline 0), then ``A_i = c_i / (std_B + epsilon)`` with ``std_B`` the population std of all
-    ``c`` of the batch (centred on their mean).
+    (baseline 0; ``singleton_baseline="mean"``: its own mean, so ``c_i = 0``), then
+    ``A_i = c_i / (std_B + epsilon)`` with ``std_B`` the population std of all ``c`` of the
+    batch (centred on their mean).
 
     Args:
         {args_batch} Pass one role's groups per call: the whitening is batch-wide.
         epsilon: added to the batch std in the denominator.
+        singleton_baseline: ``"zero"`` (verl's rule, and rLLM's docstring: one rollout per task
+            still learns) or ``"mean"`` (rLLM's code: the group's own mean, so a group of one
+            gets 0 and counts as 0 in ``std_B``; what ``AlgorithmConfig(compat="rllm")`` gives).
 
     Returns:
         {returns}
@@ -70,10 +80,11 @@ def reinforce_plus_plus_baseline(batch: GroupedRewards, *, epsilon: float = 1e-6
     Raises:
         InvalidRewardTypeError: ``batch`` is not a GroupedRewards.
         InvalidRewardsError: ``epsilon`` is negative.
+        ConfigError: ``singleton_baseline`` is neither ``"zero"`` nor ``"mean"``.
 
-    Edge cases: a group of one keeps baseline 0 as rLLM's docstring says (rLLM's code subtracts
-    the singleton's own reward and gets 0; we follow the docstring on purpose, so one rollout
-    per task still learns); a group of two or more equal rewards gets exactly 0. A NaN reward
+    Edge cases: a group of one keeps baseline 0 by default, as rLLM's docstring says (rLLM's code
+    subtracts the singleton's own reward and gets 0: ``singleton_baseline="mean"``); a group of
+    two or more equal rewards gets exactly 0. A NaN reward
     makes the whole batch NaN, since ``std_B`` is batch-wide.
     {numerics}
     {ranks}
@@ -90,8 +101,13 @@ def reinforce_plus_plus_baseline(batch: GroupedRewards, *, epsilon: float = 1e-6
     """
     check_batch(batch, "reinforce_plus_plus_baseline")
     epsilon = check_epsilon(epsilon)
+    if singleton_baseline not in SINGLETON_BASELINES:
+        raise ConfigError(
+            f"reinforce_plus_plus_baseline: singleton_baseline={singleton_baseline!r} is not one of {SINGLETON_BASELINES} "
+            "('zero': a group of one keeps its reward; 'mean': rLLM's code, it gets 0)."
+        )
     x, layout = working_rewards(batch)
-    centered = layout.center(x).values  # a group of one: baseline 0
+    centered = layout.center(x, singleton_baseline=0.0 if singleton_baseline == "zero" else None).values
     adv = whiten(layout.flat(centered), layout, epsilon)
     return adv, adv
 

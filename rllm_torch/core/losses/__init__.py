@@ -1,23 +1,37 @@
 """Policy losses (``policy``), the importance ratio per token or sequence and the dual clip
 (``ratio``), their aggregation modes (``aggregation``), the entropy bonus (``entropy``), the KL
-estimators to a reference policy (``kl``), the critic's value loss (``value``) and the rollout
-correction's importance weights (``rollout_correction``): pure tensor math."""
+estimators to a reference policy (``kl``), the critic's value loss (``value``), the rollout
+correction's importance weights (``rollout_correction``) and the registry of users' losses
+(``registry``): pure tensor math."""
 
 from rllm_torch.core.losses.aggregation import AGG_MODES, aggregate_loss, loss_normaliser, token_mean
 from rllm_torch.core.losses.entropy import entropy_bonus
 from rllm_torch.core.losses.kl import KL_ESTIMATORS, bias_corrected_kl, canonical_kl_name, kl_penalty
 from rllm_torch.core.losses.policy import (
     LOSS_FNS,
+    PINNED_AGG_MODES,
     POLICY_LOSSES,
     cispo_loss,
     cross_entropy_loss,
     dro_loss,
+    gspo_loss,
     importance_sampling_loss,
     loss_options,
     policy_loss,
     ppo_clip_loss,
 )
 from rllm_torch.core.losses.ratio import IMPORTANCE_SAMPLING_LEVELS, dual_clip, log_importance_ratio
+from rllm_torch.core.losses.registry import (
+    LOSS_INPUTS,
+    LossContext,
+    RegisteredLoss,
+    check_registered_loss,
+    loss_names,
+    losses_need,
+    register_loss,
+    registered_loss,
+    run_registered_loss,
+)
 from rllm_torch.core.losses.rollout_correction import (
     TIS_MODES,
     importance_weight_stats,
@@ -30,6 +44,17 @@ from rllm_torch.core.losses.value import clipped_value_loss
 
 __all__ = [
     "LOSS_FNS",
+    "PINNED_AGG_MODES",
+    "LossContext",
+    "RegisteredLoss",
+    "LOSS_INPUTS",
+    "register_loss",
+    "registered_loss",
+    "loss_names",
+    "losses_need",
+    "check_registered_loss",
+    "run_registered_loss",
+    "gspo_loss",
     "POLICY_LOSSES",
     "loss_options",
     "AGG_MODES",

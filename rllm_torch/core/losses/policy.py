@@ -42,7 +42,9 @@ __all__ = [
     "cispo_loss",
     "dro_loss",
     "cross_entropy_loss",
+    "gspo_loss",
     "policy_loss",
+    "PINNED_AGG_MODES",
 ]
 
 
@@ -91,6 +93,42 @@ def ppo_clip_loss(
     with torch.no_grad():
         stats["clip_fraction"] = token_mean((clipped_NT < unclipped_NT).float(), response_mask)
     return loss, stats | _kl_stats(log_probs - old_log_probs, response_mask)
+
+
+def gspo_loss(
+    log_probs: Tensor,
+    old_log_probs: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    *,
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: float = 0.2,
+    importance_sampling_level: str = "sequence",
+    loss_agg_mode: str = "seq-mean-token-mean",
+    horizon: int | None = None,
+    normaliser: Tensor | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """GSPO under its own loss name (rLLM's, verl's and Fireworks' ``gspo``): :func:`ppo_clip_loss`
+    on the length-normalised sequence ratio ``s_i = (π_θ(y_i) / π_old(y_i))^(1/|y_i|)`` whatever
+    ``importance_sampling_level`` the run sets, aggregated ``seq-mean-token-mean`` (its pinned
+    mode, :data:`PINNED_AGG_MODES`, as rLLM pins it). The same numbers as ``loss_fn=ppo`` with
+    ``importance_sampling_level=sequence`` and ``loss_agg_mode=seq-mean-token-mean``.
+
+    Source: Zheng et al. 2025, "Group Sequence Policy Optimization", arXiv:2507.18071.
+    """
+    del importance_sampling_level  # always the sequence ratio
+    return ppo_clip_loss(
+        log_probs,
+        old_log_probs,
+        advantages,
+        response_mask,
+        clip_ratio_low=clip_ratio_low,
+        clip_ratio_high=clip_ratio_high,
+        importance_sampling_level="sequence",
+        loss_agg_mode=loss_agg_mode,
+        horizon=horizon,
+        normaliser=normaliser,
+    )
 
 
 def importance_sampling_loss(
@@ -217,8 +255,11 @@ POLICY_LOSSES: dict[str, Callable[..., tuple[Tensor, dict[str, Tensor]]]] = {
     "kl_cov": kl_cov_loss,
     "luspo": luspo_loss,
     "vespo": vespo_loss,
+    "gspo": gspo_loss,
 }
 LOSS_FNS = tuple(POLICY_LOSSES)
+#: Losses whose math needs one aggregation, whatever ``rllm.algorithm.loss_agg_mode`` says (rLLM's pins).
+PINNED_AGG_MODES = {"gspo": "seq-mean-token-mean"}
 #: Options that turn a feature on: given to a loss without the feature, a value other than this
 #: one would be dropped silently, so it is refused instead. Other options a loss does not take
 #: (another loss's tuning) are ignored.
