@@ -16,13 +16,16 @@ from rllm_torch.rllm.arrays import (
     calculate_reinforce_plus_plus_baseline_advantages,
     calculate_rloo_advantages,
     calculate_rloo_advantages_per_group,
+    get_rllm_adv_estimator,
 )
 from rllm_torch.rllm.collect import collect_reward_and_advantage_from_trajectory_groups
-from rllm_torch.rllm.config import AlgorithmConfig, rLLMAdvantageEstimator
-from rllm_torch.rllm.dispatch import compute_advantages, get_rllm_adv_estimator, get_tensor_adv_estimator
+from rllm_torch.rllm.config import AlgorithmConfig, RolloutCorrectionConfig, rLLMAdvantageEstimator
+from rllm_torch.rllm.dispatch import compute_advantages, get_tensor_adv_estimator
 from rllm_torch.rllm.registry import (
+    RLLM_ADV_ESTIMATOR_REGISTRY,
     estimator_options,
     is_token_level,
+    register_adv_estimator,
     register_rllm_adv_estimator,
     registered_estimator_names,
 )
@@ -30,6 +33,9 @@ from rllm_torch.rllm.types import Episode, Step, TerminationReason, Trajectory, 
 
 __all__ = [
     "AlgorithmConfig",
+    "RolloutCorrectionConfig",
+    "RLLM_ADV_ESTIMATOR_REGISTRY",
+    "register_adv_estimator",
     "rLLMAdvantageEstimator",
     "Step",
     "Trajectory",

@@ -3,31 +3,39 @@
 Packing and unpacking happen on the numpy side: the groups are concatenated once (equal groups
 become one ``[G, K]`` array, the dense layout) and the results come back as views of one array.
 
-Same names, arguments and results as ``rllm.experimental.common.advantage`` and
-``rllm.experimental.common.rl_algo``: a list of per-group 1-D numpy arrays in, a pair of
-per-group lists of numpy arrays out (float64 for float64 or Python-float rewards, float32
-otherwise). Differences, on purpose (docs/design.md §3): ``epsilon`` is configurable (the misspelled
+Same names, arguments and results as rLLM's ``rllm.trainer.algorithms.advantage`` /
+``rl_algo`` (``rllm.experimental.common`` before 2026-06): a list of per-group 1-D numpy arrays
+in, a pair of per-group lists of numpy arrays out (float64 for float64 or Python-float rewards,
+float32 otherwise). Each takes both of rLLM's calls (:func:`~rllm_torch.rllm.arrays.rllm_call`):
+today's ``fn(rewards, algorithm_config, traj_groups=...)``, whose options come from the config,
+and the seed's ``fn(rewards, norm_adv_by_std_in_grpo=..., epsilon=...)``. No option is
+swallowed: one the estimator does not take is refused (the run-wide options excepted, which
+every estimator accepts and uses where they apply), and one given both ways must agree.
+Differences, on purpose (docs/design.md §3): ``epsilon`` is configurable (the misspelled
 ``episilon`` keyword still works, with a ``DeprecationWarning``); RLOO on a group of one returns
 a pair; REINFORCE returns new float arrays, never the caller's objects; REINFORCE++ baseline
-gives a group of one baseline 0. Extra keyword arguments are accepted and ignored, as in rLLM.
+gives a group of one baseline 0 unless its option ``singleton_baseline="own_reward"`` (rLLM's
+code) is set.
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Sequence
+from enum import Enum
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from rllm_torch.core.estimators.grpo import grpo
-from rllm_torch.core.estimators.prpo import prpo
-from rllm_torch.core.estimators.reinforce import reinforce, reinforce_plus_plus_baseline
-from rllm_torch.core.estimators.rloo import rloo
+from rllm_torch.core.errors import ConfigError
 from rllm_torch.core.packing import GroupedRewards
+from rllm_torch.rllm.config import AlgorithmConfig
+from rllm_torch.rllm.dispatch import compute_advantages
+from rllm_torch.rllm.registry import registered_name, registration
 
 __all__ = [
+    "get_rllm_adv_estimator",
+    "rllm_call",
     "calculate_grpo_advantages",
     "calculate_reinforce_advantages",
     "calculate_reinforce_plus_plus_baseline_advantages",
@@ -39,6 +47,92 @@ __all__ = [
 ]
 
 ArrayGroups = Sequence[np.ndarray]
+
+
+def get_rllm_adv_estimator(name: str | Enum) -> Callable:
+    """The estimator registered under ``name``, callable the rLLM way: per-group arrays in,
+    ``(advantages_by_group, returns_by_group)`` out (rLLM's API).
+
+    For a built-in this is rLLM's arrays-form function (e.g. ``calculate_grpo_advantages``); for
+    an ``"arrays"`` registration, the function itself; for a ``"tensors"`` registration, an
+    adapter that packs the arrays, runs the tensor function and returns per-group arrays (float64
+    for float64 or Python-float rewards, float32 otherwise). The built-ins and the adapter take
+    both of rLLM's calls (:func:`rllm_call`): today's ``fn(rewards, algorithm_config,
+    traj_groups=...)`` and the seed's ``fn(rewards, norm_adv_by_std_in_grpo=..., ...)``. For the
+    tensor form of any name, see :func:`get_tensor_adv_estimator`.
+
+    Raises:
+        UnknownEstimatorError: ``name`` is not registered; the message lists the registered names.
+        ConfigError: ``name`` is token-level: it has no per-group form.
+    """
+    entry = registration(name)
+    if entry.form == "arrays":
+        return entry.fn
+    key = registered_name(name)
+    if entry.form == "tokens":
+        raise ConfigError(
+            f"estimator {key!r} is token-level (it needs [B, T] token rewards and a response mask), so it has no rLLM "
+            "per-group form; call it through compute_advantages(TokenRewards(...), name) or get_tensor_adv_estimator(name)."
+        )
+
+    def rllm_form(rewards, algorithm_config=None, **options):
+        return rllm_call(key, rewards, algorithm_config, **options)  # no seed signature: options are keywords
+
+    rllm_form.__name__ = rllm_form.__qualname__ = f"{getattr(entry.fn, '__name__', key)}_by_group"
+    rllm_form.__doc__ = f"rLLM form of the tensor estimator {key!r}: per-group arrays in, per-group lists out."
+    return rllm_form
+
+
+def rllm_call(
+    name: str | Enum,
+    rewards: object,
+    algorithm_config: object = None,
+    *,
+    seed_option: str | None = None,
+    **options: object,
+) -> tuple[list, list]:
+    """Run the estimator registered as ``name`` (a built-in or a tensor-form registration) on
+    rLLM's per-group arrays, called either way rLLM calls its estimators:
+
+    * today's (rLLM since 2026-05-02): ``fn(rewards, algorithm_config, traj_groups=...)``; the
+      options come from the config (see :func:`compute_advantages`);
+    * the seed's: ``fn(rewards, norm_adv_by_std_in_grpo=..., epsilon=...)``, where the second
+      positional argument, when it is not an :class:`AlgorithmConfig`, is the seed's first
+      positional option ``seed_option`` (``norm_adv_by_std_in_grpo`` for GRPO, ``epsilon`` for
+      REINFORCE++ baseline and PRPO).
+
+    Returns:
+        ``(advantages_by_group, returns_by_group)``: one array per group (the same lists twice, as rLLM).
+
+    Raises:
+        ConfigError: an option the estimator does not take (the run-wide ones excepted, which every
+            estimator accepts), one given both as a keyword and in ``algorithm_config`` with
+            different values, or a config section (a dict) where an ``AlgorithmConfig`` belongs.
+        TypeError: a second positional argument where the seed's signature had none.
+    """
+    config = algorithm_config
+    if algorithm_config is not None and not isinstance(algorithm_config, AlgorithmConfig):
+        label = registered_name(name)
+        if hasattr(algorithm_config, "keys"):
+            raise ConfigError(
+                f"{label}: algorithm_config must be an AlgorithmConfig, got a {type(algorithm_config).__name__}; build "
+                "one with AlgorithmConfig.from_config(section)."
+            )
+        if seed_option is None:
+            raise TypeError(
+                f"{label} takes (rewards, algorithm_config, **options); got {algorithm_config!r} as algorithm_config."
+            )
+        if seed_option in options:
+            raise TypeError(f"{label} got {seed_option!r} both positionally and as a keyword.")
+        config, options[seed_option] = None, algorithm_config  # the seed's order
+    traj_groups = options.pop("traj_groups", None)
+    episilon = options.pop("episilon", None)
+    return by_group(
+        lambda batch: compute_advantages(
+            batch, name, algorithm_config=config, traj_groups=traj_groups, episilon=episilon, **options
+        ),
+        rewards,
+    )
 
 
 def _pack(rewards: ArrayGroups) -> tuple[GroupedRewards, np.ndarray] | None:
@@ -92,56 +186,63 @@ def _by_group(estimator: Callable, rewards: ArrayGroups, **options) -> tuple[lis
     return by_group, by_group
 
 
-def _epsilon(epsilon: float | None, episilon: float | None) -> float:
-    if episilon is not None:
-        warnings.warn("`episilon` is deprecated; use `epsilon`.", DeprecationWarning, stacklevel=3)
-        if epsilon is not None and epsilon != episilon:
-            raise ValueError(f"got epsilon={epsilon!r} and the deprecated episilon={episilon!r}; pass only epsilon.")
-        return episilon
-    return 1e-6 if epsilon is None else epsilon
-
-
 def calculate_grpo_advantages(
     rewards: ArrayGroups,
-    norm_adv_by_std_in_grpo: bool = True,
+    algorithm_config: AlgorithmConfig | bool | None = None,
     episilon: float | None = None,
-    *,
-    epsilon: float | None = None,
-    std_correction: int = 0,
-    **kwargs,
+    **options,
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """GRPO per group (rLLM API); see :func:`rllm_torch.core.estimators.grpo` for the formula."""
-    return _by_group(
-        grpo,
-        rewards,
-        norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
-        epsilon=_epsilon(epsilon, episilon),
-        std_correction=std_correction,
+    """GRPO per group (rLLM API); see :func:`rllm_torch.core.estimators.grpo` for the formula.
+
+    Called as rLLM calls it today, ``(rewards, algorithm_config, traj_groups=...)`` (the options
+    from the config), or as the seed did, ``(rewards, norm_adv_by_std_in_grpo, episilon)``;
+    ``epsilon`` and ``std_correction`` as keywords. See :func:`~rllm_torch.rllm.arrays.rllm_call`.
+    """
+    return rllm_call(
+        "grpo", rewards, algorithm_config, seed_option="norm_adv_by_std_in_grpo", episilon=episilon, **options
     )
 
 
-def calculate_reinforce_advantages(rewards: ArrayGroups, **kwargs) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def calculate_reinforce_advantages(
+    rewards: ArrayGroups, algorithm_config: AlgorithmConfig | None = None, **options
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """REINFORCE: advantage = reward (rLLM API); see :func:`rllm_torch.core.estimators.reinforce`."""
-    return _by_group(reinforce, rewards)
+    return rllm_call("reinforce", rewards, algorithm_config, **options)
 
 
 def calculate_reinforce_plus_plus_baseline_advantages(
-    rewards: ArrayGroups, epsilon: float = 1e-6, **kwargs
+    rewards: ArrayGroups,
+    algorithm_config: AlgorithmConfig | float | None = None,
+    epsilon: float | None = None,
+    **options,
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """REINFORCE++ baseline (rLLM API); see :func:`rllm_torch.core.estimators.reinforce_plus_plus_baseline`."""
-    return _by_group(reinforce_plus_plus_baseline, rewards, epsilon=epsilon)
+    """REINFORCE++ baseline (rLLM API); see :func:`rllm_torch.core.estimators.reinforce_plus_plus_baseline`.
+
+    ``(rewards, algorithm_config, epsilon)`` as rLLM today, or the seed's ``(rewards, epsilon)``."""
+    if epsilon is not None:
+        options["epsilon"] = epsilon
+    return rllm_call("reinforce_plus_plus_baseline", rewards, algorithm_config, seed_option="epsilon", **options)
 
 
-def calculate_rloo_advantages(rewards: ArrayGroups, **kwargs) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def calculate_rloo_advantages(
+    rewards: ArrayGroups, algorithm_config: AlgorithmConfig | None = None, **options
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Reinforce Leave-one-out (rLLM API), arXiv:2402.14740; see :func:`rllm_torch.core.estimators.rloo`."""
-    return _by_group(rloo, rewards)
+    return rllm_call("rloo", rewards, algorithm_config, **options)
 
 
 def calculate_prpo_advantages(
-    rewards: ArrayGroups, epsilon: float = 1e-6, **kwargs
+    rewards: ArrayGroups,
+    algorithm_config: AlgorithmConfig | float | None = None,
+    epsilon: float | None = None,
+    **options,
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """PRPO, batch-level whitening (rLLM API); see :func:`rllm_torch.core.estimators.prpo`."""
-    return _by_group(prpo, rewards, epsilon=epsilon)
+    """PRPO, batch-level whitening (rLLM API); see :func:`rllm_torch.core.estimators.prpo`.
+
+    ``(rewards, algorithm_config, epsilon)`` as rLLM today, or the seed's ``(rewards, epsilon)``."""
+    if epsilon is not None:
+        options["epsilon"] = epsilon
+    return rllm_call("prpo", rewards, algorithm_config, seed_option="epsilon", **options)
 
 
 def calculate_grpo_advantages_per_group(
@@ -152,9 +253,12 @@ def calculate_grpo_advantages_per_group(
     epsilon: float | None = None,
     std_correction: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """GRPO for one group's ``[n]`` rewards (rLLM ``rl_algo`` API): ``(advantages, returns)``."""
+    """GRPO for one group's ``[n]`` rewards (rLLM ``rl_algo`` API): ``(advantages, returns)``.
+
+    rLLM gives a group of one mean 0 and std 1 (``A = r / (1 + ε)``), as here."""
+    options = {} if epsilon is None else {"epsilon": epsilon}
     advantages, returns = calculate_grpo_advantages(
-        [rewards], norm_adv_by_std_in_grpo, epsilon=_epsilon(epsilon, episilon), std_correction=std_correction
+        [rewards], norm_adv_by_std_in_grpo, episilon, std_correction=std_correction, **options
     )
     return advantages[0], returns[0]
 

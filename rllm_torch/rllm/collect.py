@@ -60,9 +60,13 @@ def _locate_bad_reward(groups: list[TrajectoryGroup]) -> None:
                 check_reward(traj.reward, _where(group, traj))
 
 
-def _precomputed_values(group: TrajectoryGroup, missing: list[str]) -> list[tuple[Step, list]]:
+def _precomputed_values(
+    group: TrajectoryGroup, missing: list[str], mismatched: list[str] | None = None
+) -> list[tuple[Step, list]]:
     """(step, per-token list to write) for every step of a precomputed group; appends the
-    location of each step without an advantage to ``missing``."""
+    location of each step without an advantage to ``missing``, and with ``mismatched`` (rLLM's
+    rule, ``compat="rllm"``) gives a per-token list of the wrong length zeros and appends its
+    location there instead of raising."""
     out = []
     for traj in group.trajectories:
         for index, step in enumerate(traj.steps):
@@ -84,9 +88,12 @@ def _precomputed_values(group: TrajectoryGroup, missing: list[str]) -> list[tupl
                     if isinstance(adv, tuple)
                     else np.asarray(adv, dtype=np.float64).reshape(-1).tolist()
                 )
-                if len(value) != num_tokens:
+                if len(value) != num_tokens and mismatched is not None:
+                    mismatched.append(_where(group, traj, index))
+                    value = [0.0] * num_tokens
+                elif len(value) != num_tokens:
                     raise InvalidRewardsError(
-                        f"{_where(group, traj, index)}: precomputed advantage has {len(value)} entries but the step has {num_tokens} response tokens; give one per response token."
+                        f"{_where(group, traj, index)}: precomputed advantage has {len(value)} entries but the step has {num_tokens} response tokens; give one per response token (AlgorithmConfig(compat='rllm') gives such a step zeros with a warning, as rLLM does)."
                     )
             else:
                 raise InvalidRewardTypeError(
@@ -126,8 +133,8 @@ def collect_reward_and_advantage_from_trajectory_groups(
         Metrics as Python floats, per role: ``reward/{role}/{mean,std,max,min}`` over the
         trajectory rewards of its RL groups; with ``collect_advantage``,
         ``advantage/{role}/{mean,std,max,min,fraction_zero}`` (one value per trajectory for RL
-        groups, per response token for precomputed ones) and the ``difficulty/{role}/*`` keys of
-        :func:`~rllm_torch.rllm.metrics.difficulty_metrics` (RL groups). ``{}`` for no groups.
+        groups, per response token for precomputed ones) and rLLM's ``batch/{role}/*`` difficulty
+        keys of :func:`~rllm_torch.rllm.metrics.difficulty_metrics` (RL groups). ``{}`` for no groups.
 
     Raises:
         InvalidRewardsError / InvalidRewardTypeError: an RL trajectory's reward is None / not a number.
@@ -156,7 +163,7 @@ def collect_reward_and_advantage_from_trajectory_groups(
             for g, p in zip(groups, pre, strict=True):
                 if p:
                     pre_groups[g.group_role].append(g)
-            token_writes, pre_tokens = _precomputed_writes(pre_groups)
+            token_writes, pre_tokens = _precomputed_writes(pre_groups, algorithm_config.compat == "rllm")
         batch, steps = role_batch(groups, pre, mode)
     except (RLLMTorchError, ValueError, TypeError) as exc:
         if group is None:
@@ -252,21 +259,24 @@ def role_batch(groups: list[TrajectoryGroup], precomputed: list[bool], mode: str
         step_rewards=torch.tensor(step_rewards, dtype=torch.float64) if turn_mode else None,
         step_weights=torch.tensor(step_weights, dtype=torch.float64) if turn_mode else None,
         step_observation=torch.tensor(observations, dtype=torch.int64) if observation_ids is not None else None,
+        trajectory_groups=list(groups),
     )
     return batch, steps
 
 
 def _precomputed_writes(
-    pre_groups: dict[str, list[TrajectoryGroup]],
+    pre_groups: dict[str, list[TrajectoryGroup]], zeros_on_mismatch: bool = False
 ) -> tuple[list[tuple[Step, list]], dict[str, torch.Tensor]]:
     """``(writes, tokens_by_role)``: the per-token list to write on every step of the precomputed
     groups, and each role's token advantages (float64) for the metrics; warns once about steps
-    without an advantage (they get zeros)."""
+    without an advantage (they get zeros), and with ``zeros_on_mismatch`` once about per-token
+    lists of the wrong length (zeros too, rLLM's rule)."""
     missing: list[str] = []
+    mismatched: list[str] | None = [] if zeros_on_mismatch else None
     token_writes: list[tuple[Step, list]] = []
     tokens_by_role: dict[str, torch.Tensor] = {}
     for role, role_groups in pre_groups.items():
-        entries = [entry for g in role_groups for entry in _precomputed_values(g, missing)]
+        entries = [entry for g in role_groups for entry in _precomputed_values(g, missing, mismatched)]
         tokens = [a for _, values in entries for a in values]
         try:
             tokens_by_role[role] = torch.tensor(tokens, dtype=torch.float64)
@@ -278,6 +288,13 @@ def _precomputed_writes(
     if missing:
         warnings.warn(
             f"{len(missing)} step(s) of precomputed groups have no advantage and get zeros (first: {missing[0]}).",
+            UserWarning,
+            stacklevel=3,
+        )
+    if mismatched:
+        warnings.warn(
+            f"{len(mismatched)} step(s) of precomputed groups have an advantage whose length differs from their "
+            f"response and get zeros (compat='rllm', as rLLM does; first: {mismatched[0]}).",
             UserWarning,
             stacklevel=3,
         )

@@ -17,19 +17,37 @@ from typing import TYPE_CHECKING, Any
 
 from rllm_torch.core.errors import ConfigError
 from rllm_torch.core.estimators.scaling import check_correction, check_discount, check_epsilon, check_flag
-from rllm_torch.core.losses import IMPORTANCE_SAMPLING_LEVELS, LOSS_FNS, loss_options
+from rllm_torch.core.losses import AGG_MODES, IMPORTANCE_SAMPLING_LEVELS, LOSS_FNS, TIS_MODES, loss_names, loss_options
 from rllm_torch.rllm.settings import check_value, declared, setting
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-__all__ = ["rLLMAdvantageEstimator", "AlgorithmConfig", "STEPWISE_MODES", "TURN_MODES", "RUN_OPTIONS", "BATCH_INPUTS"]
+__all__ = [
+    "rLLMAdvantageEstimator",
+    "AlgorithmConfig",
+    "RolloutCorrectionConfig",
+    "STEPWISE_MODES",
+    "TURN_MODES",
+    "RUN_OPTIONS",
+    "BATCH_INPUTS",
+    "COMPAT_MODES",
+    "RLLM_COMPAT_ESTIMATOR_OPTIONS",
+]
 
 TURN_MODES = ("turn_level", "mt_grpo", "gigpo")  # the modes with one advantage per step
 STEPWISE_MODES = ("broadcast", *TURN_MODES)
 
 _RATIO_LOSS_FNS = tuple(n for n in LOSS_FNS if "importance_sampling_level" in loss_options(n))  # with a ratio
 _LR_SCHEDULES = ("linear", "cosine", "constant")
+COMPAT_MODES = ("rllm_torch", "rllm")  # AlgorithmConfig.compat
+
+#: ``compat="rllm"``: the estimator options that give rLLM's numbers where ours differ on purpose
+#: (an option the config sets itself wins). REINFORCE++ baseline: rLLM's code centres a group of
+#: one on its own reward (its advantage 0, its docstring and verl say baseline 0, which we keep).
+RLLM_COMPAT_ESTIMATOR_OPTIONS: dict[str, dict[str, Any]] = {
+    "reinforce_plus_plus_baseline": {"singleton_baseline": "mean"},
+}
 
 
 class rLLMAdvantageEstimator(str, Enum):  # noqa: N801 - rLLM's public name
@@ -94,9 +112,10 @@ def _split_pairs(estimator_map: object, loss_fn_map: object) -> tuple[dict, dict
             losses[role] = loss
         estimators[role] = _estimator_name(value, where)
     for role, loss in losses.items():
-        if loss not in LOSS_FNS:
+        if loss not in loss_names():
             raise ConfigError(
-                f"role {role!r}: policy loss {loss!r} is not one of {LOSS_FNS} (estimator_map / loss_fn_map)."
+                f"role {role!r}: policy loss {loss!r} is not one of {loss_names()} (estimator_map / loss_fn_map); "
+                "register your own with @register_loss(name) in a module the run imports (imports=[module])."
             )
     return estimators, losses
 
@@ -107,6 +126,26 @@ def _flag(name: str) -> Callable[[Any], bool]:
 
 def _discount(name: str) -> Callable[[Any], float]:
     return functools.partial(check_discount, name=name)
+
+
+def _int(name: str) -> Callable[[Any], int]:
+    def check(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{name} must be an int, got {value!r}.")
+        return value
+
+    return check
+
+
+def _loss_name(value: Any) -> str:
+    """A built-in loss or one registered with ``register_loss`` (checked when the run is
+    checked, after ``imports`` ran)."""
+    if value not in loss_names():
+        raise ValueError(  # check_value names the key
+            f"{value!r} is not one of the policy losses {', '.join(loss_names())}; register your own with "
+            "@register_loss(name) in a module the run imports (rllm-torch-train imports=[module])."
+        )
+    return value
 
 
 #: Keyword-only parameters of the built-in estimators that are tensors of the batch, given with the
@@ -136,11 +175,77 @@ def _builtin_estimator_options() -> dict[str, dict[str, Any]]:
 
 
 @dataclass
+class RolloutCorrectionConfig:
+    """rLLM's ``rollout_correction`` (``rllm.algorithm.rollout_correction``): the correction of the
+    gap between the sampler's and the trainer's log-probs (truncated importance sampling and its
+    masks, verl's rejection sampling, TRL's OPSM). rLLM's three fields first, in its order.
+
+    Attributes:
+        tis_mode: None (off), ``"token"`` / ``"sequence"`` (truncated IS at that level), or
+            ``"token_mask"`` / ``"sequence_mask"`` (TRL's masks).
+        bypass_mode: True: the rollout log-probs are pi_old (no recomputation); None / False: recomputed.
+        tis_cap: the cap C of the importance weight (truncated above C, or masked beyond C).
+        tis_cap_lower: the mask modes' lower cap (token_mask with 0.5 and tis_cap 5: IcePop's mask).
+        rollout_rs: rejection sampling by ``log(pi_old / pi_rollout)`` (verl's option names, comma-separated).
+        rollout_rs_threshold: its bounds (verl's syntax).
+        off_policy_mask_threshold: TRL's OPSM threshold; None: off.
+    """
+
+    tis_mode: str | None = setting(
+        None,
+        "null (off) | token | sequence (truncated IS) | token_mask | sequence_mask (TRL's masks)",
+        choices=TIS_MODES,
+    )
+    bypass_mode: bool | None = setting(
+        None, "true: the rollout log-probs are pi_old (no recomputation); null/false: recomputed"
+    )
+    tis_cap: float = setting(
+        2.0, "the cap C of the importance weight (truncated above C, or masked beyond C)", minimum=1
+    )
+    tis_cap_lower: float | None = setting(
+        None,
+        "the mask modes' lower cap (token_mask with 0.5 and tis_cap 5: IcePop's two-sided mask); null: none",
+        minimum=0,
+        maximum=1,
+        exclusive_minimum=True,
+    )
+    rollout_rs: str | None = setting(
+        None, "rejection sampling by log(pi_old / pi_rollout): token_k1 ... seq_max_k3, comma-separated (verl's)"
+    )
+    rollout_rs_threshold: str | None = setting(
+        None, "its bounds: one for all or one per option; k1: 'lower_upper' or an upper (verl's syntax)"
+    )
+    off_policy_mask_threshold: float | None = setting(
+        None,
+        "drop a negative-advantage sequence whose mean log(pi_rollout / pi) exceeds it (TRL's OPSM); null: off",
+        minimum=0,
+    )
+
+    def __post_init__(self) -> None:
+        for name, declaration in declared(RolloutCorrectionConfig).items():
+            setattr(self, name, check_value(getattr(self, name), declaration, f"rollout_correction.{name}"))
+
+
+def _rollout_correction(value: object) -> RolloutCorrectionConfig:
+    if isinstance(value, RolloutCorrectionConfig):
+        return value
+    if isinstance(value, dict):
+        known = {f for f in declared(RolloutCorrectionConfig)}
+        if unknown := sorted(set(value) - known):
+            raise ConfigError(
+                f"rollout_correction has no field {unknown[0]!r}; its fields: {', '.join(sorted(known))}."
+            )
+        return RolloutCorrectionConfig(**value)
+    raise ConfigError(f"rollout_correction must be a RolloutCorrectionConfig or a dict, got {type(value).__name__}.")
+
+
+@dataclass
 class AlgorithmConfig:
-    """Algorithm parameters of a training run (rLLM's ``AlgorithmConfig``, with additions: the
-    run-wide estimator options ``epsilon``, ``std_correction``, ``gamma``, ``lam``, each
-    estimator's ``estimator_options``, GSPO's ``importance_sampling_level``, the stepwise
-    options, and custom estimator names kept as given).
+    """Algorithm parameters of a training run (rLLM's ``AlgorithmConfig``: its fields in its
+    order, then ours: the run-wide estimator options ``epsilon``, ``std_correction``,
+    ``gamma``, ``lam``, each estimator's ``estimator_options``, GSPO's
+    ``importance_sampling_level``, the stepwise options, a user loss's ``loss_params`` and
+    ``compat``; custom estimator names are kept as given).
 
     Every field is declared once (:func:`~rllm_torch.rllm.settings.setting`): its default, help,
     run config key (:meth:`from_config` reads it, the trainer's typed config is built from it),
@@ -152,15 +257,26 @@ class AlgorithmConfig:
         estimator: default estimator: an ``rLLMAdvantageEstimator`` or a registered custom name.
         estimator_map: group role → estimator name, overriding ``estimator`` for that role; or
             → an ``(estimator, loss_fn)`` pair (rLLM's), whose loss goes into ``loss_fn_map``.
+        loss_fn_map: group role → policy loss, overriding ``loss_fn`` for that role's rows in the
+            update (rLLM's ``loss_fn_map``).
         stepwise_advantage_mode: how a multi-step trajectory's steps are credited
             (:mod:`rllm_torch.rllm.stepwise`): ``"broadcast"``, ``"turn_level"``, ``"mt_grpo"``
             or ``"gigpo"``; rLLM's ``"per_step"`` becomes ``"broadcast"`` with a ``DeprecationWarning``.
         norm_adv_by_std_in_grpo: divide GRPO advantages by the group std (False: Dr. GRPO).
         use_precomputed_advantage: use ``step.advantage`` written by the workflow instead of an
             estimator; steps missing one get 0.
-        loss_fn: policy loss, one of :data:`~rllm_torch.core.losses.LOSS_FNS`, or None.
+        loss_fn: policy loss: a built-in (:data:`~rllm_torch.core.losses.LOSS_FNS`), one
+            registered with :func:`~rllm_torch.core.losses.register_loss`, or None (``ppo``).
         lr_schedule: linear, cosine or constant.
+        warmup_steps: optimizer steps of learning-rate warm-up; ``<= 0``: ``warmup_steps_ratio``.
         warmup_steps_ratio: fraction of the steps used for warm-up, in ``[0, 1]``.
+        kl_beta: rLLM's KL coefficient of its Fireworks losses; here only 0 (the KL term is
+            ``use_kl_loss`` / ``kl_loss_coef``; a run refuses another value, naming them).
+        eps_clip, eps_clip_high: rLLM's clip epsilons (None high: symmetric); in a run the same
+            setting as ``backend.clip_ratio_low`` / ``clip_ratio_high`` (they must agree).
+        loss_agg_mode: how per-token losses are reduced (None: ``token-mean``).
+        rollout_correction: :class:`RolloutCorrectionConfig`.
+        router_replay: rLLM's MoE router replay; only ``"disabled"`` here.
         epsilon: added to the std in GRPO / REINFORCE++ baseline / PRPO denominators.
         std_correction: 0 = population std (rLLM), 1 = sample std (verl).
         gamma: discount of the token-level estimators, in ``[0, 1]`` (verl's ``algorithm.gamma``).
@@ -169,13 +285,15 @@ class AlgorithmConfig:
             beyond the run-wide ones (e.g. ``{"pass_at_k": {"k": 2}, "gae": {"whiten": False}}``).
         importance_sampling_level: the importance ratio of the ratio losses: ``"token"``, or
             ``"sequence"`` (GSPO's length-normalised sequence ratio; TRL's name).
+        loss_params: a registered loss's own parameters (``LossContext.params``; rLLM's
+            ``algorithm.loss_params``).
+        compat: ``"rllm_torch"`` (default) or ``"rllm"``: rLLM's numbers where this package
+            differs on purpose (:data:`RLLM_COMPAT`; docs/porting.md).
         normalize_by_steps: broadcast only: divide each step's advantage by its trajectory's
             number of steps (rLLM's ``rllm.stepwise_advantage.normalize_by_steps``).
         stepwise_gamma: the discount per turn of the turn modes' returns, in ``[0, 1]``
             (``rllm.stepwise_advantage.gamma``; ``gamma`` is per token).
         step_advantage_w: GiGPO's weight of the step advantage (verl-agent's name).
-        loss_fn_map: group role → policy loss (one of :data:`~rllm_torch.core.losses.LOSS_FNS`),
-            overriding ``loss_fn`` for that role's rows in the update (rLLM's ``loss_fn_map``).
     """
 
     use_rllm: bool = setting(
@@ -200,6 +318,12 @@ class AlgorithmConfig:
         key="rllm.algorithm.estimator_map",
         schema_type=dict[str, Any],
     )
+    loss_fn_map: dict[str, str] = setting(
+        help="group role -> policy loss, overriding loss_fn for that role (rLLM's; also from estimator_map pairs)",
+        factory=dict,
+        key="rllm.algorithm.loss_fn_map",
+        schema_type=dict[str, str],
+    )
     stepwise_advantage_mode: str = setting(
         "broadcast",
         "broadcast | turn_level | mt_grpo | gigpo (rllm_torch.rllm.stepwise); per_step: deprecated",
@@ -221,13 +345,24 @@ class AlgorithmConfig:
         check=_flag("use_precomputed_advantage"),
     )
     loss_fn: str | None = setting(
-        None, " | ".join(LOSS_FNS), key="rllm.algorithm.loss_fn", choices=LOSS_FNS, schema_default="ppo"
+        None,
+        "a built-in loss (" + " | ".join(LOSS_FNS) + ") or one registered with register_loss",
+        key="rllm.algorithm.loss_fn",
+        check=_loss_name,
+        schema_default="ppo",
     )
     lr_schedule: str = setting(
         "constant",
         "constant | linear | cosine",
         key="rllm.algorithm.lr_schedule",
         choices=_LR_SCHEDULES,
+        resumable=True,
+    )
+    warmup_steps: int = setting(
+        -1,
+        "optimizer steps of learning-rate warm-up; <= 0: warmup_steps_ratio (rLLM's)",
+        key="rllm.algorithm.warmup_steps",
+        check=_int("warmup_steps"),
         resumable=True,
     )
     warmup_steps_ratio: float = setting(
@@ -237,6 +372,47 @@ class AlgorithmConfig:
         minimum=0,
         maximum=1,
         resumable=True,
+    )
+    kl_beta: float = setting(
+        0.0,
+        "rLLM's Fireworks KL coefficient: only 0 here (use_kl_loss and kl_loss_coef are the KL term)",
+        key="rllm.algorithm.kl_beta",
+        minimum=0,
+    )
+    eps_clip: float = setting(
+        0.2,
+        "rLLM's PPO clip epsilon: backend.clip_ratio_low (and _high when eps_clip_high is null)",
+        key="rllm.algorithm.eps_clip",
+        minimum=0,
+        maximum=1e6,
+    )
+    eps_clip_high: float | None = setting(
+        None,
+        "rLLM's upper clip epsilon (null: eps_clip): backend.clip_ratio_high",
+        key="rllm.algorithm.eps_clip_high",
+        minimum=0,
+        maximum=1e6,
+    )
+    loss_agg_mode: str | None = setting(
+        None,
+        " | ".join(AGG_MODES) + " (null: token-mean)",
+        key="rllm.algorithm.loss_agg_mode",
+        choices=AGG_MODES,
+        schema_default="token-mean",
+    )
+    rollout_correction: RolloutCorrectionConfig = setting(
+        help="the rollout-vs-trainer log-prob correction (RolloutCorrectionConfig)",
+        factory=RolloutCorrectionConfig,
+        key="rllm.algorithm.rollout_correction",
+        check=_rollout_correction,
+    )
+    router_replay: str = setting(
+        "disabled",
+        "rLLM's MoE router replay (R2, R3 on its verl/Fireworks backends): only disabled here",
+        key="rllm.algorithm.router_replay",
+        choices=("disabled",),
+        note="router replay records an MoE model's expert routing on rLLM's verl and Fireworks backends; the torch "
+        "backend has no MoE routing to replay: set rllm.algorithm.router_replay=disabled",
     )
     epsilon: float = setting(
         1e-6, "added to the std in the denominators", key="rllm.algorithm.epsilon", check=check_epsilon, run_wide=True
@@ -280,7 +456,19 @@ class AlgorithmConfig:
         key="rllm.algorithm.importance_sampling_level",
         choices=IMPORTANCE_SAMPLING_LEVELS,
     )
-    normalize_by_steps: bool = setting(  # the stepwise options, after rLLM's fields (its positional order)
+    loss_params: dict[str, Any] = setting(
+        help="a registered loss's own parameters (LossContext.params; rLLM's algorithm.loss_params)",
+        factory=dict,
+        key="rllm.algorithm.loss_params",
+        schema_type=dict[str, Any],
+    )
+    compat: str = setting(
+        "rllm_torch",
+        "rllm: rLLM's numbers where rllm_torch differs on purpose (docs/porting.md)",
+        key="rllm.algorithm.compat",
+        choices=COMPAT_MODES,
+    )
+    normalize_by_steps: bool = setting(  # the stepwise options last
         False,
         "broadcast: divide each step's advantage by its trajectory's steps (rLLM)",
         key="rllm.stepwise_advantage.normalize_by_steps",
@@ -298,12 +486,6 @@ class AlgorithmConfig:
         "gigpo: weight of the step advantage (verl-agent's name)",
         key="rllm.stepwise_advantage.step_advantage_w",
         finite=True,
-    )
-    loss_fn_map: dict[str, str] = setting(
-        help="group role -> policy loss, overriding loss_fn for that role (rLLM's; also from estimator_map pairs)",
-        factory=dict,
-        key="rllm.algorithm.loss_fn_map",
-        schema_type=dict[str, str],
     )
 
     def __post_init__(self) -> None:
@@ -346,10 +528,11 @@ class AlgorithmConfig:
         return {name: getattr(self, name) for name in RUN_OPTIONS}
 
     def estimator_call_kwargs(self, estimator: rLLMAdvantageEstimator | str) -> dict[str, Any]:
-        """``compute_advantages``' keywords for ``estimator``: the run-wide options and its own
-        ``estimator_options`` entry."""
+        """The options this config gives ``estimator``: the run-wide ones, with ``compat="rllm"``
+        rLLM's (:data:`RLLM_COMPAT_ESTIMATOR_OPTIONS`), then its own ``estimator_options`` entry."""
         name = estimator.value if isinstance(estimator, Enum) else estimator
-        return self.estimator_kwargs | dict(self.estimator_options.get(name, {}))
+        compat = RLLM_COMPAT_ESTIMATOR_OPTIONS.get(name, {}) if self.compat == "rllm" else {}
+        return self.estimator_kwargs | compat | dict(self.estimator_options.get(name, {}))
 
     def loss_fn_for(self, role: str) -> str:
         """The policy loss of a group role: ``loss_fn_map[role]``, else ``loss_fn``, else ``"ppo"``."""
@@ -367,40 +550,46 @@ class AlgorithmConfig:
         return self.estimator_map.get(role, self.estimator)
 
     @classmethod
-    def from_config(cls, config: DictConfig) -> AlgorithmConfig:
-        """Build from an OmegaConf config with rLLM's keys.
+    def from_config(
+        cls,
+        config: DictConfig,
+        *,
+        stepwise_advantage_mode: str | None = None,
+        estimator_map: dict | None = None,
+    ) -> AlgorithmConfig:
+        """Build from an OmegaConf config (or a dict): a whole run config, or rLLM's
+        ``rllm.algorithm`` section, as rLLM's own ``from_config`` takes it.
 
-        Each field is read from its declared key, else its aliases (each optional; absent: the
-        field's default): ``rllm.algorithm.adv_estimator`` (or rLLM's top-level
-        ``algorithm.adv_estimator``), ``rllm.algorithm.<field>`` for most, ``gamma`` and ``lam``
-        also as verl's top-level ``algorithm.*``, ``rllm.stepwise_advantage.{mode,
-        normalize_by_steps, gamma, step_advantage_w}`` (and rLLM's older
-        ``rllm.stepwise_advantage.{norm_adv_by_std_in_grpo, use_rllm}``), and the deprecated
-        ``rllm.algorithm.episilon``.
+        * A whole run config (it has a top-level ``rllm`` or ``algorithm`` key): each field from
+          its declared key, else its aliases: ``rllm.algorithm.adv_estimator`` (or verl's
+          top-level ``algorithm.adv_estimator``), ``rllm.algorithm.<field>``, ``gamma`` and
+          ``lam`` also as ``algorithm.*``, ``rllm.stepwise_advantage.{mode, normalize_by_steps,
+          gamma, step_advantage_w}`` (and rLLM's older ``rllm.stepwise_advantage.{norm_adv_by_std_in_grpo,
+          use_rllm}``).
+        * Anything else is the ``rllm.algorithm`` section (``{"adv_estimator": "rloo", ...}``): its
+          keys are the last parts of the ``rllm.algorithm.*`` keys; the stepwise mode and the
+          estimator map come from the keywords, as in rLLM. A key that is neither an
+          ``AlgorithmConfig`` field nor one of the section's trainer settings (the KL terms,
+          ``filter_groups``, ``loss_agg_horizon``) is refused, naming it.
+
+        Absent keys take the field's default; ``episilon`` is the deprecated ``epsilon``.
+
+        Args:
+            config: the run config or the section.
+            stepwise_advantage_mode: rLLM's keyword (``rllm.stepwise_advantage.mode``).
+            estimator_map: rLLM's keyword (the trainer's ``traj_group_adv_estimator_map``), merged
+                over the config's ``estimator_map``.
 
         Raises:
-            ValueError: the same key is given in two places with different values, or a value is invalid.
+            ConfigError: one setting given in two places with different values (two keys, or a key
+                and a keyword), an unknown key of a section, or an invalid value.
         """
+        from rllm_torch.rllm.config_sources import algorithm_fields_from
 
-        from omegaconf import DictConfig, OmegaConf  # only here: the rest of the surface runs without it
-
-        def pick(*paths: str) -> Any:
-            found = {p: OmegaConf.select(config, p) for p in paths if OmegaConf.select(config, p) is not None}
-            if len({repr(v) for v in found.values()}) > 1:
-                raise ConfigError(f"conflicting values for one setting: {found}; set only one of {', '.join(paths)}.")
-            value = next(iter(found.values()), None)
-            return OmegaConf.to_container(value) if isinstance(value, DictConfig) else value
-
-        given = {name: pick(s.key, *s.aliases) for name, s in declared(cls).items()}
-        episilon = pick("rllm.algorithm.episilon")
-        if episilon is not None:
-            warnings.warn("`episilon` is deprecated; use `rllm.algorithm.epsilon`.", DeprecationWarning, stacklevel=2)
-            if given["epsilon"] is not None and given["epsilon"] != episilon:
-                raise ConfigError(
-                    f"rllm.algorithm.epsilon={given['epsilon']!r} and the deprecated episilon={episilon!r} differ; keep only epsilon."
-                )
-            given["epsilon"] = episilon
-        return cls(**{name: value for name, value in given.items() if value is not None})  # absent: the defaults
+        given = algorithm_fields_from(
+            cls, config, stepwise_advantage_mode=stepwise_advantage_mode, estimator_map=estimator_map
+        )
+        return cls(**given)
 
 
 #: The run-wide estimator options: the ``run_wide`` settings of :class:`AlgorithmConfig`, which every

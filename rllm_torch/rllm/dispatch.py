@@ -1,7 +1,7 @@
-"""Calling a registered estimator (:mod:`~rllm_torch.rllm.registry`) in the form the caller has:
-rLLM's per-group arrays (:func:`get_rllm_adv_estimator`), or packed tensors
+"""Calling a registered estimator (:mod:`~rllm_torch.rllm.registry`) on packed tensors
 (:func:`get_tensor_adv_estimator`, :func:`compute_advantages`), with its options checked and
-its outputs checked for shape, dtype and device.
+its outputs checked for shape, dtype and device; rLLM's per-group arrays go through
+:mod:`~rllm_torch.rllm.arrays` (``get_rllm_adv_estimator``), which calls this.
 
 Options reach an estimator by name: ``compute_advantages(batch, "pass_at_k", k=2)``, or from a
 run's config, ``rllm.algorithm.estimator_options.pass_at_k.k=2``. The run-wide options
@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from rllm_torch.core.distributed import agree_across_ranks
+from rllm_torch.core.distributed import agree_across_ranks, gather_objects
 from rllm_torch.core.errors import (
     ConfigError,
     EstimatorOutputError,
@@ -34,49 +34,13 @@ from rllm_torch.core.packing import GroupedRewards
 from rllm_torch.core.segment import accumulation_dtype
 from rllm_torch.core.tokens import TokenRewards
 from rllm_torch.rllm.config import BATCH_INPUTS, RUN_OPTIONS, AlgorithmConfig
-from rllm_torch.rllm.registry import Registration, registered_name, registration
+from rllm_torch.rllm.registry import CALL_DATA, Registration, registered_name, registration
 from rllm_torch.rllm.settings import check_value, declared, default_of
 
-__all__ = ["get_rllm_adv_estimator", "get_tensor_adv_estimator", "compute_advantages"]
+__all__ = ["get_tensor_adv_estimator", "compute_advantages"]
 
 _RUN_DECLARATIONS = {name: declared(AlgorithmConfig)[name] for name in RUN_OPTIONS}
 _RUN_DEFAULTS = {f.name: default_of(f) for f in dataclasses.fields(AlgorithmConfig) if f.name in RUN_OPTIONS}
-
-
-def get_rllm_adv_estimator(name: str | Enum) -> Callable:
-    """The estimator registered under ``name``, callable the rLLM way: per-group arrays in,
-    ``(advantages_by_group, returns_by_group)`` out (rLLM's API).
-
-    For a built-in this is rLLM's arrays-form function (e.g. ``calculate_grpo_advantages``); for
-    an ``"arrays"`` registration, the function itself; for a ``"tensors"`` registration, an
-    adapter that packs the arrays, runs the tensor function and returns per-group arrays (float64
-    for float64 or Python-float rewards, float32 otherwise); options it does not declare are
-    ignored, as rLLM's functions ignore extra keywords. For the tensor form of any name, see
-    :func:`get_tensor_adv_estimator`.
-
-    Raises:
-        UnknownEstimatorError: ``name`` is not registered; the message lists the registered names.
-        ConfigError: ``name`` is token-level: it has no per-group form.
-    """
-    entry = registration(name)
-    if entry.form == "arrays":
-        return entry.fn
-    key = registered_name(name)
-    if entry.form == "tokens":
-        raise ConfigError(
-            f"estimator {key!r} is token-level (it needs [B, T] token rewards and a response mask), so it has no rLLM "
-            "per-group form; call it through compute_advantages(TokenRewards(...), name) or get_tensor_adv_estimator(name)."
-        )
-
-    def rllm_form(rewards, **kwargs):
-        from rllm_torch.rllm.arrays import by_group
-
-        options = {k: v for k, v in kwargs.items() if entry.options is None or k in entry.options}
-        return by_group(lambda batch: compute_advantages(batch, key, **options), rewards)
-
-    rllm_form.__name__ = rllm_form.__qualname__ = f"{getattr(entry.fn, '__name__', key)}_by_group"
-    rllm_form.__doc__ = f"rLLM form of the tensor estimator {key!r}: per-group arrays in, per-group lists out."
-    return rllm_form
 
 
 def get_tensor_adv_estimator(name: str | Enum) -> Callable[[GroupedRewards], tuple[Tensor, Tensor]]:
@@ -117,28 +81,84 @@ def _checked_run_options(options: dict[str, object]) -> dict[str, object]:
     return checked
 
 
-def _options_for(entry: Registration, name: str, run_options: dict[str, object], options: dict[str, object]) -> dict:
-    """The keywords ``entry`` is called with: the run options it declares, and every other option
-    (each must be declared)."""
+def _merged_options(name: str, config: AlgorithmConfig | None, explicit: dict[str, object]) -> dict[str, object]:
+    """The defaults of the run-wide options, then ``config``'s options, then the ``explicit``
+    keywords; an option given both in ``config`` and as a keyword must have one value."""
+    from_config = config.estimator_call_kwargs(name) if config is not None else {}
+    for option, value in explicit.items():
+        if option in from_config and not _same(from_config[option], value):
+            where = (
+                f"algorithm_config.{option}"
+                if option in RUN_OPTIONS
+                else f"algorithm_config.estimator_options[{name!r}][{option!r}]"
+            )
+            raise ConfigError(
+                f"estimator {name!r}: option {option!r} is given twice, {option}={value!r} as a keyword and "
+                f"{where}={from_config[option]!r}; give it once (or make the two agree)."
+            )
+    return dict(_RUN_DEFAULTS) | from_config | explicit
+
+
+def _same(a: object, b: object) -> bool:
+    """One value given twice: equal, and a bool only equal to the same bool (``1`` is not ``True``)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    try:
+        return bool(a == b)
+    except (TypeError, ValueError, RuntimeError):  # e.g. tensors of several elements
+        return a is b
+
+
+def _call_kwargs(
+    entry: Registration,
+    name: str,
+    options: dict[str, object],
+    config: AlgorithmConfig | None,
+    traj_groups: list | None,
+) -> dict[str, object]:
+    """The keywords ``entry`` is called with: the run-wide options it declares, every other option
+    (each must be declared), rLLM's ``algorithm_config`` (built from the options when the caller
+    gave none) and ``traj_groups`` when it takes them."""
+    run_options = _checked_run_options({k: options[k] for k in RUN_OPTIONS})
+    own = {k: v for k, v in options.items() if k not in RUN_OPTIONS}
     accepted = entry.options
     if accepted is not None:
-        unknown = sorted(set(options) - accepted)
+        unknown = sorted(set(own) - accepted)
         if unknown:
-            takes = ", ".join(sorted(accepted - {"batch", "rewards"} - BATCH_INPUTS)) or "no option"
+            takes = ", ".join(sorted(accepted - BATCH_INPUTS)) or "no option"
             raise ConfigError(
                 f"estimator {name!r} takes no option {', '.join(map(repr, unknown))}; it takes: {takes}. "
                 f"(From a run's config: rllm.algorithm.estimator_options.{name}.<option>=value, with a leading + for an "
                 f"option the schema does not list, e.g. a custom estimator's. The run-wide "
                 f"options {', '.join(RUN_OPTIONS)} go to every estimator, each taking those it declares.)"
             )
-    chosen = {k: v for k, v in run_options.items() if accepted is None or k in accepted}
-    return chosen | options
+    kwargs = {k: v for k, v in run_options.items() if accepted is None or k in accepted} | own
+    if entry.takes_config:
+        kwargs["algorithm_config"] = config if config is not None else _config_of(name, run_options, own)
+    if traj_groups is not None and entry.takes_traj_groups:
+        kwargs["traj_groups"] = traj_groups
+    elif entry.needs_traj_groups:
+        raise ConfigError(
+            f"estimator {name!r} takes traj_groups (rLLM passes each role's TrajectoryGroups), which this call does not "
+            "have: run it through collect_reward_and_advantage_from_trajectory_groups or the trainer, or pass "
+            "traj_groups= to compute_advantages."
+        )
+    return kwargs
+
+
+def _config_of(name: str, run_options: dict[str, object], own: dict[str, object]) -> AlgorithmConfig:
+    """An :class:`AlgorithmConfig` carrying the call's options, for an estimator that reads
+    rLLM's ``algorithm_config`` when the caller gave only keywords."""
+    data = {k: v for k, v in own.items() if k not in BATCH_INPUTS}
+    return AlgorithmConfig(estimator=name, **run_options, estimator_options={name: data} if data else {})
 
 
 def compute_advantages(
     batch: GroupedRewards | TokenRewards,
     estimator: str | Enum,
     *,
+    algorithm_config: AlgorithmConfig | None = None,
+    traj_groups: list | None = None,
     episilon: float | None = None,
     **options: object,
 ) -> tuple[Tensor, Tensor]:
@@ -149,16 +169,29 @@ def compute_advantages(
     per-group output is packed back; a ``"tokens"`` estimator (``reinforce_plus_plus``, ``gae``)
     takes a :class:`~rllm_torch.core.tokens.TokenRewards` instead of a ``GroupedRewards``.
 
+    **Options.** Each comes from one of three places, in this order: its default, the
+    ``algorithm_config`` (its run-wide fields and ``estimator_options[estimator]``), a keyword.
+    An option given both in ``algorithm_config`` and as a keyword must have the same value
+    (else :class:`~rllm_torch.core.errors.ConfigError`): nothing is silently overridden. An
+    estimator registered with rLLM's signature ``fn(rewards, algorithm_config, **kwargs)`` gets
+    the config (one built from the options when none is given) and, when it takes them,
+    ``traj_groups``.
+
     Across ranks (``batch.process_group`` set): built-ins and tensor-form estimators written
     with the layout's reductions (``batch.layout``, see :class:`~rllm_torch.core.segment.SegmentLayout`)
     reduce over the ranks, as each built-in's docstring counts. An ``"arrays"`` estimator, whose
     per-group arrays must hold whole groups, gets the whole batch instead: every rank gathers
-    every reward once (:meth:`GroupedRewards.all_ranks`, ``O(N)`` payload and a host sync), runs
-    the function on all groups, and keeps its own trajectories' values; every rank must call it.
+    every reward once (:meth:`GroupedRewards.all_ranks`, ``O(N)`` payload and a host sync) and
+    every ``traj_groups`` object (one ``all_gather_object``), runs the function on all groups,
+    and keeps its own trajectories' values; every rank must call it.
 
     Args:
         batch: the packed rewards of one role (a ``TokenRewards`` for a token-level estimator).
         estimator: a registered name.
+        algorithm_config: rLLM's :class:`AlgorithmConfig`, whose options the estimator gets.
+        traj_groups: the batch's groups (``TrajectoryGroup``, one per group of ``batch``, each
+            with exactly the trajectories packed), for an estimator that reads them (rLLM's
+            OPO example reads response lengths from their steps); None: none.
         norm_adv_by_std_in_grpo, epsilon, std_correction, gamma, lam: the run-wide options
             (:data:`RUN_OPTIONS`), passed to the estimators that declare them (``gamma`` and
             ``lam`` must lie in ``[0, 1]``).
@@ -179,43 +212,59 @@ def compute_advantages(
     Raises:
         UnknownEstimatorError: ``estimator`` is not registered.
         ConfigError: an option the estimator does not take (the message lists those it takes);
-            ``epsilon`` and ``episilon`` both given, and different.
+            an option given two ways with two values (``epsilon`` and ``episilon`` too);
+            ``traj_groups`` missing for an estimator that needs them.
         InvalidRewardsError / InvalidRewardTypeError: a run option out of range or of the wrong
             type; a ``GroupedRewards`` given to a token-level estimator or the reverse.
         DistributedBatchError: the ranks call different estimators or options (validated batches).
         EstimatorOutputError: a custom estimator returned something else than a pair with one
             value per trajectory (per token, for a token-level one).
     """
-    run_options = {name: options.pop(name, default) for name, default in _RUN_DEFAULTS.items()}
     if episilon is not None:
         warnings.warn("`episilon` is deprecated; use `epsilon`.", DeprecationWarning, stacklevel=2)
-        epsilon = run_options["epsilon"]
-        if epsilon not in (_RUN_DEFAULTS["epsilon"], episilon):  # the default: not given
-            raise ConfigError(f"got epsilon={epsilon!r} and the deprecated episilon={episilon!r}; pass only epsilon.")
-        run_options["epsilon"] = episilon
+        if "epsilon" in options and not _same(options["epsilon"], episilon):
+            raise ConfigError(
+                f"got epsilon={options['epsilon']!r} and the deprecated episilon={episilon!r}; pass only epsilon."
+            )
+        options["epsilon"] = episilon
     checked = batch.process_group is not None and getattr(batch, "validated", False)
     try:
+        if algorithm_config is not None and not isinstance(algorithm_config, AlgorithmConfig):
+            raise ConfigError(
+                f"algorithm_config must be an AlgorithmConfig (AlgorithmConfig.from_config(cfg) builds one from a config "
+                f"section), got {type(algorithm_config).__name__}."
+            )
         entry = registration(estimator)
         name = registered_name(estimator)
         _check_batch_kind(batch, entry, name)
-        call_options = _options_for(entry, name, _checked_run_options(run_options), options)
+        merged = _merged_options(name, algorithm_config, options)
+        call_options = _call_kwargs(entry, name, merged, algorithm_config, traj_groups)
     except RLLMTorchError as exc:
         if not checked:
             raise
         agree_across_ranks(batch.process_group, exc, {}, must_match=())
     if checked:  # every rank must run the same estimator with the same options, or collectives cross
+        facts = {k: v for k, v in call_options.items() if k not in CALL_DATA | BATCH_INPUTS}
         agree_across_ranks(
             batch.process_group,
             None,
-            {"estimator": name, "options": call_options},
+            {"estimator": name, "options": facts},
             must_match=("estimator", "options"),
         )
     if entry.tensor_fn is not None or entry.form in ("tensors", "tokens"):
         out = (entry.tensor_fn or entry.fn)(batch, **call_options)
         return _check_tensor_pair(out, batch, name)
     whole, mine = batch.all_ranks()  # the whole batch on every rank: the function sees every group
+    if "traj_groups" in call_options and batch.process_group is not None:
+        parts = gather_objects(list(call_options["traj_groups"]), batch.process_group)
+        call_options["traj_groups"] = [g for part in parts for g in part]
     dtype = accumulation_dtype(whole.rewards.dtype)
     groups = [g.cpu().numpy() for g in whole.split(whole.rewards.detach().to(dtype))]
+    if "traj_groups" in call_options and len(call_options["traj_groups"]) != len(groups):
+        raise ConfigError(
+            f"estimator {name!r}: traj_groups holds {len(call_options['traj_groups'])} groups for a batch of {len(groups)}; "
+            "give one TrajectoryGroup per group of the batch, in its order."
+        )
     out = entry.fn(rewards=groups, **call_options)
     advantages, returns = _pack_array_pair(out, whole, name, dtype)
     return advantages[mine], returns[mine]

@@ -76,52 +76,65 @@ def summary_metrics(
     return {f"{prefix}/{name}": value for name, value in zip(names, stats, strict=True)}
 
 
-def difficulty_metrics(batch: GroupedRewards, prefix: str) -> dict[str, float]:
-    """How hard a role's tasks are, from its groups of two or more trajectories.
+def difficulty_metrics(batch: GroupedRewards, role: str) -> dict[str, float]:
+    """How hard a role's tasks are, from its groups of two or more trajectories (rLLM's
+    per-group difficulty diagnostics, under rLLM's keys ``batch/{role}/...``):
 
-    A trajectory counts as solved when its reward is > 0. Keys (``{prefix}/...``):
+    * ``total``: groups of two or more trajectories (the only ones below); ``informative``:
+      those whose rewards have a population std ``>= 1e-8`` (they give GRPO a signal);
+    * ``fractions/effective``: ``informative / total``; ``fractions/too_easy`` / ``too_hard``:
+      share of groups with std ``< 1e-8`` and mean ``>= 1`` / mean ``<= 0`` (all solved / all
+      failed, for rewards in ``[0, 1]``);
+    * ``group_reward_mean/p{10,50,90}``, ``group_reward_std/p{10,50,90}``: percentiles (linear
+      interpolation, as ``np.percentile``) of the group means and population stds.
 
-    * ``num_groups``: groups of two or more trajectories (the only ones below);
-    * ``fraction_nonzero_std``: share whose rewards are not all equal (they give GRPO a signal);
-    * ``fraction_all_solved`` / ``fraction_all_failed``: share where every reward is > 0 / <= 0;
-    * ``group_mean_p{10,50,90}``, ``group_std_p{10,50,90}``: percentiles (linear
-      interpolation, ``torch.quantile``) of the group means and population stds; left out when
-      there is no group of two or more.
+    No key at all when the role has no group of two or more (as rLLM).
 
     Args:
         batch: the role's packed rewards; under a process group, with rank-local groups (as the
             collector packs them): every rank must call, and the groups of every rank count.
+        role: the group role, in the keys.
 
     Raises:
         NotImplementedError: ``batch`` has groups split over ranks.
+
+    Source: rLLM ``collect_reward_and_advantage_from_trajectory_groups`` (``batch/{role}/*``).
     """
     rewards_N = batch.rewards.double()
     var_G, mean_G = segment_var_mean(rewards_N, batch.group_index, batch.num_groups, correction=0)
-    max_G = torch.full_like(mean_G, -torch.inf).scatter_reduce_(0, batch.group_index, rewards_N, "amax")
-    min_G = torch.full_like(mean_G, torch.inf).scatter_reduce_(0, batch.group_index, rewards_N, "amin")
-    stats_G5 = torch.stack([batch.counts.double(), mean_G, var_G, max_G, min_G], dim=1).cpu()
+    stats_G3 = torch.stack([batch.counts.double(), mean_G, var_G], dim=1).cpu()
     if batch.process_group is not None:
         if not batch.local_groups:
             raise NotImplementedError("difficulty_metrics needs rank-local groups (local_groups=True).")
         _, world = world_position(batch.process_group)
         parts: list = [None] * world
-        dist.all_gather_object(parts, stats_G5, group=batch.process_group)
-        stats_G5 = torch.cat(parts)
-    counts_G, mean_G, var_G, max_G, min_G = stats_G5.unbind(1)
+        dist.all_gather_object(parts, stats_G3, group=batch.process_group)
+        stats_G3 = torch.cat(parts)
+    counts_G, mean_G, var_G = stats_G3.unbind(1)
     multi_G = counts_G >= 2
-    num_multi = int(multi_G.sum())
-    out = {f"{prefix}/num_groups": float(num_multi)}
-    if num_multi == 0:
-        return out | {f"{prefix}/fraction_{k}": 0.0 for k in ("nonzero_std", "all_solved", "all_failed")}
-    max_M, min_M = max_G[multi_G], min_G[multi_G]
+    total = int(multi_G.sum())
+    if total == 0:
+        return {}
+    mean_M, std_M = mean_G[multi_G], var_G[multi_G].sqrt()
+    flat_M = std_M < ZERO_ADVANTAGE_ATOL
+    informative = int((~flat_M).sum())
     q = torch.tensor([p / 100 for p in DIFFICULTY_PERCENTILES], dtype=torch.float64)
     stats = torch.cat(
         [
-            torch.stack([(max_M != min_M).double().mean(), (min_M > 0).double().mean(), (max_M <= 0).double().mean()]),
-            torch.quantile(mean_G[multi_G], q),
-            torch.quantile(var_G[multi_G].sqrt(), q),
+            torch.stack([(flat_M & (mean_M >= 1.0)).double().sum(), (flat_M & (mean_M <= 0.0)).double().sum()]) / total,
+            torch.quantile(mean_M, q),
+            torch.quantile(std_M, q),
         ]
     ).tolist()
-    names = ["fraction_nonzero_std", "fraction_all_solved", "fraction_all_failed"]
-    names += [f"group_mean_p{p}" for p in DIFFICULTY_PERCENTILES] + [f"group_std_p{p}" for p in DIFFICULTY_PERCENTILES]
-    return out | {f"{prefix}/{name}": value for name, value in zip(names, stats, strict=True)}
+    prefix = f"batch/{role}"
+    out = {
+        f"{prefix}/total": float(total),
+        f"{prefix}/informative": float(informative),
+        f"{prefix}/fractions/effective": informative / total,
+        f"{prefix}/fractions/too_easy": stats[0],
+        f"{prefix}/fractions/too_hard": stats[1],
+    }
+    for i, p in enumerate(DIFFICULTY_PERCENTILES):
+        out[f"{prefix}/group_reward_mean/p{p}"] = stats[2 + i]
+        out[f"{prefix}/group_reward_std/p{p}"] = stats[2 + len(DIFFICULTY_PERCENTILES) + i]
+    return out

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import inspect
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Literal
@@ -31,6 +31,9 @@ from rllm_torch.rllm.config import BATCH_INPUTS, RUN_OPTIONS
 
 __all__ = [
     "register_rllm_adv_estimator",
+    "register_adv_estimator",
+    "RLLM_ADV_ESTIMATOR_REGISTRY",
+    "CALL_DATA",
     "registered_estimator_names",
     "is_token_level",
     "estimator_options",
@@ -57,6 +60,9 @@ class Registration:
     form: EstimatorForm
     tensor_fn: Callable | None  # tensor implementation behind a built-in's arrays-form function
     options: frozenset[str] | None  # keyword options the function accepts; None = **kwargs
+    takes_config: bool = False  # it names ``algorithm_config`` (rLLM's signature since 2026-05) or takes **kwargs
+    takes_traj_groups: bool = False  # it names ``traj_groups`` (rLLM passes them since 2026-05) or takes **kwargs
+    needs_traj_groups: bool = False  # ``traj_groups`` is a parameter without a default
 
 
 _REGISTRY: dict[str, Registration] = {}
@@ -78,13 +84,27 @@ def registered_name(name: object) -> str:
     return name
 
 
-def _accepted_options(fn: Callable) -> frozenset[str] | None:
-    params = inspect.signature(fn).parameters.values()
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-        return None
-    return frozenset(
-        p.name for p in params if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    )
+#: What a call passes besides options: the rewards (``rewards`` / ``batch``), rLLM's config and its groups.
+CALL_DATA = frozenset({"rewards", "batch", "algorithm_config", "traj_groups"})
+
+
+def _signature_facts(fn: Callable) -> dict[str, object]:
+    """What ``fn``'s signature takes: its keyword options (None: ``**kwargs``), whether it takes
+    rLLM's ``algorithm_config`` and ``traj_groups``, and whether ``traj_groups`` has no default."""
+    params = inspect.signature(fn).parameters
+    var_keyword = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    named = {
+        name
+        for name, p in params.items()
+        if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    }
+    groups = params.get("traj_groups")
+    return {
+        "options": None if var_keyword else frozenset(named - CALL_DATA),
+        "takes_config": var_keyword or "algorithm_config" in named,
+        "takes_traj_groups": var_keyword or "traj_groups" in named,
+        "needs_traj_groups": groups is not None and groups.default is inspect.Parameter.empty,
+    }
 
 
 def _add(name: object, fn: Callable, form: EstimatorForm, tensor_fn: Callable | None) -> None:
@@ -99,11 +119,19 @@ def _add(name: object, fn: Callable, form: EstimatorForm, tensor_fn: Callable | 
             UserWarning,
             stacklevel=3,
         )
-    _REGISTRY[key] = Registration(fn, form, tensor_fn, _accepted_options(tensor_fn or fn))
+    _REGISTRY[key] = Registration(fn, form, tensor_fn, **_signature_facts(tensor_fn or fn))
 
 
 def register_rllm_adv_estimator(name: str | Enum, *, form: EstimatorForm = "arrays") -> Callable[[Callable], Callable]:
     """Decorator registering an advantage estimator under ``name`` (rLLM's API).
+
+    rLLM's canonical signature (since 2026-05) is ``fn(rewards: list[np.ndarray],
+    algorithm_config: AlgorithmConfig, **kwargs) -> (advantages_by_group, returns_by_group)``:
+    the function gets the run's :class:`~rllm_torch.rllm.config.AlgorithmConfig` and, when it
+    takes ``traj_groups`` (or ``**kwargs``), the role's ``TrajectoryGroup`` list aligned with
+    ``rewards`` (each group holding exactly the trajectories whose rewards it gets). The seed's
+    ``fn(rewards, norm_adv_by_std_in_grpo=True, **kwargs)`` works too: a function gets each
+    run-wide option it names (and all of them through ``**kwargs``).
 
     Args:
         name: a str or an ``rLLMAdvantageEstimator`` member (stored by its value).
@@ -138,6 +166,53 @@ def register_rllm_adv_estimator(name: str | Enum, *, form: EstimatorForm = "arra
         return fn
 
     return decorator
+
+
+def register_adv_estimator(name: str | Enum, *, form: EstimatorForm = "arrays") -> Callable[[Callable], Callable]:
+    """rLLM's newer name of :func:`register_rllm_adv_estimator` (its ``terminal-rl`` branch); the same registry."""
+    return register_rllm_adv_estimator(name, form=form)
+
+
+class _EstimatorRegistry(MutableMapping):
+    """rLLM's ``RLLM_ADV_ESTIMATOR_REGISTRY``: a live view of the registry, name → the function
+    rLLM's code would call (:func:`~rllm_torch.rllm.arrays.get_rllm_adv_estimator`; a
+    token-level one's tensor function). Assigning a name registers an ``"arrays"`` estimator;
+    names cannot be deleted."""
+
+    def __getitem__(self, name: object) -> Callable:
+        from rllm_torch.rllm.dispatch import (  # dispatch imports this module
+            get_rllm_adv_estimator,
+            get_tensor_adv_estimator,
+        )
+
+        if registered_name(name) not in _REGISTRY:
+            raise KeyError(name)
+        return (
+            get_tensor_adv_estimator(name)
+            if _REGISTRY[registered_name(name)].form == "tokens"
+            else get_rllm_adv_estimator(name)
+        )
+
+    def __setitem__(self, name: object, fn: Callable) -> None:
+        _add(name, fn, "arrays", None)
+
+    def __delitem__(self, name: object) -> None:
+        raise TypeError(
+            "registered estimators cannot be removed; register another function under the name to replace it."
+        )
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(registered_estimator_names())
+
+    def __len__(self) -> int:
+        return len(_REGISTRY)
+
+    def __contains__(self, name: object) -> bool:
+        value = name.value if isinstance(name, Enum) else name
+        return value in _REGISTRY
+
+
+RLLM_ADV_ESTIMATOR_REGISTRY: MutableMapping = _EstimatorRegistry()
 
 
 def register_builtin(

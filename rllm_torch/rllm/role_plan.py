@@ -19,7 +19,7 @@ roles whose estimator is token-level are the caller's, see :class:`RoleAdvantage
 4. ``broadcast`` gives each step its trajectory's advantage (divided by its number of steps
    with ``normalize_by_steps``); a turn mode gives each step its own
    (:func:`~rllm_torch.rllm.stepwise.role_turn_advantages`);
-5. the role's ``reward/*``, ``advantage/*`` (and ``turns/*``, ``difficulty/*``) metrics, over
+5. the role's ``reward/*``, ``advantage/*`` (and ``turns/*``, ``batch/{role}/*`` difficulty) metrics, over
    every rank; a role whose advantages are per token (precomputed, token-level) gets its
    metrics from :func:`token_advantage_metrics`, which the callers use for it.
 """
@@ -32,13 +32,12 @@ import torch
 from torch import Tensor
 
 from rllm_torch.core.distributed import agree_across_ranks, gather_objects
-from rllm_torch.core.errors import ConfigError
 from rllm_torch.core.packing import GroupedRewards
 from rllm_torch.core.turns import GroupedTurns
 from rllm_torch.rllm.config import TURN_MODES, AlgorithmConfig
 from rllm_torch.rllm.metrics import difficulty_metrics, summary_metrics
-from rllm_torch.rllm.registry import is_token_level, registered_name
-from rllm_torch.rllm.roles import outcome_estimator, role_advantages, role_estimator
+from rllm_torch.rllm.registry import is_token_level
+from rllm_torch.rllm.roles import estimator_inputs, outcome_estimator, role_advantages, role_estimator
 from rllm_torch.rllm.stepwise import check_stepwise_estimator, role_turn_advantages
 
 __all__ = ["RoleBatch", "RoleAdvantages", "compute_role_advantages", "token_advantage_metrics"]
@@ -67,6 +66,9 @@ class RoleBatch:
             them without a device sync (they pick the dense ``[G, K]`` view); None: unknown.
         step_rewards, step_weights, step_observation: ``[M]`` each step's turn reward, trained
             tokens and observation id (``gigpo``): the turn modes' input, None in ``broadcast``.
+        trajectory_groups: ``G`` host objects, each group's ``TrajectoryGroup`` (its trajectories
+            in the batch's flat order), for an estimator that reads rLLM's ``traj_groups``; None:
+            the caller has none.
     """
 
     scores: Tensor
@@ -82,6 +84,7 @@ class RoleBatch:
     step_rewards: Tensor | None = None
     step_weights: Tensor | None = None
     step_observation: Tensor | None = None
+    trajectory_groups: list | None = None
 
     @property
     def num_groups(self) -> int:
@@ -132,7 +135,7 @@ def compute_role_advantages(
         config: the estimators, the stepwise mode and the options.
         process_group: None (one process) or the resolved ``ProcessGroup`` whose ranks hold the
             rest of the batch (rank-local groups); every rank must call.
-        difficulty: also the ``difficulty/{role}/*`` metrics (the collector's).
+        difficulty: also the ``batch/{role}/*`` difficulty metrics (the collector's).
         outcome_only: refuse a token-level estimator (the collector: one advantage per trajectory).
         rewards_only: the ``reward/{role}/*`` metrics only, no estimator (validation).
         input_error: this rank's error while describing its batch: raised on every rank.
@@ -179,7 +182,7 @@ def compute_role_advantages(
             if count := sum(gather_objects(untrained, process_group)):
                 metrics[f"advantage/{role}/num_untrained"] = float(count)
             if difficulty:
-                metrics |= difficulty_metrics(packed, f"difficulty/{role}")
+                metrics |= difficulty_metrics(packed, role)
             out.steps = (
                 out.steps.index_copy(0, steps_M, adv_M.to(torch.float64)) if steps_M is not None else adv_M.double()
             )
@@ -193,7 +196,7 @@ def compute_role_advantages(
             num_untrained=untrained,
             process_group=process_group,
             difficulty=difficulty,
-            inputs=_estimator_inputs(batch, role, estimators[role], process_group),
+            inputs=estimator_inputs(batch, role, estimators[role], process_group, rows_N),
         )
         role_adv = role_adv.to(torch.float64)
         adv_N = role_adv if rows_N is None else adv_N.index_copy(0, rows_N, role_adv)
@@ -246,29 +249,6 @@ def _estimator(role: str, config: AlgorithmConfig, outcome_only: bool):
     estimator = outcome_estimator(role, config) if outcome_only else role_estimator(role, config)
     check_stepwise_estimator(estimator, config.stepwise_advantage_mode)
     return estimator
-
-
-def _estimator_inputs(batch: RoleBatch, role: str, estimator, process_group: object) -> dict[str, Tensor] | None:
-    """The batch's tensors ``estimator`` takes besides the rewards: ``remax``'s ``baselines``, the
-    role's groups' greedy rewards. A group without one is refused (one host sync; under a process
-    group one ``all_gather_object``, so every rank raises)."""
-    if registered_name(estimator) != "remax":
-        return None
-    groups = batch.rl_groups(role)
-    baselines_G = batch.group_baselines[groups] if batch.group_baselines is not None else None
-    missing = len(groups) if baselines_G is None else int(baselines_G.isnan().sum())
-    error = None
-    if missing:
-        error = ConfigError(
-            f"role {role!r}: remax's baseline is each group's greedy reward (TrajectoryGroup.reward_baseline), and "
-            f"{missing} of the role's {len(groups)} group(s) have none. The trainer samples them when a role's "
-            "estimator is remax; a caller of the collector sets reward_baseline on every group."
-        )
-    if process_group is not None:
-        agree_across_ranks(process_group, error, {}, must_match=())
-    elif error is not None:
-        raise error
-    return {"baselines": baselines_G}
 
 
 def _pack_role(

@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import math
 from enum import Enum
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from rllm_torch.core.checks import check_reward
-from rllm_torch.core.distributed import gather_objects
+from rllm_torch.core.distributed import agree_across_ranks, gather_objects
 from rllm_torch.core.errors import ConfigError, InvalidRewardsError, UnknownEstimatorError
 from rllm_torch.core.packing import GroupedRewards
 from rllm_torch.rllm.config import AlgorithmConfig, rLLMAdvantageEstimator
 from rllm_torch.rllm.dispatch import compute_advantages
 from rllm_torch.rllm.metrics import difficulty_metrics, summary_metrics
-from rllm_torch.rllm.registry import is_token_level, registered_name
+from rllm_torch.rllm.registry import is_token_level, registered_name, registration
 from rllm_torch.rllm.types import Trajectory, TrajectoryGroup
 
 __all__ = [
@@ -30,6 +31,8 @@ __all__ = [
     "reward_components_tensor",
     "group_baselines_tensor",
     "needs_greedy_baselines",
+    "role_traj_groups",
+    "estimator_inputs",
 ]
 
 
@@ -81,8 +84,9 @@ def role_advantages(
     difficulty: bool = False,
     inputs: dict[str, Tensor] | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
-    """Run ``estimator`` once on a role's packed trained trajectories, with the run's options
-    (``algorithm_config.estimator_call_kwargs``) and this batch's ``inputs``, and summarise the role.
+    """Run ``estimator`` once on a role's packed trained trajectories, with ``algorithm_config``
+    (its options, and the config itself for an estimator with rLLM's signature) and this batch's
+    ``inputs``, and summarise the role.
 
     Args:
         batch: the role's trained trajectories (under a process group, this rank's share of
@@ -93,15 +97,15 @@ def role_advantages(
         num_untrained: this rank's untrained trajectories of the role.
         process_group: ``None`` (one process) or the resolved ``ProcessGroup`` holding the rest
             of the batch; every rank must call, in the same order of roles.
-        difficulty: also the ``difficulty/{role}/*`` metrics (the collector's).
-        inputs: tensors of this batch the estimator takes besides the rewards (``remax``'s
-            ``baselines``), or None.
+        difficulty: also the ``batch/{role}/*`` difficulty metrics (the collector's).
+        inputs: what the estimator takes besides the rewards and options: ``remax``'s
+            ``baselines`` tensor, rLLM's ``traj_groups``; or None.
 
     Returns:
         ``(adv_N, metrics)``: the advantages in ``batch``'s flat order (empty when no rank
         holds a trajectory of the role: the estimator is then not called); ``reward/{role}/*``
         and ``advantage/{role}/*`` (with ``fraction_zero``) over every rank's trajectories,
-        ``difficulty/{role}/*`` with ``difficulty``, and ``advantage/{role}/num_untrained``
+        ``batch/{role}/*`` difficulty with ``difficulty``, and ``advantage/{role}/num_untrained``
         when some rank has untrained ones.
 
     Raises:
@@ -111,11 +115,10 @@ def role_advantages(
     if process_group is not None or batch.num_trajectories:
         metrics = summary_metrics(batch.rewards, f"reward/{role}", process_group=process_group)
     if metrics:  # some rank holds a trajectory of the role (the same answer on every rank)
-        options = algorithm_config.estimator_call_kwargs(estimator) | (inputs or {})
-        adv_N, _ = compute_advantages(batch, estimator, **options)
+        adv_N, _ = compute_advantages(batch, estimator, algorithm_config=algorithm_config, **(inputs or {}))
         metrics |= summary_metrics(adv_N, f"advantage/{role}", fraction_zero=True, process_group=process_group)
         if difficulty:
-            metrics |= difficulty_metrics(batch, f"difficulty/{role}")
+            metrics |= difficulty_metrics(batch, role)
     else:
         adv_N = batch.rewards.new_zeros(0, dtype=torch.float64)
     if count := sum(gather_objects(num_untrained, process_group)):
@@ -168,6 +171,67 @@ def group_baselines_tensor(groups: list[TrajectoryGroup]) -> Tensor | None:
                 )
         values.append(value)
     return torch.tensor(values, dtype=torch.float64).reshape(len(groups))
+
+
+def role_traj_groups(batch: Any, role: str, rows_N: Tensor | None) -> list | None:
+    """rLLM's ``traj_groups`` of a role: each of its RL groups as a ``TrajectoryGroup`` holding
+    exactly the trajectories the estimator's arrays hold (the trained ones, in order), so that
+    ``traj_groups[i].trajectories[j]`` is the trajectory of ``rewards[i][j]``. A group's
+    trajectories are contiguous in the batch's flat order, in the group's own order."""
+    from rllm_torch.rllm.types import TrajectoryGroup
+
+    if batch.trajectory_groups is None:
+        return None
+    groups = batch.rl_groups(role)
+    if rows_N is None:
+        return [batch.trajectory_groups[g] for g in groups]
+    kept = set(rows_N.tolist())
+    counts = torch.bincount(batch.group_index, minlength=batch.num_groups).tolist()
+    firsts = [sum(counts[:g]) for g in range(batch.num_groups)]
+    views = []
+    for g in groups:
+        source = batch.trajectory_groups[g]
+        members = [j for j in range(counts[g]) if firsts[g] + j in kept]
+        views.append(
+            TrajectoryGroup(
+                [source.trajectories[j] for j in members],
+                group_id=source.group_id,
+                group_role=source.group_role,
+                task_id=source.task_id,
+                metadata=[source.metadata[j] for j in members] if len(source.metadata) == counts[g] else [],
+                reward_baseline=source.reward_baseline,
+            )
+        )
+    return views
+
+
+def estimator_inputs(
+    batch: Any, role: str, estimator, process_group: object, rows_N: Tensor | None = None
+) -> dict[str, object] | None:
+    """What ``estimator`` takes besides the rewards and options: rLLM's ``traj_groups`` (when it
+    takes them and the caller has groups) and ``remax``'s ``baselines``, the role's groups' greedy
+    rewards. A group without one is refused (one host sync; under a process group one
+    ``all_gather_object``, so every rank raises)."""
+    inputs: dict[str, object] = {}
+    if registration(estimator).takes_traj_groups and (views := role_traj_groups(batch, role, rows_N)) is not None:
+        inputs["traj_groups"] = views
+    if registered_name(estimator) != "remax":
+        return inputs or None
+    groups = batch.rl_groups(role)
+    baselines_G = batch.group_baselines[groups] if batch.group_baselines is not None else None
+    missing = len(groups) if baselines_G is None else int(baselines_G.isnan().sum())
+    error = None
+    if missing:
+        error = ConfigError(
+            f"role {role!r}: remax's baseline is each group's greedy reward (TrajectoryGroup.reward_baseline), and "
+            f"{missing} of the role's {len(groups)} group(s) have none. The trainer samples them when a role's "
+            "estimator is remax; a caller of the collector sets reward_baseline on every group."
+        )
+    if process_group is not None:
+        agree_across_ranks(process_group, error, {}, must_match=())
+    elif error is not None:
+        raise error
+    return inputs | {"baselines": baselines_G}
 
 
 def needs_greedy_baselines(config: AlgorithmConfig, estimator_map: dict | None = None) -> bool:

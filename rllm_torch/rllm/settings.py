@@ -161,7 +161,9 @@ def schema_fields(cls: type, section: str) -> list[tuple[str, Any, Field]]:
             )
             continue
         default = s.schema_default if s.schema_default is not UNSET else default_of(f)
-        if isinstance(default, (dict, list)):
+        if dataclasses.is_dataclass(default):  # a section (rollout_correction): its own dataclass
+            out.append((s.key.rpartition(".")[2], type(default), dataclasses.field(default_factory=type(default))))
+        elif isinstance(default, (dict, list)):
             value = default
             out.append(
                 (

@@ -176,10 +176,9 @@ def role_turn_advantages(
     """
     config = algorithm_config
     check_stepwise_estimator(estimator, config.stepwise_advantage_mode)
-    kwargs = config.estimator_call_kwargs(estimator)
 
     def run(batch):
-        return compute_advantages(batch, estimator, **kwargs)
+        return compute_advantages(batch, estimator, algorithm_config=config)
 
     scores_N = turns.episode_returns() if episode_scores is None else episode_scores
     metrics: dict[str, float] = {}

@@ -1,33 +1,44 @@
 """The trajectory data model: ``Step``, ``Trajectory``, ``TrajectoryGroup``, ``Episode``,
-``TerminationReason`` (rLLM's ``rllm.agents.agent`` and ``rllm.workflows.workflow`` types).
+``Action``, ``TerminationReason`` (rLLM's ``rllm.types`` and ``rllm.workflows.workflow``
+types), with the fields rLLM's code reads.
 
-Differences from rLLM, on purpose:
+As in rLLM, ids carry structure when nothing else says it: a group's role is the second part of
+its ``group_id`` (``"task-7:judge"`` → ``"judge"``; ``"all_groups"`` without one) and an
+episode's task id is the first part of its ``id`` (``"task-7:0"`` → ``"task-7"``). Unlike rLLM,
+each can also be given explicitly (``TrajectoryGroup(group_role=...)``, ``Episode(task_id=...)``),
+and then wins.
 
-* ``Episode.task_id``, ``Episode.rollout_idx`` and ``TrajectoryGroup.group_role`` are explicit
-  fields. Nothing is recovered by splitting ``"task:rollout"`` or ``"task:role"`` strings.
-* ``Step.response_mask`` (optional) says which response tokens are trained; without it every
-  token of ``response_ids`` is. :meth:`Step.token_advantages` turns the step's advantage into one
-  value per response token with that mask, which is what a backend does in broadcast mode.
+Additions: ``Step.response_mask`` (optional) says which response tokens are trained; without it
+every token of ``response_ids`` is. :meth:`Step.token_advantages` turns the step's advantage into
+one value per response token with that mask, which is what a backend does in broadcast mode.
 
 The classes are plain mutable dataclasses with ``__slots__`` (cheap attribute writes: the
-collector writes ``step.advantage`` on every step of a batch).
+collector writes ``step.advantage`` on every step of a batch); rLLM's ``metadata`` is ``info``
+under both names.
 """
 
 from __future__ import annotations
 
-import numbers
 import uuid
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-import torch
 from torch import Tensor
 
-from rllm_torch.core.errors import InvalidRewardTypeError, InvalidTrajectoryError
+from rllm_torch.core.errors import InvalidTrajectoryError
+from rllm_torch.rllm.steps import (
+    Action,
+    MetadataAlias,
+    Step,
+    TerminationReason,
+    parse_termination_reason,
+    without_images,
+)
 
 __all__ = [
     "TerminationReason",
+    "Action",
     "Step",
     "Trajectory",
     "TrajectoryGroup",
@@ -36,109 +47,18 @@ __all__ = [
     "parse_termination_reason",
 ]
 
-DEFAULT_GROUP_ROLE = "default"
-"""Role of a :class:`TrajectoryGroup` whose trajectories do not share one name."""
+DEFAULT_GROUP_ROLE = "all_groups"
+"""Role of a :class:`TrajectoryGroup` whose ``group_id`` has no ``":role"`` part (rLLM's)."""
 
 
-class TerminationReason(str, Enum):
-    """Why an episode ended (rLLM's values). ``TerminationReason("timeout")`` reads the string
-    form; an unknown string raises ``ValueError`` (no fallback member)."""
-
-    MAX_PROMPT_LENGTH_EXCEEDED = "max_prompt_length_exceeded"
-    MAX_RESPONSE_LENGTH_EXCEEDED = "max_response_length_exceeded"
-    ENV_DONE = "env_done"
-    MAX_TURNS_EXCEEDED = "max_turns_exceeded"
-    TIMEOUT = "timeout"
-    UNKNOWN = "unknown"
-    ERROR = "error"
+def role_of_group_id(group_id: str) -> str:
+    """rLLM's ``TrajectoryGroup.group_role``: the part after the first ``":"`` of ``group_id`` and
+    before the next (``"task-7:judge"`` → ``"judge"``), else :data:`DEFAULT_GROUP_ROLE`."""
+    return group_id.split(":")[1] if ":" in group_id[:-1] else DEFAULT_GROUP_ROLE
 
 
 @dataclass(slots=True, eq=False)
-class Step:
-    """One model call of a trajectory.
-
-    Attributes:
-        prompt_ids: prompt token ids.
-        response_ids: response token ids, ``T`` of them.
-        logprobs: sampling log-probabilities of the response tokens (nats), ``T`` of them or empty.
-        reward: the step's reward (used as the trajectory reward when that is missing).
-        done: whether the environment ended after this step.
-        info: free-form metadata.
-        advantage: ``None`` (not computed), a Python float (one value for the whole step: what
-            the collector writes in RL mode; the backend multiplies it by the response mask), or
-            a per-token list of ``T`` floats (precomputed mode).
-        response_mask: optional ``T`` 0/1 values (list or 1-D tensor), 1 where a response token
-            is trained; ``None`` means every response token is.
-        model_response, observation, action: the text-level content, for logging only.
-    """
-
-    prompt_ids: list[int] = field(default_factory=list)
-    response_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    reward: float = 0.0
-    done: bool = False
-    info: dict = field(default_factory=dict)
-    advantage: float | list[float] | None = None
-    response_mask: list[int] | Tensor | None = None
-    model_response: str = ""
-    observation: Any = None
-    action: Any = None
-
-    def response_mask_tensor(self) -> Tensor:
-        """``[T]`` float32 mask of this step's response tokens (ones when ``response_mask`` is None).
-
-        Raises:
-            InvalidTrajectoryError (a ValueError): ``response_mask`` does not have one entry per
-                response token, or holds a value other than 0 and 1.
-        """
-        num_tokens = len(self.response_ids)
-        if self.response_mask is None:
-            return torch.ones(num_tokens, dtype=torch.float32)
-        mask_T = torch.as_tensor(self.response_mask, dtype=torch.float32).reshape(-1)
-        if mask_T.shape[0] != num_tokens:
-            raise InvalidTrajectoryError(
-                f"response_mask has {mask_T.shape[0]} entries but the step has {num_tokens} response tokens; give one per token."
-            )
-        bad_T = (mask_T != 0) & (mask_T != 1)
-        if bad_T.any():
-            position = int(bad_T.nonzero()[0, 0])
-            raise InvalidTrajectoryError(
-                f"response_mask holds {mask_T[position].item():g} at token {position}; it must hold only 0 (not trained) and 1 (trained), since the mask multiplies the advantage."
-            )
-        return mask_T
-
-    def token_advantages(self) -> Tensor:
-        """``[T]`` float32 advantage of each response token: a scalar ``advantage`` times the
-        response mask, or a per-token list as given (masked tokens keep their value; the
-        backend masks the loss). ``advantage=None`` gives zeros.
-
-        Raises:
-            ValueError: a per-token list or the mask has the wrong length.
-            TypeError: ``advantage`` is neither None, a real number nor a list/tuple/1-D tensor.
-
-        Examples:
-            >>> Step(response_ids=[5, 6, 7], response_mask=[1, 0, 1], advantage=0.5).token_advantages()
-            tensor([0.5000, 0.0000, 0.5000])
-        """
-        adv = self.advantage
-        if adv is None:
-            return torch.zeros(len(self.response_ids), dtype=torch.float32)
-        if isinstance(adv, numbers.Real):
-            return self.response_mask_tensor() * float(adv)
-        if isinstance(adv, (list, tuple, Tensor)):
-            adv_T = torch.as_tensor(adv, dtype=torch.float32).reshape(-1)
-            if adv_T.shape[0] != len(self.response_ids):
-                raise InvalidTrajectoryError(
-                    f"advantage has {adv_T.shape[0]} entries but the step has {len(self.response_ids)} response tokens."
-                )
-            return adv_T
-        raise InvalidRewardTypeError(
-            f"step.advantage must be None, a number or a per-token list, got {type(adv).__name__}."
-        )
-
-
-@dataclass(slots=True, eq=False)
-class Trajectory:
+class Trajectory(MetadataAlias):
     """The steps of one agent in one episode.
 
     Attributes:
@@ -152,6 +72,7 @@ class Trajectory:
         reward_components: the rewards of several reward functions (the same ones, in the same
             order, for every trajectory of a batch), for multi-objective estimators (``gdpo``);
             ``None``: only ``reward``.
+        task, signals, input, output: rLLM's fields, carried as given.
     """
 
     name: str = ""
@@ -160,6 +81,30 @@ class Trajectory:
     info: dict = field(default_factory=dict)
     uid: str = field(default_factory=lambda: uuid.uuid4().hex)
     reward_components: list[float] | None = None
+    task: Any = None
+    signals: dict = field(default_factory=dict)
+    input: Any = None
+    output: Any = None
+
+    def to_dict(self) -> dict:
+        """The trajectory as plain data (rLLM's ``Trajectory.to_dict`` keys)."""
+        task = without_images(self.task)
+        return {
+            "uid": self.uid,
+            "name": self.name,
+            "task": task,
+            "steps": [step.to_dict() for step in self.steps],
+            "reward": float(self.reward) if self.reward is not None else None,
+            "info": self.info,
+        }
+
+    def is_cumulative(self) -> bool:
+        """Whether every step's ``chat_completions`` extends the previous step's (rLLM's check
+        that a multi-turn conversation can be trained as one sequence)."""
+        for prev, curr in zip(self.steps, self.steps[1:], strict=False):
+            if curr.chat_completions[: len(prev.chat_completions)] != prev.chat_completions:
+                return False
+        return True
 
     def trained_tokens(self) -> int:
         """The number of trained response tokens over every step (OPO's length ``l_i``): a
@@ -195,10 +140,12 @@ class TrajectoryGroup:
 
     Attributes:
         trajectories: the members, the same objects as in the episodes (not copies).
-        group_id: a label for logs, e.g. ``"task-7:solver"``; never parsed.
+        group_id: ``"{task_id}:{role}"`` as rLLM builds it (e.g. ``"task-7:solver"``).
         group_role: the role, which picks the estimator (``AlgorithmConfig.estimator_map``).
-            When not given: the trajectories' shared name, else ``"default"``.
-        task_id: the task the group belongs to, when it has one (named in error messages).
+            When not given: from ``group_id`` as rLLM reads it (:func:`role_of_group_id`:
+            ``"task-7:judge"`` → ``"judge"``, ``"all_groups"`` without a ``":"``).
+        task_id: the task the group belongs to; when not given, ``group_id``'s part before the
+            first ``":"`` (rLLM's), else None. Named in error messages.
         metadata: one dict per trajectory (``task_id``, ``rollout_idx``,
             ``termination_reason``, ``is_correct``), as the default grouping fills it.
         reward_baseline: the reward of a greedy rollout of the same task and role, ``remax``'s
@@ -211,11 +158,15 @@ class TrajectoryGroup:
     task_id: str | None = None
     metadata: list[dict] = field(default_factory=list)
     reward_baseline: float | None = None
+    weight_version: int = 0
 
     def __post_init__(self) -> None:
+        if not isinstance(self.group_id, str):
+            raise InvalidTrajectoryError(f"group_id must be a str, got {self.group_id!r}.")
         if self.group_role is None:
-            names = {t.name for t in self.trajectories}
-            self.group_role = names.pop() if len(names) == 1 and "" not in names else DEFAULT_GROUP_ROLE
+            self.group_role = role_of_group_id(self.group_id)
+        if self.task_id is None and ":" in self.group_id:
+            self.task_id = self.group_id.split(":")[0]
         if not isinstance(self.group_role, str) or not self.group_role:
             raise InvalidTrajectoryError(
                 f"group_role of group {self.group_id!r} must be a non-empty str, got {self.group_role!r}."
@@ -223,19 +174,23 @@ class TrajectoryGroup:
 
 
 @dataclass(slots=True, eq=False)
-class Episode:
+class Episode(MetadataAlias):
     """One rollout of one task: the trajectories of every agent that took part.
 
     Attributes:
-        id: a unique episode id; defaults to ``"{task_id}:{rollout_idx}"`` (built, never parsed).
+        id: the episode id, ``"{task_id}:{rollout_idx}"`` as rLLM builds it (the default when
+            ``task_id`` is given; a fresh UUID when neither is).
         task: the task itself (a dict, a prompt, ...).
         task_id: the task's id; episodes with the same ``task_id`` are rollouts of one task.
-        rollout_idx: which rollout of the task this is.
+            When not given: ``id``'s part before the first ``":"`` (rLLM's ``Episode.task_id``).
+        rollout_idx: which rollout of the task this is (from ``id``'s second part when that is an
+            integer and ``task_id`` was not given).
         trajectories: the trajectories.
         is_correct: whether the episode solved the task.
         termination_reason: why it ended; a :class:`TerminationReason` or its string value.
         metrics: numbers the workflow reports.
-        info: free-form metadata (``"data_source"`` is used by validation).
+        info: free-form metadata (``"data_source"`` is used by validation); rLLM's ``metadata``.
+        session_id, artifacts: rLLM's fields, carried as given.
 
     Raises:
         ValueError: ``termination_reason`` is a string that is not a TerminationReason value.
@@ -250,22 +205,31 @@ class Episode:
     termination_reason: TerminationReason | None = None
     metrics: dict = field(default_factory=dict)
     info: dict = field(default_factory=dict)
+    session_id: str | None = None
+    artifacts: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not self.id and self.task_id is not None:
-            self.id = f"{self.task_id}:{self.rollout_idx}"
+        if not self.id:
+            self.id = f"{self.task_id}:{self.rollout_idx}" if self.task_id is not None else uuid.uuid4().hex
+        elif self.task_id is None:  # rLLM reads the task id (and rollout index) from the id
+            parts = str(self.id).split(":")
+            self.task_id = parts[0]
+            if len(parts) > 1 and parts[1].isdigit() and self.rollout_idx == 0:
+                self.rollout_idx = int(parts[1])
         if isinstance(self.termination_reason, str) and not isinstance(self.termination_reason, TerminationReason):
             self.termination_reason = parse_termination_reason(self.termination_reason, f"episode {self.id!r}")
 
-
-def parse_termination_reason(value: object, where: str) -> TerminationReason:
-    """A :class:`TerminationReason` from a member or its string value (case-insensitive)."""
-    if isinstance(value, TerminationReason):
-        return value
-    if isinstance(value, str):
-        try:
-            return TerminationReason(value.lower())
-        except ValueError:
-            pass
-    valid = ", ".join(repr(r.value) for r in TerminationReason)
-    raise InvalidTrajectoryError(f"{where}: termination reason {value!r} is not one of {valid}.")
+    def to_dict(self) -> dict:
+        """The episode as plain data (rLLM's ``Episode.to_dict`` keys)."""
+        task = without_images(self.task)
+        reason = self.termination_reason
+        return {
+            "id": self.id,
+            "task": task,
+            "termination_reason": reason.value if isinstance(reason, Enum) else reason,
+            "is_correct": bool(self.is_correct),
+            "session_id": self.session_id,
+            "trajectories": [t.to_dict() for t in self.trajectories],
+            "metrics": self.metrics,
+            "info": self.info,
+        }

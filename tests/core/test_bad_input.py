@@ -100,7 +100,7 @@ def test_labels_that_are_none_or_unhashable():
     ("field", "value", "message"),
     [
         ("stepwise_advantage_mode", "per_token", r"rllm\.stepwise_advantage\.mode='per_token' is not one of"),
-        ("loss_fn", "ppo2", r"rllm\.algorithm\.loss_fn='ppo2' is not one of"),
+        ("loss_fn", "ppo2", r"rllm\.algorithm\.loss_fn: 'ppo2' is not one of"),
         ("lr_schedule", "exp", r"rllm\.algorithm\.lr_schedule='exp' is not one of"),
         ("warmup_steps_ratio", 1.5, r"rllm\.algorithm\.warmup_steps_ratio=1.5 is out of range; it must be in \[0, 1\]"),
         ("epsilon", -1e-6, "epsilon must be a non-negative"),

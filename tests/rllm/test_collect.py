@@ -97,36 +97,39 @@ def test_singleton_groups_follow_each_estimator_rule_and_are_left_out_of_the_dif
     # GRPO, group of one: mean 0, std 1 -> 2 / (1 + 1e-6); the pair: mean 1, std .5 -> +-.5 / (.5 + 1e-6)
     assert _advantages(single) == pytest.approx([2 / (1 + EPS)], abs=1e-12)
     assert _advantages(pair) == pytest.approx([-0.5 / (0.5 + EPS), 0.5 / (0.5 + EPS)], abs=1e-12)
-    # diagnostics see only the pair: spread non-zero, all rewards > 0, mean 1, std .5
-    assert metrics["difficulty/s/num_groups"] == 1.0
-    assert metrics["difficulty/s/fraction_nonzero_std"] == 1.0
-    assert (metrics["difficulty/s/fraction_all_solved"], metrics["difficulty/s/fraction_all_failed"]) == (1.0, 0.0)
-    assert metrics["difficulty/s/group_mean_p50"] == 1.0 and metrics["difficulty/s/group_std_p90"] == 0.5
+    # rLLM's diagnostics (batch/{role}/*) see only the pair: std .5 (informative), mean 1
+    assert metrics["batch/s/total"] == 1.0 and metrics["batch/s/informative"] == 1.0
+    assert metrics["batch/s/fractions/effective"] == 1.0
+    assert (metrics["batch/s/fractions/too_easy"], metrics["batch/s/fractions/too_hard"]) == (0.0, 0.0)
+    assert metrics["batch/s/group_reward_mean/p50"] == 1.0 and metrics["batch/s/group_reward_std/p90"] == 0.5
     # RLOO, group of one: a = r
     single2 = _group("s", [2.0])
     collect_reward_and_advantage_from_trajectory_groups([single2], AlgorithmConfig(estimator="rloo"))
     assert _advantages(single2) == [2.0]
 
 
-def test_only_singletons_give_zero_difficulty_fractions_and_no_percentiles():
+def test_only_singletons_give_no_difficulty_keys_as_in_rllm():
     metrics = collect_reward_and_advantage_from_trajectory_groups(
         [_group("s", [1.0], "a"), _group("s", [0.0], "b")], AlgorithmConfig()
     )
-    assert metrics["difficulty/s/num_groups"] == 0.0 and metrics["difficulty/s/fraction_all_solved"] == 0.0
-    assert not any("group_mean_p" in k for k in metrics)
+    assert not any(k.startswith("batch/s/") for k in metrics)  # rLLM: `if n_total == 0: continue`
 
 
 def test_difficulty_fractions_over_several_groups():
-    # groups: [1,1] all solved; [0,0] all failed; [1,0] spread; [0,0] all failed
-    groups = [_group("s", r, f"t{i}") for i, r in enumerate([[1.0, 1.0], [0.0, 0.0], [1.0, 0.0], [0.0, 0.0]])]
+    # groups: [1,1] too easy; [0,0] too hard; [1,0] informative; [0,0] too hard; [.5,.5] flat, neither
+    rewards = [[1.0, 1.0], [0.0, 0.0], [1.0, 0.0], [0.0, 0.0], [0.5, 0.5]]
+    groups = [_group("s", r, f"t{i}") for i, r in enumerate(rewards)]
     metrics = collect_reward_and_advantage_from_trajectory_groups(groups, AlgorithmConfig())
-    assert metrics["difficulty/s/num_groups"] == 4.0
-    assert metrics["difficulty/s/fraction_nonzero_std"] == 0.25
-    assert metrics["difficulty/s/fraction_all_solved"] == 0.25 and metrics["difficulty/s/fraction_all_failed"] == 0.5
-    # group means [1, 0, .5, 0]: sorted [0, 0, .5, 1], median (0 + .5) / 2 = .25
-    assert metrics["difficulty/s/group_mean_p50"] == 0.25
-    # constant groups get exactly 0 advantage: 6 of 8 trajectories
-    assert metrics["advantage/s/fraction_zero"] == 0.75
+    assert (metrics["batch/s/total"], metrics["batch/s/informative"]) == (5.0, 1.0)
+    assert metrics["batch/s/fractions/effective"] == 0.2
+    assert metrics["batch/s/fractions/too_easy"] == 0.2 and metrics["batch/s/fractions/too_hard"] == 0.4
+    # group means [1, 0, .5, 0, .5]: sorted [0, 0, .5, .5, 1], median .5; p10 = 0, p90 = .5 + .6 * .5 = .8
+    assert metrics["batch/s/group_reward_mean/p50"] == 0.5
+    assert metrics["batch/s/group_reward_mean/p90"] == pytest.approx(0.8)
+    # stds sorted [0, 0, 0, 0, .5]: p90 at position .9 * 4 = 3.6, 0 + .6 * (.5 - 0) = .3 (np.percentile's linear)
+    assert metrics["batch/s/group_reward_std/p90"] == pytest.approx(0.3)
+    # constant groups get exactly 0 advantage: 8 of 10 trajectories
+    assert metrics["advantage/s/fraction_zero"] == 0.8
 
 
 def test_a_multi_step_trajectory_gets_its_advantage_at_each_step_own_response_tokens():

@@ -185,10 +185,16 @@ def test_rloo_per_group_on_a_group_of_one_returns_a_pair():
 
 def test_rllm_signatures_are_pinned():
     params = lambda fn: list(inspect.signature(fn).parameters)  # noqa: E731
-    assert params(rllm_torch.calculate_grpo_advantages)[:3] == ["rewards", "norm_adv_by_std_in_grpo", "episilon"]
-    assert params(rllm_torch.calculate_reinforce_plus_plus_baseline_advantages)[:2] == ["rewards", "epsilon"]
-    assert params(rllm_torch.calculate_rloo_advantages)[0] == "rewards"
-    assert params(rllm_torch.calculate_reinforce_advantages)[0] == "rewards"
+    # rLLM's today (rewards, algorithm_config, ...); the seed's positional options still bind (test_rllm_conformance.py)
+    assert params(rllm_torch.calculate_grpo_advantages)[:3] == ["rewards", "algorithm_config", "episilon"]
+    assert params(rllm_torch.calculate_reinforce_plus_plus_baseline_advantages)[:3] == [
+        "rewards",
+        "algorithm_config",
+        "epsilon",
+    ]
+    assert params(rllm_torch.calculate_prpo_advantages)[:3] == ["rewards", "algorithm_config", "epsilon"]
+    assert params(rllm_torch.calculate_rloo_advantages)[:2] == ["rewards", "algorithm_config"]
+    assert params(rllm_torch.calculate_reinforce_advantages)[:2] == ["rewards", "algorithm_config"]
     assert params(rllm_torch.calculate_grpo_advantages_per_group)[:3] == [
         "rewards",
         "norm_adv_by_std_in_grpo",
@@ -198,16 +204,24 @@ def test_rllm_signatures_are_pinned():
     assert params(rllm_torch.register_rllm_adv_estimator)[0] == "name"
     assert params(rllm_torch.get_rllm_adv_estimator) == ["name"]
     fields = list(inspect.signature(AlgorithmConfig).parameters)
-    assert fields[:9] == [
+    assert fields[:17] == [  # rLLM main at 9beb6e0f, its positional order
         "use_rllm",
         "estimator",
         "estimator_map",
+        "loss_fn_map",
         "stepwise_advantage_mode",
         "norm_adv_by_std_in_grpo",
         "use_precomputed_advantage",
         "loss_fn",
         "lr_schedule",
+        "warmup_steps",
         "warmup_steps_ratio",
+        "kl_beta",
+        "eps_clip",
+        "eps_clip_high",
+        "loss_agg_mode",
+        "rollout_correction",
+        "router_replay",
     ]
     assert [m.name for m in rLLMAdvantageEstimator] == [
         "GRPO",

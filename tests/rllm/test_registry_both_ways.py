@@ -72,10 +72,12 @@ def test_pass_at_k_takes_its_option_the_rllm_way_and_the_others_say_what_they_ne
         assert callable(get_tensor_adv_estimator(name))
 
 
-def test_the_rllm_form_of_a_tensor_estimator_passes_the_options_it_declares_and_ignores_others():
+def test_the_rllm_form_of_a_tensor_estimator_passes_the_options_it_declares_and_refuses_unknown_ones():
     fn = get_rllm_adv_estimator("test_both_ways_tensor")
-    adv, _ = fn(GROUPS, epsilon=1.0, norm_adv_by_std_in_grpo=False, unknown_option=3)
+    adv, _ = fn(GROUPS, epsilon=1.0, norm_adv_by_std_in_grpo=False)  # a run-wide option it does not take: accepted
     np.testing.assert_allclose(adv[0], (GROUPS[0] - GROUPS[0].mean()) / 2.0)
+    with pytest.raises(ConfigError, match="takes no option 'unknown_option'"):
+        fn(GROUPS, epsilon=1.0, unknown_option=3)
 
 
 def test_the_tensor_form_of_a_builtin_is_its_tensor_implementation():

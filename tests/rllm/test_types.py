@@ -22,12 +22,23 @@ def test_termination_reason_given_as_a_string_becomes_the_enum_member():
         Episode(task_id="t", termination_reason="ran_out_of_coffee")
 
 
-def test_group_role_is_an_explicit_field_defaulting_to_the_shared_trajectory_name():
-    assert (
-        TrajectoryGroup([Trajectory(name="solver"), Trajectory(name="solver")], group_id="x:y:z").group_role == "solver"
-    )
-    assert TrajectoryGroup([Trajectory(name="a"), Trajectory(name="b")]).group_role == "default"
-    assert TrajectoryGroup([Trajectory(name="a")], group_role="judge").group_role == "judge"
+def test_group_role_comes_from_the_group_id_as_rllm_reads_it_unless_given():
+    # rLLM's TrajectoryGroup.group_role: group_id.split(":")[1] if ":" in group_id[:-1] else "all_groups"
+    judges = [Trajectory(name="judge_0"), Trajectory(name="judge_1")]
+    assert TrajectoryGroup(judges, group_id="t0:judge").group_role == "judge"
+    assert TrajectoryGroup(judges, group_id="t0:judge").task_id == "t0"
+    assert TrajectoryGroup([Trajectory(name="solver")], group_id="x:y:z").group_role == "y"
+    assert TrajectoryGroup([Trajectory(name="a"), Trajectory(name="b")]).group_role == "all_groups"
+    assert TrajectoryGroup([Trajectory(name="a")], group_id="t0:").group_role == "all_groups"
+    assert TrajectoryGroup([Trajectory(name="a")], group_id="t0:x", group_role="judge").group_role == "judge"
+
+
+def test_an_episode_without_a_task_id_takes_it_from_its_id_as_rllm_does():
+    episode = Episode(id="t0:3")
+    assert (episode.task_id, episode.rollout_idx) == ("t0", 3)
+    assert Episode(id="t0:3", task_id="other").task_id == "other"  # given: it wins
+    assert Episode(task_id="t1", rollout_idx=2).id == "t1:2"
+    assert Episode(id="no-colon").task_id == "no-colon"  # rLLM: id.split(":")[0]
 
 
 def test_a_scalar_step_advantage_covers_exactly_the_step_own_response_mask():
