@@ -20,6 +20,7 @@ from omegaconf.errors import ValidationError
 
 from rllm_torch.core.errors import ConfigError, RLLMTorchError
 from rllm_torch.trainer.resolvers import register_resolvers
+from rllm_torch.trainer.rllm_settings import key_hint
 from rllm_torch.trainer.schema import TrainConfig
 
 __all__ = [
@@ -80,6 +81,8 @@ def _is_known(key: str, keys: set[str], open_prefixes: set[str]) -> bool:
 def _unknown_key_error(key: str, keys: set[str], how: str) -> ConfigError:
     close = difflib.get_close_matches(key, sorted(keys), n=1, cutoff=0.6)
     hint = f"; did you mean `{close[0]}`?" if close else ""
+    if rllm_hint := key_hint(key):  # a key of rLLM's verl / tinker backends: the one that does the same here
+        hint = rllm_hint
     return ConfigError(
         f"`{key}` ({how}) is not a setting of rllm-torch-train{hint} A run reads only the keys of its schema "
         "(rllm_torch/trainer/schema.py), so an unknown one would be ignored: `+` does not add a setting."

@@ -109,10 +109,11 @@ def check_reward_components(task: Task, config: DictConfig) -> None:
         )
 
 
-def run(config: DictConfig, *, run_files: dict[str, str] | None = None) -> UnifiedTrainer:
+def run(config: DictConfig, *, run_files: dict[str, str] | None = None, task: Task | None = None) -> UnifiedTrainer:
     """Train with a composed config; returns the (shut down) trainer, whose ``val_history``
     holds every validation's metrics. Under torchrun, initialises ``torch.distributed`` first and
-    destroys the process group at the end.
+    destroys the process group at the end. ``task``: what to train on, instead of the one
+    ``config.task`` builds (rLLM's ``AgentTrainer`` passes its workflow and datasets).
 
     The run directory gets ``config.yaml`` (the resolved config) and ``run_files`` (``{relative
     path: text}``; the command line passes Hydra's ``.hydra/`` record) once training starts, and
@@ -133,7 +134,7 @@ def run(config: DictConfig, *, run_files: dict[str, str] | None = None) -> Unifi
     clean = False
     try:
         with StopSignals(announce=ranks.is_main) as stop:
-            trainer = _train(config, ranks, run_files or {}, stop)
+            trainer = _train(config, ranks, run_files or {}, stop, task)
         clean = True
         return trainer
     except RuntimeError as exc:
@@ -162,7 +163,9 @@ def collective_error(exc: RuntimeError, rank: int, timeout_s: float) -> Distribu
     )
 
 
-def _train(config: DictConfig, ranks: RunRanks, run_files: dict[str, str], stop: StopSignals) -> UnifiedTrainer:
+def _train(
+    config: DictConfig, ranks: RunRanks, run_files: dict[str, str], stop: StopSignals, task: Task | None
+) -> UnifiedTrainer:
     if not sys.stderr.isatty():  # a piped log: no progress bars (the console logger's follows tqdm's rule)
         transformers.utils.logging.disable_progress_bar()
     seed = config.seed
@@ -177,7 +180,7 @@ def _train(config: DictConfig, ranks: RunRanks, run_files: dict[str, str], stop:
     run_dir = Path(config.rllm.trainer.default_local_dir)
     check_run_directory(run_dir, "rllm.trainer.default_local_dir")  # before minutes of model and data start-up
     backend_cls = backend_class(config.backend.name)
-    task = build_task(config.task)
+    task = build_task(config.task) if task is None else task
     if task.precomputed_advantage and not config.rllm.algorithm.use_precomputed_advantage:
         raise ConfigError(
             f"task.name={task.name!r} writes per-token advantages; set rllm.algorithm.use_precomputed_advantage=true (otherwise the estimator would overwrite them)."

@@ -9,7 +9,9 @@ own workflow (on :class:`~rllm_torch.trainer.workflow.Workflow`). ``task.name`` 
   how many turns);
 * :mod:`~rllm_torch.rollouts.distill`: on-policy distillation from a teacher (precomputed advantages);
 * :mod:`~rllm_torch.rollouts.file_task`: JSONL/Parquet files with a reward function by name;
-* :mod:`~rllm_torch.rollouts.reasoning_gym`: reasoning-gym datasets (an optional extra).
+* :mod:`~rllm_torch.rollouts.reasoning_gym`: reasoning-gym datasets (an optional extra);
+* :mod:`~rllm_torch.rollouts.simple` (rLLM's ``SimpleWorkflow``) and
+  :mod:`~rllm_torch.rollouts.countdown` (rLLM's countdown rows and reward), for ported rLLM code.
 
 :mod:`~rllm_torch.rollouts.task` is what a task is.
 """
@@ -17,10 +19,12 @@ own workflow (on :class:`~rllm_torch.trainer.workflow.Workflow`). ``task.name`` 
 from rllm_torch.rollouts.arithmetic import arithmetic_problems, arithmetic_task
 from rllm_torch.rollouts.catalog import TASK_NAMES, build_task
 from rllm_torch.rollouts.chain import ArithmeticChainWorkflow, chain_problems, chain_task
+from rllm_torch.rollouts.countdown import countdown_reward_fn, countdown_rows
 from rllm_torch.rollouts.distill import AnswerTeacher, DistillationWorkflow, distill_task
 from rllm_torch.rollouts.file_task import file_task, load_reward_fn, load_rows
 from rllm_torch.rollouts.guess import GuessNumberWorkflow, guess_problems, guess_task
 from rllm_torch.rollouts.reasoning_gym import ReasoningGymScorer, reasoning_gym_rows, reasoning_gym_task
+from rllm_torch.rollouts.simple import SimpleWorkflow
 from rllm_torch.rollouts.single_turn import SingleTurnWorkflow
 from rllm_torch.rollouts.task import Task, exact_match_reward
 
@@ -30,6 +34,9 @@ __all__ = [
     "TASK_NAMES",
     "exact_match_reward",
     "SingleTurnWorkflow",
+    "SimpleWorkflow",
+    "countdown_reward_fn",
+    "countdown_rows",
     "arithmetic_problems",
     "arithmetic_task",
     "file_task",

@@ -18,7 +18,7 @@ import torch
 from omegaconf import OmegaConf
 
 from rllm_torch.core.errors import ConfigError, DistributedSetupError, InvalidRewardsError, InvalidRewardTypeError
-from rllm_torch.core.losses import LOSS_FNS, loss_options
+from rllm_torch.core.losses import LOSS_FNS, check_registered_loss, loss_options, registered_loss
 from rllm_torch.core.losses.rollout_rejection import parse_rollout_rs
 from rllm_torch.core.packing import GroupedRewards
 from rllm_torch.core.tokens import TokenRewards
@@ -28,6 +28,7 @@ from rllm_torch.rllm.registry import is_token_level, registered_name
 from rllm_torch.rllm.roles import needs_greedy_baselines
 from rllm_torch.rllm.settings import check_value, walk
 from rllm_torch.rllm.stepwise import check_stepwise_estimator
+from rllm_torch.trainer.rllm_settings import resolve_rllm_settings
 from rllm_torch.trainer.schema import TaskConfig, TrainConfig, prompts_per_step, typed_run_config
 
 __all__ = ["check_run_config", "check_values", "check_world_size", "check_estimator_call", "TASK_ONLY_KEYS"]
@@ -62,6 +63,7 @@ def check_run_config(config: Any, world_size: int = 1, *, estimator_map: dict | 
         DistributedSetupError: see :func:`check_world_size`.
     """
     config = typed_run_config(config)
+    resolve_rllm_settings(config)  # rLLM's keys into the ones that do the same here
     check_values(config)
     _check_task_keys(config.task)
     _check_algorithm(config, estimator_map)
@@ -140,7 +142,7 @@ def check_estimator_call(name: object, algorithm: AlgorithmConfig, group_size: i
     Raises:
         ConfigError: naming the estimator, the option keys and the estimator's own message.
     """
-    kwargs = algorithm.estimator_call_kwargs(name)
+    kwargs = {}
     if registered_name(name) == "remax":  # the trainer's greedy reward of the group
         kwargs |= {"baselines": torch.zeros(1, dtype=torch.float64)}
     n = max(int(group_size), 1)
@@ -159,13 +161,15 @@ def check_estimator_call(name: object, algorithm: AlgorithmConfig, group_size: i
     else:
         rewards = torch.zeros(1, n, dtype=torch.float64)
         rewards[0, 0] = 1.0
-        columns = kwargs.get("reward_weights")  # gdpo's: one column per reward function, else two
+        columns = algorithm.estimator_call_kwargs(name).get(
+            "reward_weights"
+        )  # gdpo's: one per reward function, else two
         columns = len(columns) if isinstance(columns, (list, tuple)) else 2
         components = rewards[..., None].expand(1, n, columns)
         batch = GroupedRewards.from_padded(rewards, weights=torch.ones(1, n), reward_components=components)
     label = getattr(name, "value", name)
     try:
-        compute_advantages(batch, name, **kwargs)
+        compute_advantages(batch, name, algorithm_config=algorithm, **kwargs)
     except (ConfigError, InvalidRewardsError, InvalidRewardTypeError) as exc:
         raise ConfigError(
             f"estimator {label!r} with its options (rllm.algorithm.estimator_options.{label}, and the run-wide "
@@ -177,8 +181,12 @@ def _check_loss_kl_and_critic(config: Any) -> None:
     algorithm, backend = config.rllm.algorithm, config.backend
     typed = AlgorithmConfig.from_config(config)
     for where, loss_fn in typed.losses_in_use().items():  # the run's loss and each role's
+        custom = registered_loss(loss_fn)
+        if custom is not None:  # a user's loss: it must train on a small batch, here, not at step 1
+            check_registered_loss(loss_fn, custom.fn)
+        takes = loss_options(loss_fn) if custom is None else frozenset()
         for option, what in (("clip_ratio_c", "a ratio cap (dual-clip PPO, DPPO)"), ("delta", "TRL's two-sided clip")):
-            if backend[option] is not None and option not in loss_options(loss_fn):
+            if backend[option] is not None and option not in takes:
                 takers = ", ".join(name for name in LOSS_FNS if option in loss_options(name))
                 raise ConfigError(
                     f"backend.{option}={backend[option]} is {what}, and rllm.algorithm.{where}={loss_fn!r} has none: "

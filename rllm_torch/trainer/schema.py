@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from rllm_torch.core.errors import ConfigError
-from rllm_torch.core.losses import AGG_MODES, KL_ESTIMATORS, TIS_MODES
+from rllm_torch.core.losses import KL_ESTIMATORS
 from rllm_torch.rllm.config import AlgorithmConfig
 from rllm_torch.rllm.settings import schema_fields, setting
 from rllm_torch.trainer.resolvers import register_resolvers
@@ -88,43 +88,9 @@ class FilterGroupsSection:
 
 
 @dataclass
-class RolloutCorrectionSection:
-    tis_mode: str | None = setting(
-        None,
-        "null (off) | token | sequence (truncated IS) | token_mask | sequence_mask (TRL's masks)",
-        choices=TIS_MODES,
-    )
-    tis_cap: float = setting(
-        2.0, "the cap C of the importance weight (truncated above C, or masked beyond C)", minimum=1
-    )
-    bypass_mode: bool | None = setting(
-        None, "true: the rollout log-probs are pi_old (no recomputation); null/false: recomputed"
-    )
-    tis_cap_lower: float | None = setting(
-        None,
-        "the mask modes' lower cap (token_mask with 0.5 and tis_cap 5: IcePop's two-sided mask); null: none",
-        minimum=0,
-        maximum=1,
-        exclusive_minimum=True,
-    )
-    rollout_rs: str | None = setting(
-        None, "rejection sampling by log(pi_old / pi_rollout): token_k1 ... seq_max_k3, comma-separated (verl's)"
-    )
-    rollout_rs_threshold: str | None = setting(
-        None, "its bounds: one for all or one per option; k1: 'lower_upper' or an upper (verl's syntax)"
-    )
-    off_policy_mask_threshold: float | None = setting(
-        None,
-        "drop a negative-advantage sequence whose mean log(pi_rollout / pi) exceeds it (TRL's OPSM); null: off",
-        minimum=0,
-    )
-
-
-@dataclass
 class AlgorithmSection(
     make_dataclass("AlgorithmOptions", schema_fields(AlgorithmConfig, "rllm.algorithm"))  # rLLM's, declared there
 ):
-    loss_agg_mode: str = setting("token-mean", " | ".join(AGG_MODES), choices=AGG_MODES)
     loss_agg_horizon: int | None = setting(
         None, "H of seq-mean-token-sum-norm; None: rllm.rollout.max_new_tokens", minimum=1
     )
@@ -140,7 +106,6 @@ class AlgorithmSection(
     )
     kl_coef: float = setting(0.001, "the KL penalty's coefficient", minimum=0)
     filter_groups: FilterGroupsSection = field(default_factory=FilterGroupsSection)
-    rollout_correction: RolloutCorrectionSection = field(default_factory=RolloutCorrectionSection)
 
 
 StepwiseAdvantageSection = make_dataclass(
@@ -301,6 +266,7 @@ class ModelConfig:
     path: str | None = setting(
         None, "a local save_pretrained directory or a .gguf file; None: build from the fields below"
     )
+    name: str | None = setting(None, "rLLM's name of model.path (the two must agree)")
     gguf_cache_dir: str = setting(
         "~/.cache/rllm_torch/gguf",
         "where a .gguf model.path is converted once into a plain directory",
@@ -509,10 +475,30 @@ class BackendConfig:
     rollout: RolloutEngineSection = field(default_factory=RolloutEngineSection)
 
 
+def _val_batch_size(value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or (value < 1 and value != -1):
+        raise ValueError(f"{value!r} is not a batch size: give one of at least 1, or -1 for the whole validation set.")
+    return value
+
+
 @dataclass
 class DataConfig:
     train_batch_size: int = setting(64, "prompts per training step", minimum=1)
     shuffle: bool = setting(True, "shuffle the training data each epoch")
+    val_batch_size: int | None = setting(
+        None,
+        "validation prompts per sampling call (rLLM's; -1: the whole set at once); null: data.train_batch_size",
+        check=_val_batch_size,
+        resumable=True,  # how validation is batched: the same episodes' settings
+    )
+    max_prompt_length: int | None = setting(
+        None,
+        "the longest prompt in tokens: a longer one stops the run at start-up (rLLM's); null: the model's context",
+        minimum=1,
+    )
+    max_response_length: int | None = setting(
+        None, "rLLM's name of rllm.rollout.max_new_tokens (the two must agree)", minimum=1
+    )
 
 
 @dataclass

@@ -28,6 +28,8 @@ class TrainerState:
         rs_state: rejection-sampling accumulation, kept across batches.
         last_validation_step: the step of the last validation (None: none yet); validation never
             runs twice for one step.
+        is_training: False while a validation runs (rLLM's field; the torch backend batches
+            validation by ``data.val_batch_size``).
     """
 
     global_step: int = 0
@@ -41,6 +43,7 @@ class TrainerState:
     timing_dict: dict[str, float] = field(default_factory=dict)
     rs_state: RejectionSamplingState = field(default_factory=RejectionSamplingState)
     last_validation_step: int | None = None
+    is_training: bool = True
 
     def reset_batch(self) -> None:
         """Forget the previous batch (episodes, groups, backend batch, metrics, timings)."""

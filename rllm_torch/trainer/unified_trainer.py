@@ -59,6 +59,7 @@ from rllm_torch.trainer.pipeline.baselines import attach_reward_baselines, sampl
 from rllm_torch.trainer.pipeline.dynamic_sampling import DynamicSampler, DynamicSamplingConfig
 from rllm_torch.trainer.pipeline.rejection_sampling import apply_rejection_sampling_and_filtering
 from rllm_torch.trainer.pipeline.settings import build_pipeline_configs
+from rllm_torch.trainer.pipeline.step_warnings import all_dropped_warning, all_failed_warning
 from rllm_torch.trainer.pipeline.transform import transform_episodes_to_trajectory_groups
 from rllm_torch.trainer.pipeline.validation import validation_pass_metrics
 from rllm_torch.trainer.protocol import BackendProtocol
@@ -330,6 +331,8 @@ class UnifiedTrainer:
         if not ranks.any(bool(drawn)):
             return
         state.metrics.update(workflow_metrics(drawn, prefix="batch", ranks=ranks))
+        if (warning := all_failed_warning(drawn, ranks, state.global_step)) and ranks.is_main:
+            warnings.warn(warning, UserWarning, stacklevel=1)
         with stage_timer(state.metrics, "transform"):
             state.trajectory_groups, transform_metrics = transform_episodes_to_trajectory_groups(
                 state.episodes,
@@ -345,6 +348,9 @@ class UnifiedTrainer:
                 state.episodes, state.trajectory_groups, self.rs_config, state.rs_state, process_group=group
             )
             state.metrics.update(rs_metrics)
+            too_small = all_dropped_warning(rs_metrics, self.rs_config.min_trajs_per_group, state.global_step)
+            if too_small and ranks.is_main:
+                warnings.warn(too_small, UserWarning, stacklevel=1)
             if not self.roles_checked:  # the first batch: a role map's entry that matches no role is likely a typo
                 self.roles_checked = True
                 batch_roles = sorted({g.group_role for g in state.trajectory_groups})
@@ -418,10 +424,14 @@ class UnifiedTrainer:
         group = self.ranks.estimator_group
         self.agent_workflow_engine.set_training_step(state.global_step, mode="val", epoch=state.epoch)
         episodes: list[Episode] = []
-        for batch in self.backend.get_dataloader(self.val_dataset, state):
-            episodes += await self.backend.generate_episodes(
-                batch, agent_workflow_engine=self.agent_workflow_engine, is_validation=True
-            )
+        state.is_training = False  # the backend batches validation its own way (data.val_batch_size)
+        try:
+            for batch in self.backend.get_dataloader(self.val_dataset, state):
+                episodes += await self.backend.generate_episodes(
+                    batch, agent_workflow_engine=self.agent_workflow_engine, is_validation=True
+                )
+        finally:
+            state.is_training = True
         groups, _ = transform_episodes_to_trajectory_groups(
             episodes,
             self.transform_config,

@@ -1,211 +1,236 @@
-"""What a workflow is and what it samples from: a :class:`Workflow` turns a task into an
-:class:`~rllm_torch.rllm.types.Episode`, sampling completions (:class:`ModelOutput`) from a
-:class:`RolloutEngine` (a backend's sampler). The tasks and workflows of each domain are in
-:mod:`rllm_torch.rollouts`; :mod:`~rllm_torch.trainer.workflow_engine` runs many at once."""
+"""What a workflow is (rLLM's ``rllm.workflows.workflow``): a :class:`Workflow` turns a task into
+an :class:`~rllm_torch.rllm.types.Episode`, sampling completions (:class:`ModelOutput`) from a
+:class:`RolloutEngine` (a backend's sampler, :mod:`~rllm_torch.trainer.rollout_engine`). The tasks and workflows of each domain are in
+:mod:`rllm_torch.rollouts`; :mod:`~rllm_torch.trainer.workflow_engine` runs many at once.
+
+A workflow either returns its :class:`Episode` from :meth:`Workflow.run` (this package's
+workflows), or, as rLLM's do, commits trajectories (:meth:`Workflow.commit`) and ends by raising
+:class:`TerminationEvent` with a reason; :meth:`Workflow.run_with_termination_handling` turns
+either into an episode (:meth:`Workflow.postprocess_episode`: trajectory rewards, correctness,
+metrics, termination reason)."""
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import math
-import numbers
-import os
-import queue
-import threading
 from abc import ABC, abstractmethod
+from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from concurrent.futures import Executor
+from copy import deepcopy
+from functools import partial
 from typing import Any
 
-from rllm_torch.core.errors import InvalidRewardsError, InvalidRewardTypeError, RewardTimeoutError
-from rllm_torch.rllm.types import Episode, Step
+from rllm_torch.core.errors import ConfigError
+from rllm_torch.rllm.types import Episode, TerminationReason, Trajectory
+from rllm_torch.trainer.reward_threads import MAX_REWARD, REWARD_THREADS, RewardOutput, RewardThreads, call_reward
+from rllm_torch.trainer.rollout_engine import PROMPT_KEYS, SAMPLED_VERSIONS, ModelOutput, RolloutEngine, task_messages
 
-__all__ = ["ModelOutput", "RolloutEngine", "Workflow", "RewardThreads", "MAX_REWARD", "SAMPLED_VERSIONS"]
-
-SAMPLED_VERSIONS: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
-    "rllm_torch_sampled_versions", default=None
-)
-"""The policy versions of the completions one episode sampled, in order (one per ``generate``
-call): the workflow engine sets a fresh list in each episode's task, and a rollout engine whose
-weights carry a version (async training's sampler) appends it; None outside an episode."""
-
-MAX_REWARD = 1e15
-"""The largest reward magnitude :meth:`Workflow.call_reward` accepts: far beyond any reward scale in
-use, and far below where the estimators' float32 group statistics overflow (a squared deviation of
-1e30, summed over a group, is still finite; one of 1e20 is not: the group's advantages would all be 0)."""
-
-
-class RewardThreads:
-    """Daemon threads that run reward calls for the event loop (:meth:`Workflow.call_reward`).
-
-    Not the loop's default executor: its threads are joined when ``asyncio.run`` ends and when
-    the interpreter exits, so one reward that never returns would hang the run at its end.
-    These are daemon threads; a call past its time limit keeps its thread, and
-    :meth:`replace_stuck` starts another so the pool keeps ``size`` free workers.
-
-    Args:
-        size: worker threads (default: the default executor's ``min(32, cores + 4)``).
-    """
-
-    def __init__(self, size: int | None = None) -> None:
-        self.size = size or min(32, (os.cpu_count() or 1) + 4)
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self._started = 0
-        self._lock = threading.Lock()
-
-    def submit(self, fn: Callable[..., Any], *args: Any) -> tuple[asyncio.Future, asyncio.Future]:
-        """Queue ``fn(*args)`` for a worker. Returns two futures of the running loop: the first is
-        done when a worker starts the call (a time limit counts from then, not from the queue),
-        the second holds its result. A call whose result future is cancelled before a worker
-        reaches it is skipped."""
-        with self._lock:
-            while self._started < self.size:
-                self._start()
-        loop = asyncio.get_running_loop()
-        started, future = loop.create_future(), loop.create_future()
-        self._jobs.put((loop, started, future, fn, args))
-        return started, future
-
-    def replace_stuck(self) -> None:
-        """A worker is held by a call that timed out: start one more."""
-        with self._lock:
-            self._start()
-
-    def _start(self) -> None:
-        threading.Thread(target=self._work, name=f"rllm-reward-{self._started}", daemon=True).start()
-        self._started += 1
-
-    def _work(self) -> None:
-        while True:
-            loop, started, future, fn, args = self._jobs.get()
-            if future.cancelled():
-                continue
-            try:
-                loop.call_soon_threadsafe(_settle, started, started.set_result, None)
-            except RuntimeError:  # the loop is closed: nobody waits for this call
-                continue
-            try:
-                settle, value = future.set_result, fn(*args)
-            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting episode
-                settle, value = future.set_exception, exc
-            try:
-                loop.call_soon_threadsafe(_settle, future, settle, value)
-            except RuntimeError:  # the loop is closed: nobody waits for this result
-                pass
+__all__ = [
+    "ModelOutput",
+    "RolloutEngine",
+    "Workflow",
+    "BaseAgent",
+    "TerminationEvent",
+    "RewardOutput",
+    "RewardThreads",
+    "MAX_REWARD",
+    "REWARD_THREADS",
+    "SAMPLED_VERSIONS",
+    "PROMPT_KEYS",
+    "task_messages",
+]
 
 
-def _settle(future: asyncio.Future, settle: Callable[[Any], None], value: Any) -> None:
-    if not future.done():  # not cancelled by a time limit
-        settle(value)
+class TerminationEvent(Exception):
+    """Raised by a workflow's ``run`` to end its episode with ``reason`` (rLLM's)."""
+
+    def __init__(self, reason: TerminationReason = TerminationReason.UNKNOWN) -> None:
+        super().__init__(f"Terminated: {reason}")
+        self.reason = reason
 
 
-REWARD_THREADS = RewardThreads()
+class BaseAgent(ABC):
+    """rLLM's agent base: an object with a :attr:`trajectory` that a workflow resets before each
+    task and collects after it (:meth:`Workflow.collect_trajectories` finds the workflow's
+    agents among its attributes)."""
 
-
-@dataclass
-class ModelOutput:
-    """One sampled completion.
-
-    Attributes:
-        text: the decoded response, without its final end token (other special tokens are kept).
-        prompt_ids: prompt token ids.
-        response_ids: sampled response token ids, ``T`` of them (including the end token if sampled).
-        logprobs: ``T`` per-token sampling log-probs (nats) of the temperature-scaled distribution.
-        finish_reason: ``"stop"`` (end token sampled) or ``"length"`` (``max_new_tokens`` reached).
-        info: free-form; ``"policy_version"``: the version of the weights that sampled it (async training).
-    """
-
-    text: str
-    prompt_ids: list[int]
-    response_ids: list[int]
-    logprobs: list[float]
-    finish_reason: str = "stop"
-    info: dict = field(default_factory=dict)
-
-    def to_step(self, reward: float, **fields) -> Step:
-        """The :class:`~rllm_torch.rllm.types.Step` of this completion (ids, log-probs, text) with
-        ``reward``; ``fields`` sets other Step fields (``done``, ``observation``, ...)."""
-        return Step(
-            prompt_ids=self.prompt_ids,
-            response_ids=self.response_ids,
-            logprobs=self.logprobs,
-            reward=reward,
-            model_response=self.text,
-            **fields,
-        )
-
-
-class RolloutEngine(ABC):
-    """Samples completions. ``validation`` switches to the validation sampling settings."""
-
-    validation: bool = False
-
+    @property
     @abstractmethod
-    async def generate(self, prompt: str) -> ModelOutput:
-        """Sample one completion of ``prompt``."""
+    def trajectory(self) -> Trajectory:
+        """The trajectory this agent builds."""
+
+    def reset(self) -> None:
+        """Start a new trajectory."""
+
+    def update_from_model(self, *args: Any, **kwargs: Any) -> Any:
+        """Take the model's response (rLLM's hook; nothing by default)."""
+
+    def update_from_env(self, *args: Any, **kwargs: Any) -> Any:
+        """Take the environment's reply (rLLM's hook; nothing by default)."""
 
 
 class Workflow(ABC):
-    """Base of workflows (rLLM's ``Workflow``). Built as ``workflow_cls(rollout_engine=...,
-    **workflow_args)`` once per slot of the engine's pool and reused across tasks.
+    """Base of workflows (rLLM's ``Workflow``). Built once per slot of the engine's pool as
+    ``workflow_cls(rollout_engine=..., executor=..., **workflow_args)`` and reused across tasks.
 
-    ``run`` returns the episode; the engine then sets its ``task_id``, ``rollout_idx``, ``id``
-    and ``task``. An exception in ``run`` marks the attempt as failed (the engine retries it).
+    ``run(task, uid)`` returns the episode, or (rLLM's style) returns None / raises
+    :class:`TerminationEvent` after committing trajectories; the engine then sets the episode's
+    ``task_id``, ``rollout_idx``, ``id`` and ``task``. Any other exception marks the attempt as
+    failed (the engine retries it).
+
+    Args:
+        rollout_engine: where completions come from.
+        executor: rLLM's thread pool for :meth:`run_in_executor` (None: the loop's default).
+        timeout: seconds a ``run`` may take before its episode ends with ``TIMEOUT`` (rLLM's;
+            ``1e6``: no limit).
+        gamma: rLLM's per-step discount of :meth:`adjust_step_rewards` (0: none).
+        reward_bonus_coeff: rLLM's reward shaping of :meth:`adjust_step_rewards` (0: none).
+        store: rLLM's cross-episode store, kept as given.
     """
 
     reward_timeout_s: float | None = None
     """The limit of :meth:`call_reward` in seconds (None: none); the engine sets it from
     ``rllm.workflow.reward_timeout_s`` on every workflow it builds."""
 
-    def __init__(self, rollout_engine: RolloutEngine, **kwargs: Any) -> None:
-        self.rollout_engine = rollout_engine
+    def __init__(
+        self,
+        rollout_engine: RolloutEngine,
+        executor: Executor | None = None,
+        timeout: float = 1e6,
+        gamma: float = 0.0,
+        reward_bonus_coeff: float = 0.0,
+        store: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        self.rollout_engine, self.executor, self.store = rollout_engine, executor, store
+        self.timeout, self.gamma, self.reward_bonus_coeff = float(timeout), gamma, reward_bonus_coeff
+        self.task, self.uid = None, None
+        self._completed_trajectories: list[Trajectory] = []
 
     async def call_reward(self, fn: Callable[..., Any], *args: Any, name: str = "reward_fn", uid: str = "") -> float:
-        """``fn(*args)``, a reward, as a float: run in a worker thread (:class:`RewardThreads`), so
-        the event loop runs other episodes meanwhile (a verifier that waits on a sandbox or a
-        server does not stall the step), for at most :attr:`reward_timeout_s` seconds from the
-        moment a worker starts it (the wait for a free worker does not count).
-
-        Raises:
-            RewardTimeoutError: ``fn`` did not return in time. Python cannot stop a thread: the
-                call goes on in its (daemon) thread and its result is dropped; a new thread takes
-                its place, and a call that never returns does not keep the process from ending.
-            InvalidRewardTypeError: ``fn`` returned something other than a real number (a bool too).
-            InvalidRewardsError: it returned NaN, an infinity, or a magnitude above
-                :data:`MAX_REWARD` (the estimators' float32 statistics would overflow and zero the
-                group's advantages without a word).
-            Exception: whatever ``fn`` raises.
-        """
-        started, future = REWARD_THREADS.submit(fn, *args)
-        try:
-            await started  # waiting for a free worker is not the call's time
-            done, _ = await asyncio.wait({future}, timeout=self.reward_timeout_s)
-        except asyncio.CancelledError:  # the episode was cancelled: the queued call is dropped too
-            future.cancel()
-            raise
-        if not done:
-            future.cancel()
-            REWARD_THREADS.replace_stuck()
-            raise RewardTimeoutError(
-                f"{name} did not return within rllm.workflow.reward_timeout_s={self.reward_timeout_s} s; raise the "
-                "limit, or make the function return (e.g. a timeout of its own on what it waits for)."
-            )
-        reward = future.result()
-        where = f" for task {uid!r}" if uid else ""
-        if isinstance(reward, bool) or not isinstance(reward, numbers.Real):
-            raise InvalidRewardTypeError(
-                f"{name} returned {reward!r} ({type(reward).__name__}){where}; return a float."
-            )
-        if not math.isfinite(reward) or abs(reward) > MAX_REWARD:
-            raise InvalidRewardsError(
-                f"{name} returned {reward!r}{where}; rewards must be finite and at most {MAX_REWARD:g} in magnitude "
-                "(the estimators' float32 statistics overflow beyond that); rescale the reward."
-            )
-        return float(reward)
+        """``fn(*args)``, a reward, as a float, within :attr:`reward_timeout_s`
+        (:func:`~rllm_torch.trainer.reward_threads.call_reward`: a number, a bool or a
+        ``RewardOutput``; its errors)."""
+        return await call_reward(fn, *args, timeout_s=self.reward_timeout_s, name=name, uid=uid)
 
     @abstractmethod
-    async def run(self, task: dict, uid: str) -> Episode:
+    async def run(self, task: dict, uid: str, **kwargs: Any) -> Episode | None:
         """Run the workflow on ``task``; ``uid`` is ``"{task_id}:{rollout_idx}"`` (a label)."""
 
-    def reset(self) -> None:
-        """Called before each task; clear per-task state here."""
+    async def run_with_termination_handling(self, task: dict, uid: str, **kwargs: Any) -> Episode:
+        """:meth:`run`, its outcome as an episode: a returned episode as it is; None, a
+        :class:`TerminationEvent` or ``timeout`` seconds passed: the committed trajectories
+        through :meth:`postprocess_episode` with ``UNKNOWN``, the event's reason or ``TIMEOUT``.
+        Other exceptions propagate (the engine retries the attempt)."""
+        try:
+            coro = self.run(task, uid, **kwargs)
+            output = await (coro if self.timeout >= 1e6 else asyncio.wait_for(coro, timeout=self.timeout))
+            if isinstance(output, Episode):
+                return output
+            reason = TerminationReason.UNKNOWN
+        except asyncio.TimeoutError:
+            reason = TerminationReason.TIMEOUT
+        except TerminationEvent as event:
+            reason = event.reason
+        return self.postprocess_episode(self.collect_trajectories(), reason)
+
+    def commit(
+        self,
+        name: str | None = None,
+        agent: BaseAgent | None = None,
+        trajectory: Trajectory | None = None,
+        reset: bool = False,
+    ) -> None:
+        """Keep a trajectory for training (rLLM's): ``agent``'s or the given ``trajectory``, named
+        ``name`` if given; ``reset``: start the agent's next trajectory.
+
+        Raises:
+            ConfigError: neither or both of ``agent`` and ``trajectory``.
+        """
+        if (agent is None) == (trajectory is None):
+            raise ConfigError("Workflow.commit takes an agent or a trajectory (one of the two).")
+        traj = agent.trajectory if agent is not None else trajectory
+        if name:
+            traj.name = name
+        if traj.steps:
+            self._completed_trajectories.append(deepcopy(traj))
+        if agent is not None and reset:
+            agent.reset()
+
+    def _agents(self) -> list[BaseAgent]:
+        return [v for k, v in vars(self).items() if not k.startswith("_") and isinstance(v, BaseAgent)]
+
+    def collect_trajectories(self) -> Episode:
+        """An episode of the committed trajectories and those the workflow's agents still hold."""
+        episode = Episode(trajectories=list(self._completed_trajectories))
+        committed = {t.uid for t in self._completed_trajectories}
+        for agent in self._agents():
+            if agent.trajectory.uid not in committed and agent.trajectory.steps:
+                episode.trajectories.append(deepcopy(agent.trajectory))
+        return episode
+
+    def compute_trajectory_reward(self, trajectory: Trajectory) -> None:
+        """The trajectory's reward: the sum of its steps' rewards (rLLM's default)."""
+        trajectory.reward = float(sum(step.reward for step in trajectory.steps))
+
+    def adjust_step_rewards(self, trajectory: Trajectory) -> None:
+        """rLLM's step reward shaping (``reward_bonus_coeff``) and discounted returns (``gamma``);
+        nothing with both 0 (the default)."""
+        if self.reward_bonus_coeff > 0.0:
+            raw = [step.reward for step in trajectory.steps]
+            for i in range(1, len(raw)):
+                trajectory.steps[i].reward += self.reward_bonus_coeff * (raw[i] - raw[i - 1])
+        if self.gamma > 0.0:
+            ret = 0.0
+            for step in reversed(trajectory.steps):
+                ret = step.reward + self.gamma * ret
+                step.reward = ret
+
+    def assign_episode_correctness(self, episode: Episode) -> None:
+        """Correct when the trajectories' rewards add up to more than 0 (rLLM's default)."""
+        episode.is_correct = sum(t.reward or 0.0 for t in episode.trajectories) > 0
+
+    def collect_metrics(self, episode: Episode) -> None:
+        """``{name}_acc``: each trajectory name's mean reward (rLLM's default)."""
+        rewards = defaultdict(list)
+        for traj in episode.trajectories:
+            rewards[traj.name].append(traj.reward or 0.0)
+        episode.metrics = {f"{k}_acc": sum(v) / len(v) for k, v in rewards.items()}
+
+    def postprocess_episode(
+        self, episode: Episode, termination_reason: TerminationReason | None = None, error: dict | None = None
+    ) -> Episode:
+        """rLLM's finishing of an episode: its id and task, each trajectory's reward (a last
+        step without a conversation dropped; rewards adjusted for several steps), correctness,
+        metrics, ``error`` in ``info``, and the termination reason (None: ``UNKNOWN``)."""
+        episode.id, episode.task = self.uid or episode.id, self.task
+        if self.uid:
+            episode.task_id = str(self.uid).split(":")[0]
+        for trajectory in episode.trajectories:
+            last = trajectory.steps[-1] if trajectory.steps else None
+            if last is not None and not last.chat_completions and not last.response_ids:
+                trajectory.steps.pop()  # rLLM: a step opened by the environment, never answered
+            self.compute_trajectory_reward(trajectory)
+            if len(trajectory.steps) > 1:
+                self.adjust_step_rewards(trajectory)
+        self.assign_episode_correctness(episode)
+        self.collect_metrics(episode)
+        if error is not None:
+            episode.info["error"] = error
+        episode.termination_reason = termination_reason or TerminationReason.UNKNOWN
+        return episode
+
+    def reset(self, task: dict | None = None, uid: str | None = None) -> None:
+        """Called before each task: remember it, forget committed trajectories, reset the agents."""
+        self.task, self.uid, self._completed_trajectories = task, uid, []
+        for agent in self._agents():
+            agent.reset()
+            agent.trajectory.task = task
+
+    def is_multithread_safe(self) -> bool:
+        """rLLM's check of its environments; True here (no environment objects are shared)."""
+        return True
+
+    async def run_in_executor(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` in :attr:`executor` (rLLM's)."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor, partial(fn, *args, **kwargs))

@@ -4,7 +4,9 @@ optional JSONL episode logging."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,14 +104,21 @@ class UnifiedWorkflowEngine:
         self.step, self.mode, self.epoch = 0, "train", 0
         self._pool: asyncio.Queue | None = None
         self._pool_loop: asyncio.AbstractEventLoop | None = None
+        self._executor: ThreadPoolExecutor | None = None
 
     async def initialize_pool(self) -> None:
-        """Build the ``n_parallel_tasks`` workflows (idempotent)."""
+        """Build the ``n_parallel_tasks`` workflows (idempotent), each given rLLM's ``executor``
+        (a thread pool shared by the pool's workflows) when its class takes one."""
         if self._pool is not None and self._pool_loop is asyncio.get_running_loop():
             return
         self._pool, self._pool_loop = asyncio.Queue(), asyncio.get_running_loop()
+        extra = {}
+        if _takes(self.workflow_cls, "executor") and "executor" not in self.workflow_args:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(max_workers=min(self.n_parallel_tasks, 32))
+            extra["executor"] = self._executor
         for _ in range(self.n_parallel_tasks):
-            workflow = self.workflow_cls(rollout_engine=self.rollout_engine, **self.workflow_args)
+            workflow = self.workflow_cls(rollout_engine=self.rollout_engine, **extra, **self.workflow_args)
             workflow.reward_timeout_s = self.reward_timeout_s
             self._pool.put_nowait(workflow)
 
@@ -123,11 +132,11 @@ class UnifiedWorkflowEngine:
         try:
             last_error: BaseException | None = None
             for _attempt in range(self.retry_limit):
-                workflow.reset()
+                workflow.reset(task=task, uid=uid)
                 versions: list[int] = []  # this attempt's completions' policy versions (this task's context)
                 SAMPLED_VERSIONS.set(versions)
                 try:
-                    episode = await workflow.run(task, uid)
+                    episode = await workflow.run_with_termination_handling(task, uid)
                     break
                 except OutOfMemoryError:  # a retry would fail the same way: stop the run with its advice
                     raise
@@ -177,5 +186,14 @@ class UnifiedWorkflowEngine:
         return episodes
 
     def shutdown(self) -> None:
-        """Drop the pool."""
+        """Drop the pool (and its executor)."""
         self._pool = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+
+
+def _takes(cls: type, name: str) -> bool:
+    """Whether ``cls(...)`` accepts the keyword ``name`` (by name or through ``**kwargs``)."""
+    params = inspect.signature(cls).parameters.values()
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)

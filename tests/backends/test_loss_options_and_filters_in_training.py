@@ -101,7 +101,7 @@ def test_the_entropy_quantile_leaves_out_about_four_fifths_of_the_tokens(tmp_pat
         ),
         (("backend.top_entropy_quantile=1.5",), r"backend.top_entropy_quantile=1.5 is out of range"),
         (("rllm.algorithm.kl_loss_type=k4+", "rllm.algorithm.use_kl_loss=true"), r"kl_loss_type='k4\+' is not one of"),
-        (("rllm.algorithm.loss_fn=gmpo",), r"loss_fn='gmpo' is not one of"),
+        (("rllm.algorithm.loss_fn=gmpo",), r"loss_fn: 'gmpo' is not one of"),
         # values whose loss overflows float32 (all passed the start-up checks before, and made every weight NaN)
         (("rllm.algorithm.loss_fn=dro", "backend.dro_beta=inf"), r"backend.dro_beta=inf is out of range"),
         (("rllm.algorithm.loss_fn=sapo", "backend.tau_pos=1e-40"), r"backend.tau_pos=1e-40 is out of range"),

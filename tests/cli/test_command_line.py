@@ -242,12 +242,25 @@ def test_the_summary_says_how_many_prompts_a_step_really_takes(tmp_path, capsys)
 
 @pytest.mark.parametrize(("estimator", "warned"), [("grpo", True), ("rloo", True), ("reinforce", False)])
 def test_one_rollout_per_prompt_with_a_group_estimator_is_said(tmp_path, capsys, estimator, warned):
-    rows = summary_of(tmp_path, capsys, TRAIN_16, "rllm.rollout.n=1", f"rllm.algorithm.adv_estimator={estimator}")
+    # min_trajs_per_group=1: rLLM's rule would otherwise drop every group of one (the next test)
+    rows = summary_of(
+        tmp_path,
+        capsys,
+        TRAIN_16,
+        "rllm.rollout.n=1",
+        "rllm.rejection_sample.min_trajs_per_group=1",
+        f"rllm.algorithm.adv_estimator={estimator}",
+    )
     assert ("warning" in rows) == warned
     if warned:
         assert rows["warning"].startswith(
             f"rllm.rollout.n=1: every group is one rollout, so {estimator} has no baseline"
         )
+
+
+def test_one_rollout_per_prompt_with_rllms_group_size_rule_is_said(tmp_path, capsys):
+    rows = summary_of(tmp_path, capsys, TRAIN_16, "rllm.rollout.n=1", "rllm.algorithm.adv_estimator=reinforce")
+    assert "rllm.rejection_sample.min_trajs_per_group=2 is above rllm.rollout.n=1" in rows["warning"]
 
 
 def test_a_restored_validation_shows_in_the_next_table():

@@ -30,7 +30,7 @@ class Scripted(RolloutEngine):
         ids = TOK(text, add_special_tokens=False)["input_ids"] + [TOK.eos_token_id]
         prompt_ids = TOK(prompt[:40].replace(" ", "a"), add_special_tokens=False)["input_ids"]
         return ModelOutput(
-            text=text, prompt_ids=prompt_ids, response_ids=ids, logprobs=[-0.5] * len(ids), finish_reason="stop"
+            text=text, prompt_ids=prompt_ids, completion_ids=ids, logprobs=[-0.5] * len(ids), finish_reason="stop"
         )
 
 

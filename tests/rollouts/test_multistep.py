@@ -31,7 +31,7 @@ class ScriptedEngine(RolloutEngine):
         return ModelOutput(
             text=text,
             prompt_ids=TOK(prompt, add_special_tokens=False)["input_ids"],
-            response_ids=ids,
+            completion_ids=ids,
             logprobs=[-0.5] * len(ids),
             finish_reason="stop",
         )

@@ -60,7 +60,7 @@ def test_the_default_task_scores_correctness_and_format_and_the_workflow_records
         async def generate(self, prompt):
             from rllm_torch.trainer.workflow import ModelOutput
 
-            return ModelOutput(text="8", prompt_ids=[1], response_ids=[5], logprobs=[-0.1], finish_reason="stop")
+            return ModelOutput(text="8", prompt_ids=[1], completion_ids=[5], logprobs=[-0.1], finish_reason="stop")
 
     workflow = SingleTurnWorkflow(Engine(), task.reward_fn, reward_components=task.reward_components)
     episode = asyncio.run(workflow.run({"prompt": "3+4=", "answer": "7"}, "t:0"))

@@ -1,5 +1,5 @@
-"""Rejection sampling: mode none is a pass-through, episode mode filters and accumulates across
-batches, the uniform-reward filter, and the batch/* solve metrics."""
+"""Rejection sampling: mode none drops the groups below min_trajs_per_group (rLLM's rule), episode
+mode filters and accumulates across batches, the uniform-reward filter, and the batch/* solve metrics."""
 
 import pytest
 
@@ -29,25 +29,32 @@ def _batch(task_rewards):
     return episodes, groups
 
 
-def test_mode_none_drops_nothing_even_singletons_and_uniform_groups_and_reports_solve_fractions():
+def test_mode_none_drops_the_small_groups_as_rllm_does_but_not_the_uniform_ones():
     # task a partially solved, b all solved, c none solved, d a singleton
     episodes, groups = _batch({"a": [1.0, 0.0], "b": [1.0, 1.0], "c": [0.0, 0.0], "d": [1.0]})
     config = RejectionSamplingConfig(mode="none", min_trajs_per_group=2, filter_uniform_groups=True)
     kept, kept_episodes, metrics = apply_rejection_sampling_and_filtering(
         episodes, groups, config, RejectionSamplingState()
     )
-    assert kept == groups and kept_episodes == episodes
-    # 4 tasks: partial 1/4 (a), all 2/4 (b, d), none 1/4 (c)
+    assert kept == groups[:3]  # d dropped (1 < 2), the uniform b and c kept: rLLM's sync path filters sizes only
+    assert [len(e.trajectories) for e in kept_episodes] == [1, 1, 1, 1, 1, 1, 0]  # d's episode stays, emptied
+    assert episodes[-1].trajectories  # the caller's episodes are not changed
+    # 3 tasks with a trajectory left: partial 1/3 (a), all 1/3 (b), none 1/3 (c)
     assert metrics == {
-        "batch/num_tasks": 4.0,
-        "batch/solve_none": 0.25,
-        "batch/solve_all": 0.5,
-        "batch/solve_partial": 0.25,
+        "batch/num_tasks": 3.0,
+        "batch/solve_none": pytest.approx(1 / 3),
+        "batch/solve_all": pytest.approx(1 / 3),
+        "batch/solve_partial": pytest.approx(1 / 3),
         "batch/groups_before_filter": 4.0,
-        "batch/groups_after_filter": 4.0,
-        "batch/groups_dropped_insufficient_trajs": 0.0,
+        "batch/groups_after_filter": 3.0,
+        "batch/groups_dropped_insufficient_trajs": 1.0,
         "batch/fraction_groups_dropped_uniform": 0.0,
     }
+    # min_trajs_per_group=1 keeps everything
+    kept, _, metrics = apply_rejection_sampling_and_filtering(
+        episodes, groups, RejectionSamplingConfig(mode="none", min_trajs_per_group=1)
+    )
+    assert kept == groups and metrics["batch/groups_dropped_insufficient_trajs"] == 0.0
 
 
 def test_episode_mode_accumulates_across_batches_until_enough_tasks_are_partially_solved():

@@ -57,6 +57,8 @@ COMPUTED_PREFIXES = (
 )
 RESUMABLE_UNDER_THEM = {  # each read where it is used, and a run that changes it halfway is still one run
     "rllm.algorithm.lr_schedule",
+    "rllm.algorithm.warmup_steps",
+    "data.val_batch_size",  # how validation is batched, not what it samples
     "rllm.algorithm.warmup_steps_ratio",
     "rllm.algorithm.use_rllm",  # read by nothing
     "model.gguf_cache_dir",  # a cache of the .gguf file's conversion, not part of the model

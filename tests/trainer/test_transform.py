@@ -110,9 +110,12 @@ def test_a_group_mixing_rewarded_and_unrewarded_trajectories_is_an_error_naming_
         transform_episodes_to_trajectory_groups(episodes)
 
 
-def test_an_episode_without_a_task_id_is_an_error_not_a_parsed_id():
-    with pytest.raises(ValueError, match="no task_id"):
-        transform_episodes_to_trajectory_groups([Episode(id="t:0", trajectories=[_traj("s", 1.0)])])
+def test_an_episode_without_a_task_id_is_grouped_by_the_task_id_of_its_id_as_in_rllm():
+    episodes = [Episode(id=f"t:{i}", trajectories=[_traj("s", float(i))]) for i in range(2)]
+    episodes.append(Episode(id="u:0", trajectories=[_traj("s", 1.0)]))
+    groups, _ = transform_episodes_to_trajectory_groups(episodes)
+    assert [(g.group_id, g.group_role, len(g.trajectories)) for g in groups] == [("t:s", "s", 2), ("u:s", "s", 1)]
+    assert [m["rollout_idx"] for m in groups[0].metadata] == [0, 1]
 
 
 def test_a_custom_grouping_hook_replaces_the_default_grouping():

@@ -31,7 +31,7 @@ class EchoEngine(RolloutEngine):
         await asyncio.sleep(0)
         self.active -= 1
         return ModelOutput(
-            text=prompt[-1], prompt_ids=[1], response_ids=[2, 0], logprobs=[-0.5, -0.1], finish_reason="stop"
+            text=prompt[-1], prompt_ids=[1], completion_ids=[2, 0], logprobs=[-0.5, -0.1], finish_reason="stop"
         )
 
 

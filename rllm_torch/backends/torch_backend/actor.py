@@ -33,6 +33,8 @@ from rllm_torch.backends.torch_backend.lora import (
 from rllm_torch.backends.torch_backend.micro_batches import release_host_memory
 from rllm_torch.backends.torch_backend.model import adamw, build_policy, enable_gradient_checkpointing
 from rllm_torch.core.errors import ConfigError, ModelNotFoundError, NonFiniteGradientError
+from rllm_torch.core.losses import losses_need
+from rllm_torch.rllm.config import AlgorithmConfig
 from rllm_torch.trainer.ranks import RunRanks
 
 __all__ = ["Actor", "wrap_ddp"]
@@ -75,7 +77,9 @@ class Actor:
         self.sharded = ranks.distributed and self.parallelism == "fsdp"
         self.base = build_policy(config.model, tokenizer, seed=self.settings.seed).to(device)
         algorithm = config.rllm.algorithm
-        self.has_reference = bool(algorithm.use_kl_loss or algorithm.use_kl_in_reward)
+        self.has_reference = bool(algorithm.use_kl_loss or algorithm.use_kl_in_reward) or losses_need(
+            AlgorithmConfig.from_config(config).losses_in_use().values(), "logp_ref"
+        )
         lora = config.model.lora
         # the reference is copied before checkpointing or adapters change the model; with LoRA and no
         # model.ref_path it is the model itself with its adapters disabled

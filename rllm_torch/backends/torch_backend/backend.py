@@ -298,10 +298,14 @@ class TorchBackend(BackendProtocol):
         self.async_rollout_engine.stage_weights(weights, version)
 
     def get_dataloader(self, dataset: list[dict], trainer_state: TrainerState) -> TaskDataLoader:
-        data = self.config.data
+        """Training batches of ``prompts_per_step`` prompts; while the trainer validates
+        (``trainer_state.is_training`` False), ``data.val_batch_size`` when set (-1: all at once)."""
+        data, size = self.config.data, prompts_per_step(self.config)
+        if not trainer_state.is_training and data.val_batch_size is not None:
+            size = max(len(dataset or []), 1) if data.val_batch_size == -1 else data.val_batch_size
         return TaskDataLoader(
             dataset or [],
-            prompts_per_step(self.config),
+            size,
             shuffle=data.shuffle,
             seed=self.settings.seed,
             rank=self.ranks.rank,
@@ -350,6 +354,7 @@ class TorchBackend(BackendProtocol):
             pad_token_id=self.tokenizer.pad_token_id,
             use_precomputed_advantage=bool(self.config.rllm.algorithm.use_precomputed_advantage),
             stepwise_mode=self.config.rllm.stepwise_advantage.mode,
+            length_mismatch="zeros" if self.config.rllm.algorithm.compat == "rllm" else "raise",
         ).to(self.device)
 
     def state_dict(self) -> dict[str, Any]:

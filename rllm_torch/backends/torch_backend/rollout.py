@@ -46,7 +46,7 @@ def model_outputs(
         [r[:-1] if f == "stop" else r for r, f in zip(responses, reasons, strict=True)], skip_special_tokens=False
     )
     return [
-        ModelOutput(text=t, prompt_ids=p, response_ids=r, logprobs=lp, finish_reason=f)
+        ModelOutput(text=t, prompt_ids=p, completion_ids=r, logprobs=lp, finish_reason=f)
         for t, p, r, lp, f in zip(texts, prompt_ids, responses, logprobs, reasons, strict=True)
     ]
 
@@ -127,8 +127,9 @@ class BatchedRolloutEngine(RolloutEngine):
             return replace(self.train_params, temperature=0.0)
         return self.val_params if self.validation else self.train_params
 
-    async def generate(self, prompt: str) -> ModelOutput:
-        """Sample one completion of ``prompt`` (batched with the other calls of this turn)."""
+    async def generate(self, prompt: str | list[dict]) -> ModelOutput:
+        """Sample one completion of ``prompt`` (a string, or a chat: rLLM's messages), batched with
+        the other calls of this turn."""
         future = asyncio.get_running_loop().create_future()
         self._pending.append((prompt, future))
         if not self._flush_scheduled:
@@ -154,7 +155,7 @@ class BatchedRolloutEngine(RolloutEngine):
                 continue
             for (_, future), output in zip(chunk, outputs, strict=True):
                 if self.version is not None:
-                    output.info["policy_version"] = self.version
+                    output.info["policy_version"] = output.weight_version = self.version
                 if not future.done():
                     future.set_result(output)
 

@@ -14,6 +14,7 @@ from rllm_torch.backends.torch_backend.model import check_context, context_lengt
 from rllm_torch.backends.torch_backend.tokenizer import encode_prompts
 from rllm_torch.backends.torch_backend.vllm_setup import check_max_model_len
 from rllm_torch.core.errors import ConfigError
+from rllm_torch.trainer.workflow import PROMPT_KEYS, task_messages
 
 __all__ = ["check_prompts"]
 
@@ -28,14 +29,16 @@ def check_prompts(
     apply_chat_template: bool,
     answer_in_response: bool,
 ) -> None:
-    """Every prompt encodes without unknown tokens, the longest (as the sampler encodes it) and
+    """Every prompt encodes without unknown tokens, the longest (as the sampler encodes it) is
+    within ``data.max_prompt_length`` and it and
     ``rllm.rollout.max_new_tokens`` fit in the policy's context
     (:func:`~rllm_torch.backends.torch_backend.model.check_context`) and in one micro-batch
     (``backend.micro_batch_tokens``), and, for a task whose reward needs the whole answer
     (``answer_in_response``), ``max_new_tokens`` holds the longest answer.
 
     Args:
-        tasks: the training and validation tasks (dicts with a ``"prompt"``, maybe an ``"answer"``).
+        tasks: the training and validation tasks (dicts with a prompt under one of rLLM's keys,
+            ``messages``, ``question``, ``prompt`` or ``problem``, maybe an ``"answer"``).
         config: the run config.
         tokenizer, model: the policy's.
         tokenizer_from_path: the tokenizer came with ``model.path`` (so an unknown token is refused).
@@ -45,21 +48,29 @@ def check_prompts(
     Raises:
         ConfigError: naming the prompt or answer, the setting and the fix.
     """
-    rows = [task for task in tasks if isinstance(task, dict) and isinstance(task.get("prompt"), str)]
+    rows = [task for task in tasks if isinstance(task, dict) and any(task.get(k) is not None for k in PROMPT_KEYS)]
     if not rows:
         return
-    ids = encode_prompts(tokenizer, [t["prompt"] for t in rows], apply_chat_template=apply_chat_template)
+    prompts = [task_messages(t) for t in rows]
+    ids = encode_prompts(tokenizer, prompts, apply_chat_template=apply_chat_template)
     unknown = tokenizer.unk_token_id
     if tokenizer_from_path and unknown is not None:
         for task, row_ids in zip(rows, ids, strict=True):
             if unknown in row_ids:
                 raise ConfigError(
-                    f"the prompt {task['prompt']!r} has characters the tokenizer at model.path={config.model.path!r} "
+                    f"the prompt {task_messages(task)!r} has characters the tokenizer at model.path={config.model.path!r} "
                     f"does not know (they would become {tokenizer.unk_token!r}); use a tokenizer that covers the "
                     "task's text, or leave model.path unset for a character tokenizer built from the task."
                 )
     max_new_tokens = config.rllm.rollout.max_new_tokens
     longest = max(map(len, ids))
+    limit = config.data.max_prompt_length
+    if limit is not None and longest > limit:
+        first = next(i for i, row_ids in enumerate(ids) if len(row_ids) > limit)
+        raise ConfigError(
+            f"the prompt {prompts[first]!r} is {len(ids[first])} tokens, above data.max_prompt_length={limit}; raise "
+            "data.max_prompt_length (or null: the model's context is the limit), or shorten the task's prompts."
+        )
     check_context(longest, max_new_tokens, context_length(model))
     budget = config.backend.micro_batch_tokens
     if budget is not None and longest + max_new_tokens > budget:

@@ -109,16 +109,20 @@ def require_chat_template(tokenizer: PreTrainedTokenizerBase) -> None:
 
 
 def encode_prompts(
-    tokenizer: PreTrainedTokenizerBase, prompts: list[str], *, apply_chat_template: bool = False
+    tokenizer: PreTrainedTokenizerBase, prompts: list[str | list[dict]], *, apply_chat_template: bool = False
 ) -> list[list[int]]:
     """Token ids of each prompt: with ``apply_chat_template`` the prompt is the user message of
     a one-turn conversation formatted by the tokenizer's chat template with its generation
     prompt (the template writes the special tokens); otherwise the text with the tokenizer's
-    own special tokens (e.g. a BOS; the character tokenizer adds none).
+    own special tokens (e.g. a BOS; the character tokenizer adds none). A prompt given as a chat
+    (rLLM's messages, a list of ``{"role", "content"}``) is formatted by the chat template when
+    the tokenizer has one, else it is its messages' contents joined by newlines.
 
     Raises:
         ConfigError: ``apply_chat_template`` with a tokenizer that has no chat template.
     """
+    if any(not isinstance(p, str) for p in prompts):
+        return [_encode_one(tokenizer, p, apply_chat_template) for p in prompts]
     if not apply_chat_template:
         return tokenizer(prompts, add_special_tokens=True)["input_ids"]
     require_chat_template(tokenizer)
@@ -133,3 +137,19 @@ def encode_prompts(
             "chat_template in the tokenizer_config.json of model.path, or set task.apply_chat_template=false."
         ) from exc
     return tokenizer(texts, add_special_tokens=False)["input_ids"]
+
+
+def _encode_one(tokenizer: PreTrainedTokenizerBase, prompt: str | list[dict], apply_chat_template: bool) -> list[int]:
+    if isinstance(prompt, str):
+        return encode_prompts(tokenizer, [prompt], apply_chat_template=apply_chat_template)[0]
+    if tokenizer.chat_template is None:
+        text = "\n".join(str(m.get("content", "")) for m in prompt)
+        return tokenizer([text], add_special_tokens=True)["input_ids"][0]
+    try:
+        text = tokenizer.apply_chat_template(list(prompt), tokenize=False, add_generation_prompt=True)
+    except Exception as exc:  # jinja2's TemplateError and whatever the template raises
+        raise ConfigError(
+            f"the tokenizer's chat template failed on a task's messages ({type(exc).__name__}: {exc}); fix the "
+            "chat_template in the tokenizer_config.json of model.path, or give the task's prompt as a string."
+        ) from exc
+    return tokenizer([text], add_special_tokens=False)["input_ids"][0]

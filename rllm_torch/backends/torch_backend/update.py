@@ -23,6 +23,7 @@ from rllm_torch.backends.torch_backend.micro_batches import gradient_sync, stage
 from rllm_torch.backends.torch_backend.passes import MicroBatcher, rollout_weights, summarise_weights_over_ranks
 from rllm_torch.core.losses import (
     LOSS_FNS,
+    PINNED_AGG_MODES,
     aggregate_loss,
     bias_corrected_kl,
     entropy_bonus,
@@ -32,6 +33,8 @@ from rllm_torch.core.losses import (
     loss_options,
     off_policy_sequence_mask,
     policy_loss,
+    registered_loss,
+    run_registered_loss,
 )
 from rllm_torch.rllm.config import AlgorithmConfig
 from rllm_torch.trainer.state import TrainerState
@@ -69,7 +72,7 @@ class PolicyUpdater:
         self.losses = AlgorithmConfig.from_config(config)
         self.loss_fn = self.losses.loss_fn or "ppo"
         self._row_losses: list[tuple[str, Tensor | None]] = [(self.loss_fn, None)]
-        self.loss_agg_mode = self.algorithm.loss_agg_mode
+        self.loss_agg_mode = self.algorithm.loss_agg_mode or "token-mean"
         self.loss_agg_horizon = self.algorithm.loss_agg_horizon or config.rllm.rollout.max_new_tokens
         self.use_kl_loss = bool(self.algorithm.use_kl_loss)
         # the settings the policy losses take by name (each loss gets those its signature names)
@@ -88,7 +91,8 @@ class PolicyUpdater:
     def _ensure_scheduler(self, trainer_state: TrainerState, updates_per_step: int) -> None:
         if self.scheduler is None:
             total = max(trainer_state.total_steps, 1) * updates_per_step
-            warmup = int(self.algorithm.warmup_steps_ratio * total)
+            steps = self.algorithm.warmup_steps  # rLLM's: optimizer steps; <= 0: the ratio of the total
+            warmup = steps if steps > 0 else int(self.algorithm.warmup_steps_ratio * total)
             self.scheduler = get_scheduler(
                 _SCHEDULES[self.algorithm.lr_schedule],
                 self.actor.optimizer,
@@ -124,6 +128,7 @@ class PolicyUpdater:
         epochs, num_minis = self.micro.updates_per_batch(total_rows)
         self._ensure_scheduler(trainer_state, epochs * num_minis)
         self._row_losses = self.row_losses(batch)
+        modes = sorted({self.agg_mode_of(name) for name, _ in self._row_losses} - {self.loss_agg_mode})
         local_stats, grad_norms = [], []
         self._weight_stats.clear()
         with stage_memory("updating the policy", self.micro.memory_advice()):
@@ -131,13 +136,15 @@ class PolicyUpdater:
                 order = torch.randperm(num_rows, device=self.device)
                 for rows in order.tensor_split(num_minis):  # this rank's part of each global mini-batch
                     normaliser = self.global_normaliser(batch.response_mask[rows])
+                    # a loss that pins another aggregation (gspo, a registered one) is normalised in its mode
+                    pinned = {mode: self.global_normaliser(batch.response_mask[rows], mode) for mode in modes}
                     micro = self.micro.split(batch, rows, collective=True)
                     # no gradient to zero: the previous step (Actor.step) freed it
                     stats = {}
                     for i, micro_rows in enumerate(micro):
                         last = i == len(micro) - 1
                         with gradient_sync(self.actor.train_model, last):
-                            loss, micro_stats = self.micro_batch_loss(batch, micro_rows, normaliser)
+                            loss, micro_stats = self.micro_batch_loss(batch, micro_rows, normaliser, pinned)
                             loss.backward()
                         if self.critic is not None:
                             with gradient_sync(self.critic.train_model, last):
@@ -176,15 +183,24 @@ class PolicyUpdater:
         loss_R = loss_G[batch.group_index[trajectory_R.to(batch.group_index.device)]]
         return [(name, loss_R == i) for i, name in enumerate(used)]
 
-    def global_normaliser(self, mask_RT: Tensor) -> Tensor:
-        """``loss_agg_mode``'s normaliser of a mini-batch over every rank's rows (one all-reduce)."""
-        normaliser = loss_normaliser(mask_RT, self.loss_agg_mode)
+    def agg_mode_of(self, name: str) -> str:
+        """The aggregation of loss ``name``: its pinned one (``gspo``'s, or its registration's),
+        else the run's ``loss_agg_mode``."""
+        custom = registered_loss(name)
+        return PINNED_AGG_MODES.get(name) or (custom.agg_mode if custom else None) or self.loss_agg_mode
+
+    def global_normaliser(self, mask_RT: Tensor, mode: str | None = None) -> Tensor:
+        """``mode``'s (default: ``loss_agg_mode``'s) normaliser of a mini-batch over every rank's
+        rows (one all-reduce)."""
+        normaliser = loss_normaliser(mask_RT, mode or self.loss_agg_mode)
         if self.ranks.distributed:
             normaliser = normaliser.clone()
             torch.distributed.all_reduce(normaliser, group=self.ranks.process_group)
         return normaliser
 
-    def micro_batch_loss(self, batch, rows: Tensor, normaliser: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+    def micro_batch_loss(
+        self, batch, rows: Tensor, normaliser: Tensor, pinned: dict[str, Tensor] | None = None
+    ) -> tuple[Tensor, dict[str, Tensor]]:
         """This rank's loss on the micro-batch ``rows`` of a global mini-batch (divided by the
         mini-batch's global ``normaliser``, times the world size for DDP's mean) and its local
         stats: shares of the global loss (:data:`_SHARE_STATS`), token sums of the diagnostics
@@ -221,17 +237,24 @@ class PolicyUpdater:
                 if not bool(of_loss_R[rows].any()):
                     continue  # none of this loss's rows in the micro-batch
                 part_RT, trained_RT = mask_RT * of_loss_R[rows, None], loss_mask_RT * of_loss_R[rows, None]
-            part, extra = policy_loss(
-                name,
-                log_probs,
-                old_log_probs,
-                advantages,
-                trained_RT,  # the tokens trained on; the normaliser stays the mini-batch's (as TRL)
-                importance_sampling_level=self.algorithm.importance_sampling_level,
-                beta=s.dro_beta,
-                **self._loss_settings,
-                **aggregation,
-            )
+            mode = self.agg_mode_of(name)
+            own = aggregation | {"loss_agg_mode": mode, "normaliser": (pinned or {}).get(mode, normaliser)}
+            if (custom := registered_loss(name)) is not None:
+                references = batch.ref_log_probs[rows] if batch.ref_log_probs is not None else None
+                inputs = (log_probs, old_log_probs, advantages, trained_RT, batch.rollout_log_probs[rows], references)
+                part, extra = self._registered_loss(name, custom, inputs, own)
+            else:
+                part, extra = policy_loss(
+                    name,
+                    log_probs,
+                    old_log_probs,
+                    advantages,
+                    trained_RT,  # the tokens trained on; the normaliser stays the mini-batch's (as TRL)
+                    importance_sampling_level=self.algorithm.importance_sampling_level,
+                    beta=s.dro_beta,
+                    **self._loss_settings,
+                    **own,
+                )
             loss, part_tokens = loss + part, part_RT.sum()
             for k, v in extra.items():  # token sums of each loss's diagnostics, over its rows
                 stats[k] = stats.get(k, 0) + v.detach() * part_tokens
@@ -258,6 +281,26 @@ class PolicyUpdater:
             loss = loss + algorithm.kl_loss_coef * kl_loss
             stats["kl_loss"] = kl_loss.detach()
         return (loss + anchor) * world, stats
+
+    def _registered_loss(self, name: str, custom, inputs: tuple, aggregation: dict) -> tuple[Tensor, dict[str, Tensor]]:
+        """A loss registered with ``register_loss`` (:func:`~rllm_torch.core.losses.registry.run_registered_loss`),
+        aggregated over the global mini-batch in its mode; its metrics under ``actor/``."""
+        s, mode, horizon, normaliser = (
+            self.settings,
+            aggregation["loss_agg_mode"],
+            aggregation["horizon"],
+            aggregation["normaliser"],
+        )
+
+        def aggregate(per_token: Tensor, mask: Tensor, own: str | None = None) -> Tensor:
+            scale = normaliser if (own or mode) == mode else None  # another mode than its own: this micro-batch's
+            return aggregate_loss(per_token, mask, own or mode, horizon=horizon, normaliser=scale)
+
+        params = {"eps_clip": s.clip_ratio_low, "eps_clip_high": s.clip_ratio_high, "kl_beta": 0.0}
+        loss, metrics = run_registered_loss(
+            name, custom, *inputs, aggregate, params | dict(self.algorithm.loss_params or {})
+        )
+        return loss, {f"actor/{k}": v for k, v in metrics.items()}
 
     def _policy_tokens(
         self, log_probs: Tensor, entropy: Tensor | None, advantages: Tensor, rollout_log_probs: Tensor, mask_RT: Tensor

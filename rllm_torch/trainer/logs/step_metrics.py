@@ -34,11 +34,12 @@ def stage_timer(metrics: dict[str, float], stage: str):
 
 
 def workflow_metrics(episodes: list[Episode], prefix: str, ranks: RunRanks | None = None) -> dict[str, float]:
-    """Mean of each numeric ``episode.metrics`` key and the share of each termination reason,
-    over the episodes of every rank (``ranks``: one ``all_gather_object`` of sums and counts)."""
+    """Mean of each numeric ``episode.metrics`` key and the share of each termination reason
+    (an episode without one counts as ``unknown``, as in rLLM), over the episodes of every rank
+    (``ranks``: one ``all_gather_object`` of sums and counts)."""
     sums: dict[str, float] = {}
     counts: Counter = Counter()
-    reasons = Counter(e.termination_reason.value for e in episodes if e.termination_reason is not None)
+    reasons = Counter((e.termination_reason or TerminationReason.UNKNOWN).value for e in episodes)
     for episode in episodes:
         for key, value in episode.metrics.items():
             if isinstance(value, (int, float)):

@@ -166,7 +166,7 @@ def _warnings(config: Any) -> str:
     """The start-up summary's warnings: settings that run but are likely not what was meant."""
     rllm, found = config.rllm, [_singleton_groups_warning(config)]
     rs = rllm.rejection_sample
-    if rs.enable and rs.min_trajs_per_group > rllm.rollout.n:
+    if rs.min_trajs_per_group > rllm.rollout.n:  # rLLM drops such groups with or without enable
         found.append(
             f"rllm.rejection_sample.min_trajs_per_group={rs.min_trajs_per_group} is above rllm.rollout.n="
             f"{rllm.rollout.n}: a group of one trajectory per rollout is dropped, so only workflows with several "

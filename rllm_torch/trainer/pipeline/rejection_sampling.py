@@ -1,9 +1,9 @@
 """Rejection sampling and group filtering between the transform and the advantages (rLLM's
 ``apply_rejection_sampling_and_filtering``).
 
-* mode ``"none"``: a pass-through. Nothing is dropped, whatever the other fields say (the unified
-  trainer builds this mode from ``rejection_sample.enable=False``); only the metrics are computed,
-  for this batch alone.
+* mode ``"none"`` (the unified trainer's with ``rejection_sample.enable=False``): as in rLLM,
+  groups with fewer than ``min_trajs_per_group`` trajectories are dropped (and counted); nothing
+  else is filtered and nothing accumulates. The metrics are this batch's.
 * mode ``"episode"``: groups with fewer than ``min_trajs_per_group`` trajectories are dropped,
   and with ``filter_uniform_groups`` so are groups of two or more whose raw rewards all lie within
   ``uniform_reward_tolerance`` of each other (they carry no learning signal). The kept groups and
@@ -40,8 +40,8 @@ class RejectionSamplingConfig:
     """Options of rejection sampling (rLLM's ``RejectionSamplingConfig``, plus the uniform filter's tolerance).
 
     Attributes:
-        mode: ``"none"`` (pass-through) or ``"episode"`` (filter and accumulate).
-        min_trajs_per_group: groups with fewer trajectories are dropped (episode mode).
+        mode: ``"none"`` (drop small groups) or ``"episode"`` (filter and accumulate).
+        min_trajs_per_group: groups with fewer trajectories are dropped (both modes, as in rLLM).
         min_partial_solve_tasks: partially solved tasks needed before a batch is released.
         filter_uniform_groups: drop groups that carry no learning signal (episode mode): by
             ``uniform_filter_metric``, groups whose raw rewards are all equal, or whose
@@ -139,17 +139,32 @@ def _filter_groups(
     groups: list[TrajectoryGroup], config: RejectionSamplingConfig, counts: _Counts
 ) -> tuple[list[TrajectoryGroup], set[int]]:
     kept, dropped_ids = [], set()
+    counts.groups_before_filter += len(groups)
+    uniform = config.filter_uniform_groups and config.mode == "episode"  # rLLM's sync mode none: sizes only
     for group in groups:
         size = len(group.trajectories)
         if size < config.min_trajs_per_group:
             counts.groups_dropped_insufficient_trajs += 1
-        elif config.filter_uniform_groups and size >= 2 and _is_uniform(group, config):
+        elif uniform and size >= 2 and _is_uniform(group, config):
             counts.groups_dropped_uniform += 1
         else:
             kept.append(group)
             continue
         dropped_ids.update(id(t) for t in group.trajectories)
+    counts.groups_after_filter += len(kept)
     return kept, dropped_ids
+
+
+def _without(episodes: list[Episode], dropped_ids: set[int]) -> list[Episode]:
+    """Shallow copies of ``episodes`` without the trajectories of dropped groups (an episode left
+    with none stays, as in rLLM)."""
+    kept = []
+    for episode in episodes:
+        trajectories = [t for t in episode.trajectories if id(t) not in dropped_ids]
+        kept.append(
+            episode if len(trajectories) == len(episode.trajectories) else replace(episode, trajectories=trajectories)
+        )
+    return kept
 
 
 def groups_with_signal(groups: list[TrajectoryGroup], config: RejectionSamplingConfig) -> list[TrajectoryGroup]:
@@ -230,28 +245,23 @@ def apply_rejection_sampling_and_filtering(
     Raises:
         ValueError: episode mode without a state; the uniform filter meets a reward that is not a number.
 
-    Source: rLLM ``rllm/experimental/common/rejection_sampling.py``; unlike rLLM, mode ``none``
-    drops nothing and its counts do not carry over to the next batch.
+    Source: rLLM ``rllm/trainer/algorithms/rejection_sampling.py`` (mode ``none`` drops the groups
+    below ``min_trajs_per_group`` there too).
     """
     group = resolve_process_group(process_group)
     if config.mode == "none":
-        counts = _Counts(groups_before_filter=len(groups), groups_after_filter=len(groups))
-        _count_solves(episodes, counts)
-        return list(groups), list(episodes), counts.to_metrics(group=group)
+        counts = _Counts()
+        kept, dropped_ids = _filter_groups(groups, config, counts)
+        kept_episodes = _without(episodes, dropped_ids)
+        _count_solves(kept_episodes, counts)
+        return kept, kept_episodes, counts.to_metrics(group=group)
     if state is None:
         raise ConfigError(
             "episode-mode rejection sampling needs a RejectionSamplingState kept from batch to batch; pass state=RejectionSamplingState() once and reuse it."
         )
     counts = state.counts
-    counts.groups_before_filter += len(groups)
     kept, dropped_ids = _filter_groups(groups, config, counts)
-    counts.groups_after_filter += len(kept)
-    kept_episodes = []
-    for episode in episodes:
-        trajectories = [t for t in episode.trajectories if id(t) not in dropped_ids]
-        kept_episodes.append(
-            episode if len(trajectories) == len(episode.trajectories) else replace(episode, trajectories=trajectories)
-        )
+    kept_episodes = _without(episodes, dropped_ids)
     _count_solves(kept_episodes, counts)
     state.accumulated_groups.extend(kept)
     state.accumulated_episodes.extend(kept_episodes)

@@ -99,7 +99,7 @@ def _token_level_role(
     estimator: object,
     in_role: list[bool],
     scores_N: torch.Tensor,
-    kwargs: dict,
+    algorithm_config: AlgorithmConfig,
     group: object,
     role: str,
 ) -> dict[str, float]:
@@ -129,7 +129,7 @@ def _token_level_role(
         process_group=ONE_PROCESS if group is None else group,
         validate=False,
     )
-    adv_RT, returns_RT = compute_advantages(tokens, estimator, **kwargs)
+    adv_RT, returns_RT = compute_advantages(tokens, estimator, algorithm_config=algorithm_config)
     adv_RT, returns_RT = adv_RT.to(torch.float32) * mask_RT, returns_RT.to(torch.float32) * mask_RT
     if batch.returns is None:
         batch.returns = torch.zeros_like(batch.response_mask)
@@ -210,8 +210,7 @@ def compute_token_advantages(
         for role in result.token_level_roles:
             estimator = role_estimator(role, algorithm_config)
             in_role = [r == role and not p for r, p in zip(batch.group_roles, pre_G, strict=True)]
-            kwargs = algorithm_config.estimator_call_kwargs(estimator)
-            metrics |= _token_level_role(batch, estimator, in_role, scores_N, kwargs, group, role)
+            metrics |= _token_level_role(batch, estimator, in_role, scores_N, algorithm_config, group, role)
     if result.precomputed_roles:
         pre_G = batch.group_precomputed or [False] * batch.num_groups
         metrics |= _keep_precomputed(batch, pre_G, result.precomputed_roles, group)
@@ -240,4 +239,5 @@ def role_batch(batch: TokenBatch) -> RoleBatch:
         step_rewards=step_rewards,
         step_weights=None if batch.turn_rewards is None else batch.response_mask.sum(-1).to(torch.float64),
         step_observation=batch.observation_index,
+        trajectory_groups=batch.trajectory_groups,
     )

@@ -16,6 +16,7 @@ rows carry :meth:`Step.token_advantages <rllm_torch.rllm.types.Step.token_advant
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -70,6 +71,8 @@ class TokenBatch:
             step groups), or None.
         returns: ``[R, T]`` float32 regression targets of the critic (written by token-level
             estimators' ``compute_advantages``), or None.
+        trajectory_groups: the ``G`` groups the batch was built from (host objects, for an
+            estimator that reads rLLM's ``traj_groups``), or None.
         extras: anything else a backend wants to carry with the batch.
     """
 
@@ -94,6 +97,7 @@ class TokenBatch:
     group_baselines: Tensor | None = None
     turn_rewards: Tensor | None = None
     observation_index: Tensor | None = None
+    trajectory_groups: list | None = None
     extras: dict = field(default_factory=dict)
 
     @property
@@ -116,6 +120,7 @@ def build_token_batch(
     pad_token_id: int,
     use_precomputed_advantage: bool = False,
     stepwise_mode: str = "broadcast",
+    length_mismatch: str = "raise",
 ) -> TokenBatch:
     """Pack trajectory groups into a :class:`TokenBatch` (on CPU), one row per step.
 
@@ -127,6 +132,8 @@ def build_token_batch(
         use_precomputed_advantage: keep the workflow's ``step.advantage`` for groups that have one.
         stepwise_mode: ``rllm.stepwise_advantage.mode``; a turn mode fills ``turn_rewards`` (RL
             groups), ``gigpo`` also ``observation_index``.
+        length_mismatch: a precomputed per-token advantage of the wrong length: ``"raise"``, or
+            ``"zeros"`` with one ``UserWarning`` counting them (``rllm.algorithm.compat=rllm``).
 
     Raises:
         InvalidTrajectoryError (a ValueError): a trajectory has no step, a step has no response
@@ -149,6 +156,7 @@ def build_token_batch(
     turns = [] if stepwise_mode in TURN_MODES else None
     observation_ids = ObservationIds() if stepwise_mode == "gigpo" else None
     observations: list[int] = []
+    mismatched: list[str] = []
     for g, group in enumerate(groups):
         pre = use_precomputed_advantage and any(s.advantage is not None for t in group.trajectories for s in t.steps)
         group_pre.append(pre)
@@ -173,7 +181,10 @@ def build_token_batch(
                     rows_mask.append(step.response_mask_tensor())
                 except InvalidTrajectoryError as exc:
                     raise InvalidTrajectoryError(f"{_where(group, traj.name, index)}: {exc}") from exc
-                rows_adv.append(step.token_advantages() if pre else None)
+                if pre and length_mismatch == "zeros" and isinstance(step.advantage, (list, tuple, Tensor)):
+                    if len(step.advantage) != num_resp:
+                        mismatched.append(_where(group, traj.name, index))
+                rows_adv.append(step.token_advantages(length_mismatch=length_mismatch) if pre else None)
                 row_index.append(len(rewards))
                 if observation_ids is not None:
                     observations.append(
@@ -195,6 +206,13 @@ def build_token_batch(
                 rewards.append(reward)
             trajectories.append((group, traj))
             group_index.append(g)
+    if mismatched:
+        warnings.warn(
+            f"{len(mismatched)} step(s) have a precomputed advantage whose length differs from their response and get "
+            f"zeros (rllm.algorithm.compat=rllm, as rLLM does; first: {mismatched[0]}).",
+            UserWarning,
+            stacklevel=2,
+        )
     num_rows, width = len(rows), max((len(r) for r in rows), default=0)
     input_ids_RT = torch.full((num_rows, width), pad_token_id, dtype=torch.int64)
     attention_mask_RT = torch.zeros((num_rows, width), dtype=torch.int64)
@@ -215,6 +233,7 @@ def build_token_batch(
         rewards=torch.tensor(rewards, dtype=torch.float64),
         group_index=torch.tensor(group_index, dtype=torch.int64),
         group_roles=[g.group_role for g in groups],
+        trajectory_groups=list(groups),
         rollout_log_probs=rollout_logp_RT,
         row_index=torch.tensor(row_index, dtype=torch.int64),
         precomputed_advantages=pre_adv_RT,

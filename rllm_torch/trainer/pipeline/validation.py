@@ -39,12 +39,19 @@ def unbiased_pass_at_k(num_samples: int, num_correct: int, k: int) -> float:
     return 1.0 - comb(num_samples - num_correct, k) / comb(num_samples, k)
 
 
+def _data_source(episode: Episode) -> str:
+    source = episode.info.get("data_source")
+    if source is None and isinstance(episode.task, dict):
+        source = episode.task.get("data_source")
+    return str(source if source is not None else "unknown")
+
+
 def validation_pass_metrics(
     episodes: list[Episode], n_val: int, prefix: str = "val", *, ranks: RunRanks | None = None
 ) -> dict[str, float]:
     """``{prefix}/{data_source}/pass@1`` and, for ``n_val > 1``, ``pass@{n_val}``, averaged over
-    the tasks (``task_id``) of each data source (``episode.info["data_source"]``, else
-    ``"unknown"``). With ``ranks``, over the episodes of every rank (each rank's per-task
+    the tasks (``task_id``) of each data source (``episode.info["data_source"]``, else the
+    task's ``data_source`` as rLLM reads it, else ``"unknown"``). With ``ranks``, over the episodes of every rank (each rank's per-task
     sample and correct counts are gathered once: ``O(tasks)``, not ``O(episodes)``).
 
     pass@1 is the mean over tasks of the fraction of correct samples. pass@n uses
@@ -53,7 +60,7 @@ def validation_pass_metrics(
     """
     tallies: dict[tuple[str, object], list[int]] = defaultdict(lambda: [0, 0])  # (source, task) -> [n, c]
     for episode in episodes:
-        tally = tallies[(str(episode.info.get("data_source", "unknown")), episode.task_id)]
+        tally = tallies[(_data_source(episode), episode.task_id)]
         tally[0] += 1
         tally[1] += bool(episode.is_correct)
     if ranks is not None and ranks.distributed:
