@@ -1,7 +1,7 @@
 """The package's layers and what each may import (every ``import`` statement, read with ``ast``,
 function bodies included): the core (torch and numpy only) ← the rLLM surface ← the training
 framework ← the backends and the rollouts (side by side: neither imports the other) ← the
-programs. ``import rllm_torch`` loads no config, model or plotting library."""
+programs ← the compatibility packages. ``import rllm_torch`` loads no config, model or plotting library."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ LAYERS = [
     ("training framework", ("rllm_torch.trainer",)),
     ("backends and rollouts", ("rllm_torch.backends", "rllm_torch.rollouts")),
     ("programs", ("rllm_torch.cli", "rllm_torch.train", "rllm_torch.configs")),
+    ("compatibility", ("rllm_torch.compat",)),  # other libraries' import paths over everything below
 ]
 #: Inside a package, its folders and top-level modules in ranks, bottom first: a module may import
 #: its own rank and those below, never one above (nor, outside a package's ``__init__``, the
@@ -30,11 +31,11 @@ UNITS = {
         ("estimators", "losses"),
     ],
     "rllm_torch.trainer": [
-        ("schema", "resolvers", "model_defaults", "ranks", "config_checks"),
+        ("schema", "resolvers", "model_defaults", "ranks", "rllm_settings", "config_checks"),
         ("pipeline",),
         ("state",),
         ("runtime",),
-        ("workflow", "workflow_engine"),
+        ("reward_threads", "rollout_engine", "workflow", "workflow_engine"),
         ("logs",),
         ("protocol",),
         ("unified_trainer", "async_loop"),

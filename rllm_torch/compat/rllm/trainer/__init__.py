@@ -1,0 +1,5 @@
+"""``rllm.trainer``: ``AgentTrainer``. Re-exported from the one implementation (:mod:`rllm_torch.compat.rllm`)."""
+
+from rllm_torch.cli.agent_trainer import AgentTrainer
+
+__all__ = ["AgentTrainer"]
