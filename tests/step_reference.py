@@ -3,7 +3,7 @@ can be checked against the numbers the step gave before it (``tests/data/step_re
 checked by ``tests/trainer/test_step_reference.py``).
 
 Each run is a few steps of a tiny configuration covering one path of the step: the default job
-(with validation), the multi-turn tasks, async training at staleness 0, per-role losses, remax,
+(with validation), the multi-turn tasks, async training at staleness 0 and 2, per-role losses, remax,
 ``optimal_token_baseline`` and dynamic sampling. Record them again (after a change that is meant
 to change the numbers, saying why in its commit) with::
 
@@ -34,12 +34,13 @@ TINY = (
     "rllm.trainer.total_batches=3",
     "rllm.trainer.test_freq=2",
     "rllm.trainer.save_freq=0",
+    "rllm.rollout.max_new_tokens=1",  # a one-digit answer without its end token: a random policy scores ~1/13
 )
 
 #: name -> overrides of :data:`TINY`.
 RUNS: dict[str, tuple[str, ...]] = {
     "default": (),
-    "chain_turn_level": ("task.name=chain", "rllm.stepwise_advantage.mode=turn_level", "rllm.rollout.max_new_tokens=3"),
+    "chain_turn_level": ("task.name=chain", "rllm.stepwise_advantage.mode=turn_level"),
     "guess_mt_grpo": (
         "task.name=guess",
         "task.max_turns=3",
@@ -47,6 +48,11 @@ RUNS: dict[str, tuple[str, ...]] = {
         "rllm.rollout.max_new_tokens=2",
     ),
     "async_staleness_0": ("rllm.async_training.enable=true",),
+    "async_staleness_2": (  # the producer samples up to two versions ahead (each step's staleness is logged)
+        "rllm.async_training.enable=true",
+        "rllm.async_training.staleness_threshold=2",
+        "rllm.trainer.total_batches=4",
+    ),
     "per_role_losses": (
         "task.name=distill",
         "task.mix_rl=true",
