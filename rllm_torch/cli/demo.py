@@ -21,7 +21,7 @@ import torch
 from rllm_torch.core.packing import GroupedRewards
 from rllm_torch.core.tokens import TokenRewards
 from rllm_torch.rllm.dispatch import compute_advantages
-from rllm_torch.rllm.registry import is_token_level, registered_estimator_names
+from rllm_torch.rllm.registry import estimator_options, is_token_level, registered_estimator_names, registration
 
 __all__ = ["main"]
 
@@ -56,10 +56,17 @@ def advantages(batch: GroupedRewards, name: str) -> torch.Tensor:
         )
         adv_N3, _ = compute_advantages(tokens, name)
         return adv_N3[:, 0]
-    options = {"k": int(batch.layout.counts.min())} if name == "pass_at_k" else {}
-    if name == "remax":  # as if each group's greedy rollout had scored as its first member
-        options = {"baselines": batch.padded_rewards.float()[:, 0]}
-    return compute_advantages(batch, name, **options)[0]
+    return compute_advantages(batch, name, **_demo_options(batch, name))[0]
+
+
+def _demo_options(batch: GroupedRewards, name: str) -> dict:
+    """What the demo gives ``name`` besides the rewards: a ``k`` option (at most the smallest group),
+    and greedy baselines for one that needs them (as if each group's greedy rollout had scored as
+    its first member)."""
+    options = {"k": int(batch.layout.counts.min())} if "k" in (estimator_options(name) or ()) else {}
+    if "baselines" in registration(name).needs:
+        options["baselines"] = batch.padded_rewards.float()[:, 0]
+    return options
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -72,7 +79,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{batch.num_groups} groups, {batch.num_trajectories} trajectories on {batch.device}")
     _show("rewards", batch, batch.rewards)
     for name in registered_estimator_names():
-        title = f"{name} (k={int(batch.layout.counts.min())}, the smallest group)" if name == "pass_at_k" else name
+        k = _demo_options(batch, name).get("k") if not is_token_level(name) else None
+        title = f"{name} (k={k}, the smallest group)" if k is not None else name
         _show(title, batch, advantages(batch, name))
 
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import inspect
 import warnings
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Literal
+from typing import Any, Literal
 
 from rllm_torch.core.errors import (
     ConfigError,
@@ -34,6 +34,7 @@ __all__ = [
     "register_adv_estimator",
     "RLLM_ADV_ESTIMATOR_REGISTRY",
     "CALL_DATA",
+    "ESTIMATOR_INPUTS",
     "registered_estimator_names",
     "is_token_level",
     "estimator_options",
@@ -63,6 +64,20 @@ class Registration:
     takes_config: bool = False  # it names ``algorithm_config`` (rLLM's signature since 2026-05) or takes **kwargs
     takes_traj_groups: bool = False  # it names ``traj_groups`` (rLLM passes them since 2026-05) or takes **kwargs
     needs_traj_groups: bool = False  # ``traj_groups`` is a parameter without a default
+    needs: frozenset[str] = frozenset()  # what it reads from the batch besides rewards (ESTIMATOR_INPUTS)
+    per_turn: str | None = None  # why a turn mode cannot run it (None: it can)
+    group_baseline: bool = False  # its baseline is a statistic of the group (a group of one has none)
+
+
+#: What an estimator may need from the batch besides its rewards, declared at registration
+#: (``needs=``): the trainer asks the backend for the union of its roles' needs.
+ESTIMATOR_INPUTS: dict[str, str] = {
+    "old_log_probs": "the policy's log-probs before the update (TokenRewards.old_log_probs)",
+    "sum_pi_squared": "sum_v pi_old(v)^2 at each response token (TokenRewards.sum_pi_squared)",
+    "values": "a critic's value of each response token (TokenRewards.values; backend.critic.enable=true)",
+    "baselines": "each group's greedy-rollout reward (the trainer samples one rollout a prompt at temperature 0)",
+    "reward_components": "several reward functions' rewards per trajectory (Trajectory.reward_components)",
+}
 
 
 _REGISTRY: dict[str, Registration] = {}
@@ -107,7 +122,28 @@ def _signature_facts(fn: Callable) -> dict[str, object]:
     }
 
 
-def _add(name: object, fn: Callable, form: EstimatorForm, tensor_fn: Callable | None) -> None:
+def _needs(name: object, needs: object) -> frozenset[str]:
+    if isinstance(needs, str) or not all(isinstance(n, str) for n in needs):
+        raise EstimatorRegistrationError(
+            f"estimator {name!r}: needs must be a tuple of names, e.g. ('old_log_probs',); got {needs!r}."
+        )
+    if unknown := sorted(set(needs) - set(ESTIMATOR_INPUTS)):
+        raise EstimatorRegistrationError(
+            f"estimator {name!r}: needs {unknown} are not inputs an estimator can ask for: {', '.join(ESTIMATOR_INPUTS)}."
+        )
+    return frozenset(needs)
+
+
+def _add(
+    name: object,
+    fn: Callable,
+    form: EstimatorForm,
+    tensor_fn: Callable | None,
+    *,
+    needs: Iterable[str] = (),
+    per_turn: str | None = None,
+    group_baseline: bool = False,
+) -> None:
     if form not in _FORMS:
         raise ConfigError(f"form must be {_FORM_HELP}, got {form!r}.")
     if not callable(fn):
@@ -119,10 +155,22 @@ def _add(name: object, fn: Callable, form: EstimatorForm, tensor_fn: Callable | 
             UserWarning,
             stacklevel=3,
         )
-    _REGISTRY[key] = Registration(fn, form, tensor_fn, **_signature_facts(tensor_fn or fn))
+    if per_turn is None and (form == "tokens" or (tensor_fn is None and form == "tokens")):
+        per_turn = "it is token-level: it has its own per-token returns"
+    _REGISTRY[key] = Registration(
+        fn,
+        form,
+        tensor_fn,
+        **_signature_facts(tensor_fn or fn),
+        needs=_needs(key, needs),
+        per_turn=per_turn,
+        group_baseline=group_baseline,
+    )
 
 
-def register_rllm_adv_estimator(name: str | Enum, *, form: EstimatorForm = "arrays") -> Callable[[Callable], Callable]:
+def register_rllm_adv_estimator(
+    name: str | Enum, *, form: EstimatorForm = "arrays", needs: Iterable[str] = ()
+) -> Callable[[Callable], Callable]:
     """Decorator registering an advantage estimator under ``name`` (rLLM's API).
 
     rLLM's canonical signature (since 2026-05) is ``fn(rewards: list[np.ndarray],
@@ -139,6 +187,9 @@ def register_rllm_adv_estimator(name: str | Enum, *, form: EstimatorForm = "arra
             :class:`~rllm_torch.GroupedRewards` returning ``[N]`` tensors (the fast path),
             ``"tokens"`` for a function of a :class:`~rllm_torch.core.tokens.TokenRewards`
             returning ``[B, T]`` tensors (token level: the trainer gives it token rewards).
+        needs: what it reads from the batch besides its rewards (:data:`ESTIMATOR_INPUTS`), e.g.
+            ``("old_log_probs",)`` for a token-level one that reads ``batch.old_log_probs``: the
+            trainer has the backend compute them before the advantages.
 
     Registering a name again replaces the earlier function, with a ``UserWarning``.
 
@@ -161,16 +212,20 @@ def register_rllm_adv_estimator(name: str | Enum, *, form: EstimatorForm = "arra
     if form not in _FORMS:
         raise ConfigError(f"form must be {_FORM_HELP}, got {form!r}.")
 
+    needs = _needs(name, needs)
+
     def decorator(fn: Callable) -> Callable:
-        _add(name, fn, form, None)
+        _add(name, fn, form, None, needs=needs)
         return fn
 
     return decorator
 
 
-def register_adv_estimator(name: str | Enum, *, form: EstimatorForm = "arrays") -> Callable[[Callable], Callable]:
+def register_adv_estimator(
+    name: str | Enum, *, form: EstimatorForm = "arrays", needs: Iterable[str] = ()
+) -> Callable[[Callable], Callable]:
     """rLLM's newer name of :func:`register_rllm_adv_estimator` (its ``terminal-rl`` branch); the same registry."""
-    return register_rllm_adv_estimator(name, form=form)
+    return register_rllm_adv_estimator(name, form=form, needs=needs)
 
 
 class _EstimatorRegistry(MutableMapping):
@@ -216,14 +271,19 @@ RLLM_ADV_ESTIMATOR_REGISTRY: MutableMapping = _EstimatorRegistry()
 
 
 def register_builtin(
-    name: str | Enum, arrays_fn: Callable | None, tensor_fn: Callable, form: EstimatorForm = "tensors"
+    name: str | Enum,
+    arrays_fn: Callable | None,
+    tensor_fn: Callable,
+    form: EstimatorForm = "tensors",
+    **facts: Any,
 ) -> None:
     """Register a built-in: its rLLM arrays-form function (if it has one), run through its tensor
-    implementation; ``form`` is the tensor implementation's (``"tensors"`` or ``"tokens"``)."""
+    implementation; ``form`` is the tensor implementation's (``"tensors"`` or ``"tokens"``);
+    ``facts``: ``needs``, ``per_turn`` and ``group_baseline`` (:class:`Registration`)."""
     if arrays_fn is None:
-        _add(name, tensor_fn, form, None)
+        _add(name, tensor_fn, form, None, **facts)
     else:
-        _add(name, arrays_fn, "arrays", tensor_fn)
+        _add(name, arrays_fn, "arrays", tensor_fn, **facts)
     _BUILTINS.append(registered_name(name))
 
 

@@ -11,7 +11,7 @@ roles whose estimator is token-level are the caller's, see :class:`RoleAdvantage
 1. the roles are agreed across ranks (every rank computes every role, in one order) and any
    rank's input error is raised on every rank;
 2. the role's estimator is ``estimator_map[role]``, else ``estimator``
-   (:func:`~rllm_torch.rllm.roles.role_estimator`), with the run's options;
+   (its :class:`~rllm_torch.rllm.plan.RolePlan`, resolved once), with the run's options;
 3. its trained trajectories (:meth:`~rllm_torch.rllm.types.Trajectory.is_trained`) are packed
    once (a dense ``[G, K]`` view when the caller knows every group has ``K`` of them) and the
    estimator runs once; an untrained trajectory takes no part and gets 0
@@ -36,9 +36,10 @@ from rllm_torch.core.packing import GroupedRewards
 from rllm_torch.core.turns import GroupedTurns
 from rllm_torch.rllm.config import TURN_MODES, AlgorithmConfig
 from rllm_torch.rllm.metrics import difficulty_metrics, summary_metrics
+from rllm_torch.rllm.plan import AdvantagePlan
 from rllm_torch.rllm.registry import is_token_level
-from rllm_torch.rllm.roles import estimator_inputs, outcome_estimator, role_advantages, role_estimator
-from rllm_torch.rllm.stepwise import check_stepwise_estimator, role_turn_advantages
+from rllm_torch.rllm.roles import estimator_inputs, role_advantages
+from rllm_torch.rllm.stepwise import role_turn_advantages
 
 __all__ = ["RoleBatch", "RoleAdvantages", "compute_role_advantages", "token_advantage_metrics"]
 
@@ -120,7 +121,7 @@ class RoleAdvantages:
 
 def compute_role_advantages(
     batch: RoleBatch,
-    config: AlgorithmConfig,
+    plan: AdvantagePlan | AlgorithmConfig,
     *,
     process_group: object = None,
     difficulty: bool = False,
@@ -132,7 +133,7 @@ def compute_role_advantages(
 
     Args:
         batch: this rank's trajectories and steps (an empty batch on a rank without any).
-        config: the estimators, the stepwise mode and the options.
+        plan: each role's estimator and the run's options (an ``AlgorithmConfig`` is planned here).
         process_group: None (one process) or the resolved ``ProcessGroup`` whose ranks hold the
             rest of the batch (rank-local groups); every rank must call.
         difficulty: also the ``batch/{role}/*`` difficulty metrics (the collector's).
@@ -148,9 +149,11 @@ def compute_role_advantages(
         ValueError: what the estimator raises on its input.
     """
     roles, pre_roles, error, estimators = _roles(batch), _precomputed_roles(batch), input_error, {}
+    config = plan.config if isinstance(plan, AdvantagePlan) else plan
     try:
         if not rewards_only and error is None:
-            estimators = {role: _estimator(role, config, outcome_only) for role in {*config.estimator_map, *roles}}
+            plan = plan if isinstance(plan, AdvantagePlan) else AdvantagePlan(config)
+            estimators = {role: _estimator(plan, role, outcome_only) for role in {*config.estimator_map, *roles}}
     except (ValueError, TypeError) as exc:
         if process_group is None:
             raise
@@ -160,7 +163,8 @@ def compute_role_advantages(
         roles = sorted({role for facts in everyone for role in facts["rl"]})
         pre_roles = sorted({role for facts in everyone for role in facts["pre"]})
         if not rewards_only:
-            estimators |= {role: _estimator(role, config, outcome_only) for role in set(roles) - set(estimators)}
+            plan = plan if isinstance(plan, AdvantagePlan) else AdvantagePlan(config)
+            estimators |= {role: _estimator(plan, role, outcome_only) for role in set(roles) - set(estimators)}
     elif error is not None:
         raise error
     out = RoleAdvantages(torch.zeros(batch.step_trajectory.shape[0], dtype=torch.float64, device=batch.scores.device))
@@ -245,10 +249,8 @@ def _precomputed_roles(batch: RoleBatch) -> list[str]:
     return sorted({r for r, p in zip(batch.group_roles, pre, strict=True) if p})
 
 
-def _estimator(role: str, config: AlgorithmConfig, outcome_only: bool):
-    estimator = outcome_estimator(role, config) if outcome_only else role_estimator(role, config)
-    check_stepwise_estimator(estimator, config.stepwise_advantage_mode)
-    return estimator
+def _estimator(plan: AdvantagePlan, role: str, outcome_only: bool) -> str:
+    return (plan.outcome(role) if outcome_only else plan.role(role)).estimator
 
 
 def _pack_role(

@@ -1,8 +1,9 @@
-"""One role's pieces of the per-role rule (:mod:`~rllm_torch.rllm.role_plan`): which estimator a
-role runs (:func:`role_estimator`, :func:`outcome_estimator`), the estimator once on a role's
+"""One role's pieces of the per-role rule (:mod:`~rllm_torch.rllm.role_plan`; which estimator a
+role runs is its :class:`~rllm_torch.rllm.plan.RolePlan`): the estimator once on a role's
 packed *trained* trajectories with its metrics (:func:`role_advantages`; an untrained trajectory
-takes no part, gets advantage 0 and is counted in ``advantage/{role}/num_untrained``), and the
-trajectories' reward components as one tensor (:func:`reward_components_tensor`).
+takes no part, gets advantage 0 and is counted in ``advantage/{role}/num_untrained``), what it
+takes besides the rewards (:func:`estimator_inputs`: rLLM's ``traj_groups``, greedy baselines),
+and the trajectories' reward components as one tensor (:func:`reward_components_tensor`).
 """
 
 from __future__ import annotations
@@ -16,21 +17,19 @@ from torch import Tensor
 
 from rllm_torch.core.checks import check_reward
 from rllm_torch.core.distributed import agree_across_ranks, gather_objects
-from rllm_torch.core.errors import ConfigError, InvalidRewardsError, UnknownEstimatorError
+from rllm_torch.core.errors import ConfigError, InvalidRewardsError
 from rllm_torch.core.packing import GroupedRewards
 from rllm_torch.rllm.config import AlgorithmConfig, rLLMAdvantageEstimator
 from rllm_torch.rllm.dispatch import compute_advantages
 from rllm_torch.rllm.metrics import difficulty_metrics, summary_metrics
-from rllm_torch.rllm.registry import is_token_level, registered_name, registration
+from rllm_torch.rllm.registry import registered_name, registration
 from rllm_torch.rllm.types import Trajectory, TrajectoryGroup
 
 __all__ = [
-    "role_estimator",
-    "outcome_estimator",
     "role_advantages",
     "reward_components_tensor",
     "group_baselines_tensor",
-    "needs_greedy_baselines",
+    "unseen_map_roles",
     "role_traj_groups",
     "estimator_inputs",
 ]
@@ -38,39 +37,6 @@ __all__ = [
 
 def _label(name: rLLMAdvantageEstimator | str) -> str:
     return name.value if isinstance(name, Enum) else name
-
-
-def role_estimator(role: str, algorithm_config: AlgorithmConfig) -> rLLMAdvantageEstimator | str:
-    """The estimator of a group role (``estimator_map[role]``, else ``estimator``), registered.
-
-    Raises:
-        UnknownEstimatorError: it is not registered; the message names the role and where the
-            name came from.
-    """
-    name = algorithm_config.estimator_for(role)
-    try:
-        is_token_level(name)
-    except UnknownEstimatorError as exc:
-        source = f"estimator_map[{role!r}]" if role in algorithm_config.estimator_map else "estimator"
-        raise UnknownEstimatorError(f"role {role!r}: {source} = {_label(name)!r} is not registered. {exc}") from exc
-    return name
-
-
-def outcome_estimator(role: str, algorithm_config: AlgorithmConfig) -> rLLMAdvantageEstimator | str:
-    """:func:`role_estimator`, which must give one advantage per trajectory (what the collector runs).
-
-    Raises:
-        UnknownEstimatorError: not registered. ConfigError: a token-level estimator.
-    """
-    name = role_estimator(role, algorithm_config)
-    if is_token_level(name):
-        raise ConfigError(
-            f"role {role!r}: estimator {_label(name)!r} is token-level (one advantage per response "
-            "token, from token rewards and values): the trajectory-level collector cannot run it. Use a backend's "
-            "compute_advantages on its token batch (rllm_torch.trainer.compute_token_advantages; the torch backend "
-            "does), or an outcome estimator (grpo, rloo, opo, ...)."
-        )
-    return name
 
 
 def role_advantages(
@@ -92,7 +58,7 @@ def role_advantages(
         batch: the role's trained trajectories (under a process group, this rank's share of
             rank-local groups); its rewards are the scores the estimator sees.
         role: the group role, for the metric names.
-        estimator: the role's outcome estimator (:func:`outcome_estimator`).
+        estimator: the role's outcome estimator (:meth:`AdvantagePlan.outcome <rllm_torch.rllm.plan.AdvantagePlan.outcome>`).
         algorithm_config: the run-wide and per-estimator options.
         num_untrained: this rank's untrained trajectories of the role.
         process_group: ``None`` (one process) or the resolved ``ProcessGroup`` holding the rest
@@ -209,13 +175,14 @@ def estimator_inputs(
     batch: Any, role: str, estimator, process_group: object, rows_N: Tensor | None = None
 ) -> dict[str, object] | None:
     """What ``estimator`` takes besides the rewards and options: rLLM's ``traj_groups`` (when it
-    takes them and the caller has groups) and ``remax``'s ``baselines``, the role's groups' greedy
-    rewards. A group without one is refused (one host sync; under a process group one
-    ``all_gather_object``, so every rank raises)."""
+    takes them and the caller has groups) and, when it needs ``baselines`` (``remax``), the role's
+    groups' greedy rewards. A group without one is refused (one host sync; under a process group
+    one ``all_gather_object``, so every rank raises)."""
     inputs: dict[str, object] = {}
-    if registration(estimator).takes_traj_groups and (views := role_traj_groups(batch, role, rows_N)) is not None:
+    entry = registration(estimator)
+    if entry.takes_traj_groups and (views := role_traj_groups(batch, role, rows_N)) is not None:
         inputs["traj_groups"] = views
-    if registered_name(estimator) != "remax":
+    if "baselines" not in entry.needs:
         return inputs or None
     groups = batch.rl_groups(role)
     baselines_G = batch.group_baselines[groups] if batch.group_baselines is not None else None
@@ -223,23 +190,16 @@ def estimator_inputs(
     error = None
     if missing:
         error = ConfigError(
-            f"role {role!r}: remax's baseline is each group's greedy reward (TrajectoryGroup.reward_baseline), and "
-            f"{missing} of the role's {len(groups)} group(s) have none. The trainer samples them when a role's "
-            "estimator is remax; a caller of the collector sets reward_baseline on every group."
+            f"role {role!r}: {registered_name(estimator)}'s baseline is each group's greedy reward "
+            f"(TrajectoryGroup.reward_baseline), and {missing} of the role's {len(groups)} group(s) have none. The trainer "
+            "samples them for a role whose estimator needs baselines; a caller of the collector sets reward_baseline on "
+            "every group."
         )
     if process_group is not None:
         agree_across_ranks(process_group, error, {}, must_match=())
     elif error is not None:
         raise error
     return inputs | {"baselines": baselines_G}
-
-
-def needs_greedy_baselines(config: AlgorithmConfig, estimator_map: dict | None = None) -> bool:
-    """Whether some role's estimator is ``remax`` (``estimator``, an ``estimator_map`` value, or a
-    value of the trainer's extra ``estimator_map``): the trainer then samples greedy baselines."""
-    extra = AlgorithmConfig(estimator_map=dict(estimator_map or {})).estimator_map  # (estimator, loss) pairs split
-    names = (config.estimator, *config.estimator_map.values(), *extra.values())
-    return any(registered_name(name) == "remax" for name in names)
 
 
 def unseen_map_roles(config: AlgorithmConfig, roles: set[str]) -> str:

@@ -43,7 +43,7 @@ from rllm_torch.core.turns import GroupedTurns
 from rllm_torch.rllm.config import TURN_MODES, AlgorithmConfig, rLLMAdvantageEstimator
 from rllm_torch.rllm.dispatch import compute_advantages
 from rllm_torch.rllm.metrics import summary_metrics
-from rllm_torch.rllm.registry import is_token_level
+from rllm_torch.rllm.registry import registration
 from rllm_torch.rllm.types import Trajectory
 
 __all__ = ["turn_rewards", "ObservationIds", "check_stepwise_estimator", "role_turn_advantages"]
@@ -124,25 +124,16 @@ def _label(name: object) -> str:
 
 
 def check_stepwise_estimator(estimator: rLLMAdvantageEstimator | str, mode: str) -> None:
-    """Refuse an estimator that a turn mode cannot run.
+    """Refuse an estimator that a turn mode cannot run (its registration's ``per_turn`` reason:
+    a token-level estimator, ``gdpo``, ``pass_at_k``, ``grpo_passk``, ``remax``, ...).
 
     Raises:
-        ConfigError: a token-level estimator (it has its own per-token returns), ``gdpo`` (its
-            reward components are per trajectory), ``pass_at_k`` or ``grpo_passk`` (their ``k``
-            exceeds the few members that reach late turns), ``remax`` (its baseline is per
-            prompt) in a turn mode.
+        ConfigError: naming the estimator, the mode and the reason.
     """
     if mode not in TURN_MODES:
         return
-    label = _label(estimator)
-    reasons = {
-        "gdpo": "its reward components are per trajectory",
-        "pass_at_k": "its k must not exceed the members still running at a turn, often fewer than rllm.rollout.n",
-        "grpo_passk": "its k must not exceed the members still running at a turn, often fewer than rllm.rollout.n",
-        "remax": "its baseline is one greedy episode's reward per prompt, not per turn",
-    }
-    if is_token_level(estimator) or label in reasons:
-        why = reasons.get(label, "it is token-level")
+    why = registration(estimator).per_turn
+    if why is not None:
         raise ConfigError(
             f"rllm.stepwise_advantage.mode={mode!r} runs a group estimator on each turn's return; estimator "
             f"{_label(estimator)!r} cannot be run that way ({why}). Use grpo, rloo, reinforce, opo, ... or mode=broadcast."

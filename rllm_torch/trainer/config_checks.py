@@ -18,16 +18,15 @@ import torch
 from omegaconf import OmegaConf
 
 from rllm_torch.core.errors import ConfigError, DistributedSetupError, InvalidRewardsError, InvalidRewardTypeError
-from rllm_torch.core.losses import LOSS_FNS, check_registered_loss, loss_options, registered_loss
+from rllm_torch.core.losses import LOSS_FNS, check_registered_loss, loss_options, loss_requirement, registered_loss
 from rllm_torch.core.losses.rollout_rejection import parse_rollout_rs
 from rllm_torch.core.packing import GroupedRewards
 from rllm_torch.core.tokens import TokenRewards
 from rllm_torch.rllm.config import AlgorithmConfig
 from rllm_torch.rllm.dispatch import compute_advantages
-from rllm_torch.rllm.registry import is_token_level, registered_name
-from rllm_torch.rllm.roles import needs_greedy_baselines
+from rllm_torch.rllm.plan import AdvantagePlan
+from rllm_torch.rllm.registry import is_token_level, registration
 from rllm_torch.rllm.settings import check_value, walk
-from rllm_torch.rllm.stepwise import check_stepwise_estimator
 from rllm_torch.trainer.rllm_settings import resolve_rllm_settings
 from rllm_torch.trainer.schema import TaskConfig, TrainConfig, prompts_per_step, typed_run_config
 
@@ -113,22 +112,19 @@ def _check_algorithm(config: Any, estimator_map: dict | None) -> None:
     in the stepwise mode, and called once with the run's options on a synthetic group."""
     rllm = config.rllm
     try:
-        algorithm = AlgorithmConfig.from_config(config)
+        algorithm = AlgorithmConfig.from_config(config, estimator_map=estimator_map)  # the trainer's map merged
     except (TypeError, ValueError) as exc:
         if isinstance(exc, ConfigError):
             raise
         raise ConfigError(f"invalid rllm config: {exc}") from exc
-    extra = AlgorithmConfig(estimator_map=dict(estimator_map or {}))  # the trainer's map, pairs split
-    names = {algorithm.estimator, *algorithm.estimator_map.values(), *extra.estimator_map.values()}
-    for name in names:
-        is_token_level(name)  # UnknownEstimatorError for a name that is not registered
-        check_stepwise_estimator(name, algorithm.stepwise_advantage_mode)
+    plan = AdvantagePlan(algorithm)  # every estimator named: registered, runnable in the stepwise mode
+    for name in sorted(plan.estimators):
         check_estimator_call(name, algorithm, rllm.rollout.n)
-        if getattr(name, "value", name) == "gdpo" and rllm.algorithm.use_kl_in_reward:
+        if "reward_components" in registration(name).needs and rllm.algorithm.use_kl_in_reward:
             raise ConfigError(
-                "estimator gdpo normalises each reward function's rewards (Trajectory.reward_components), and the KL "
-                "penalty of rllm.algorithm.use_kl_in_reward=true comes off the scalar reward: it would not reach gdpo's "
-                "advantages. Use rllm.algorithm.use_kl_loss=true for a KL term with gdpo."
+                f"estimator {name} normalises each reward function's rewards (Trajectory.reward_components), and the KL "
+                f"penalty of rllm.algorithm.use_kl_in_reward=true comes off the scalar reward: it would not reach {name}'s "
+                f"advantages. Use rllm.algorithm.use_kl_loss=true for a KL term with {name}."
             )
 
 
@@ -143,7 +139,7 @@ def check_estimator_call(name: object, algorithm: AlgorithmConfig, group_size: i
         ConfigError: naming the estimator, the option keys and the estimator's own message.
     """
     kwargs = {}
-    if registered_name(name) == "remax":  # the trainer's greedy reward of the group
+    if "baselines" in registration(name).needs:  # the trainer's greedy reward of the group
         kwargs |= {"baselines": torch.zeros(1, dtype=torch.float64)}
     n = max(int(group_size), 1)
     if is_token_level(name):
@@ -192,16 +188,9 @@ def _check_loss_kl_and_critic(config: Any) -> None:
                     f"backend.{option}={backend[option]} is {what}, and rllm.algorithm.{where}={loss_fn!r} has none: "
                     f"drop backend.{option}, or use one of rllm.algorithm.loss_fn={takers}."
                 )
-        if loss_fn == "clip_cov" and not backend.clip_cov_lb < backend.clip_cov_ub:
-            raise ConfigError(
-                f"rllm.algorithm.{where}=clip_cov cuts tokens whose covariance lies between backend.clip_cov_lb and "
-                f"backend.clip_cov_ub: clip_cov_lb={backend.clip_cov_lb} must be below clip_cov_ub={backend.clip_cov_ub}."
-            )
-        if loss_fn == "luspo" and algorithm.loss_agg_mode != "seq-mean-token-sum":
-            raise ConfigError(
-                f"rllm.algorithm.{where}=luspo weights each sequence's loss by its length (TRL's LUSPO): set "
-                f"rllm.algorithm.loss_agg_mode=seq-mean-token-sum (it is {algorithm.loss_agg_mode!r})."
-            )
+        settings = {"clip_cov_lb": backend.clip_cov_lb, "clip_cov_ub": backend.clip_cov_ub}
+        if why := loss_requirement(loss_fn, settings | {"loss_agg_mode": algorithm.loss_agg_mode}):
+            raise ConfigError(f"rllm.algorithm.{where}={loss_fn}: {why} (backend.* and rllm.algorithm.loss_agg_mode).")
     if algorithm.use_bias_correction_kl and not algorithm.use_kl_loss:
         raise ConfigError(
             "rllm.algorithm.use_bias_correction_kl=true corrects the KL loss term: set rllm.algorithm.use_kl_loss=true too."
@@ -211,16 +200,16 @@ def _check_loss_kl_and_critic(config: Any) -> None:
             f"model.ref_path={config.model.ref_path!r} is set but no KL term uses a reference policy; set "
             "rllm.algorithm.use_kl_loss=true or use_kl_in_reward=true, or leave model.ref_path unset."
         )
-    estimators = {getattr(name, "value", name) for name in (typed.estimator, *typed.estimator_map.values())}
-    uses_values = "gae" in estimators
+    plan = AdvantagePlan(typed)
+    uses_values = plan.estimators_needing("values")
     if uses_values and not backend.critic.enable:
         raise ConfigError(
-            "rllm.algorithm.adv_estimator=gae needs the critic's values: set backend.critic.enable=true "
+            f"estimator {', '.join(uses_values)} needs the critic's values: set backend.critic.enable=true "
             "(a value model of the policy's architecture, trained with backend.critic.lr)."
         )
     if backend.critic.enable and not uses_values:
         raise ConfigError(
-            f"backend.critic.enable=true but no estimator uses a critic (estimators: {sorted(estimators)}); "
+            f"backend.critic.enable=true but no estimator uses a critic (estimators: {sorted(plan.estimators)}); "
             "use rllm.algorithm.adv_estimator=gae, or set backend.critic.enable=false."
         )
 
@@ -264,7 +253,7 @@ def _check_filters(config: Any) -> None:
         raise ConfigError(
             f"rllm.rejection_sample.multiplier={rllm.rejection_sample.multiplier} needs rllm.rejection_sample.enable=true."
         )
-    if rllm.algorithm.filter_groups.enable and needs_greedy_baselines(AlgorithmConfig.from_config(config)):
+    if rllm.algorithm.filter_groups.enable and "baselines" in AdvantagePlan(AlgorithmConfig.from_config(config)).needs:
         raise ConfigError(
             "rllm.algorithm.adv_estimator=remax samples one greedy rollout of each prompt of the step's batch, and "
             "rllm.algorithm.filter_groups.enable=true (dynamic sampling) draws prompts from several batches: use one."
@@ -286,10 +275,9 @@ def _check_async_training(config: Any) -> None:
                 f"{key}.{changed[0]}={section[changed[0]]} is read only in async mode: add {key}.enable=true, or drop it."
             )
         return
+    greedy = AdvantagePlan(AlgorithmConfig.from_config(config)).estimators_needing("baselines")
     cannot = {
-        "rllm.algorithm.adv_estimator=remax (greedy baselines sampled with the step's own weights)": needs_greedy_baselines(
-            AlgorithmConfig.from_config(config)
-        ),
+        f"estimator {', '.join(greedy)} (greedy baselines sampled with the step's own weights)": bool(greedy),
         "backend.parallelism=fsdp (the sampler holds a whole copy of the policy; use ddp)": (
             config.backend.parallelism == "fsdp"
         ),

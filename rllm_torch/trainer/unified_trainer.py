@@ -47,7 +47,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from rllm_torch.rllm.collect import collect_reward_and_advantage_from_trajectory_groups
 from rllm_torch.rllm.config import AlgorithmConfig
-from rllm_torch.rllm.roles import needs_greedy_baselines, unseen_map_roles
+from rllm_torch.rllm.plan import AdvantagePlan
+from rllm_torch.rllm.roles import unseen_map_roles
 from rllm_torch.rllm.types import Episode
 from rllm_torch.trainer.async_loop import fit_streaming
 from rllm_torch.trainer.config_checks import check_run_config
@@ -137,7 +138,8 @@ class UnifiedTrainer:
         self.rs_config, self.algorithm_config = pipeline.rejection_sampling, pipeline.algorithm
         self.dynamic_sampler = DynamicSampler(DynamicSamplingConfig.from_config(config), ranks=self.ranks)
         self.roles_checked = False  # set once the first batch's roles were compared with the role maps
-        self.greedy_baselines = needs_greedy_baselines(self.algorithm_config, self.traj_group_adv_estimator_map)
+        self.plan = AdvantagePlan(self.algorithm_config)  # each role's estimator and loss, resolved once
+        self.greedy_baselines = "baselines" in self.plan.needs
         self.backend = backend_cls(config=config, ranks=self.ranks, **(backend_args or {}))
         self.backend.validate_config()
         self.backend.validate_prompts([t for ds in (train_dataset, val_dataset) if isinstance(ds, list) for t in ds])

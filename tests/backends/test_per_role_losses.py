@@ -59,7 +59,7 @@ def test_a_bad_pair_or_loss_names_the_role(estimator_map, loss_fn_map, message):
         (["rllm.algorithm.estimator_map={solver:[grpo,nonsense]}"], r"role 'solver': policy loss 'nonsense'"),
         (
             ["rllm.algorithm.estimator_map={solver:[grpo,luspo]}"],
-            r"rllm.algorithm.loss_fn_map\['solver'\]=luspo weights each sequence's loss",
+            r"rllm.algorithm.loss_fn_map\['solver'\]=luspo: luspo weights each sequence's loss",
         ),
         (
             ["rllm.algorithm.loss_fn_map={solver: cross_entropy}", "backend.clip_ratio_c=3"],

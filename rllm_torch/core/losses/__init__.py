@@ -17,6 +17,7 @@ from rllm_torch.core.losses.policy import (
     gspo_loss,
     importance_sampling_loss,
     loss_options,
+    loss_requirement,
     policy_loss,
     ppo_clip_loss,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "gspo_loss",
     "POLICY_LOSSES",
     "loss_options",
+    "loss_requirement",
     "AGG_MODES",
     "KL_ESTIMATORS",
     "kl_penalty",

@@ -44,6 +44,7 @@ __all__ = [
     "cross_entropy_loss",
     "gspo_loss",
     "policy_loss",
+    "loss_requirement",
     "PINNED_AGG_MODES",
 ]
 
@@ -264,6 +265,29 @@ PINNED_AGG_MODES = {"gspo": "seq-mean-token-mean"}
 #: one would be dropped silently, so it is refused instead. Other options a loss does not take
 #: (another loss's tuning) are ignored.
 _OFF = {"importance_sampling_level": "token", "clip_ratio_c": None, "delta": None}
+
+
+#: What a loss requires of its settings (given the loss's keyword options), as a reason when they
+#: do not hold: the start-up check of a run reads it, so the rule lives with the loss.
+_REQUIREMENTS: dict[str, Callable[[dict[str, Any]], str | None]] = {
+    "clip_cov": lambda o: (
+        None
+        if o["clip_cov_lb"] < o["clip_cov_ub"]
+        else f"it cuts tokens whose covariance lies between clip_cov_lb and clip_cov_ub: clip_cov_lb={o['clip_cov_lb']} must be below clip_cov_ub={o['clip_cov_ub']}"
+    ),
+    "luspo": lambda o: (
+        None
+        if o["loss_agg_mode"] == "seq-mean-token-sum"
+        else f"luspo weights each sequence's loss by its length (TRL's LUSPO): it needs loss_agg_mode=seq-mean-token-sum, not {o['loss_agg_mode']!r}"
+    ),
+}
+
+
+def loss_requirement(name: str, options: dict[str, Any]) -> str | None:
+    """Why the loss ``name`` cannot run with ``options`` (its keyword options: ``clip_cov_lb``,
+    ``loss_agg_mode``, ...), or None when it can."""
+    check = _REQUIREMENTS.get(name)
+    return check(options) if check is not None else None
 
 
 @cache

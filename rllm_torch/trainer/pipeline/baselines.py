@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from rllm_torch.rllm.config import AlgorithmConfig
-from rllm_torch.rllm.registry import registered_name
+from rllm_torch.rllm.registry import registration
 from rllm_torch.rllm.types import Episode, TrajectoryGroup
 from rllm_torch.trainer.pipeline.transform import (
     TrajGroupingHook,
@@ -60,8 +60,8 @@ def attach_reward_baselines(
     for group in groups:
         if group.group_id in rewards and group.reward_baseline is None:
             group.reward_baseline = rewards[group.group_id]
-        remax = registered_name(algorithm.estimator_for(group.group_role)) == "remax"
-        if group.reward_baseline is not None or not remax:
+        needs_one = "baselines" in registration(algorithm.estimator_for(group.group_role)).needs
+        if group.reward_baseline is not None or not needs_one:
             kept.append(group)
     baselines = [g.reward_baseline for g in kept if g.reward_baseline is not None]
     values = [sum(baselines), float(len(baselines)), float(len(groups) - len(kept))]

@@ -14,8 +14,8 @@ from rllm_torch.core.errors import ConfigError
 from rllm_torch.core.tokens import TokenRewards, broadcast_to_tokens
 from rllm_torch.rllm.config import TURN_MODES, AlgorithmConfig
 from rllm_torch.rllm.dispatch import compute_advantages
+from rllm_torch.rllm.plan import AdvantagePlan
 from rllm_torch.rllm.role_plan import RoleBatch, compute_role_advantages, token_advantage_metrics
-from rllm_torch.rllm.roles import role_estimator
 from rllm_torch.trainer.pipeline.token_batch import TokenBatch
 
 __all__ = ["compute_token_advantages", "role_batch", "token_level_rewards", "outcome_scores", "trained_token_counts"]
@@ -201,14 +201,15 @@ def compute_token_advantages(
             "batch with build_token_batch(..., stepwise_mode=<the mode>), which fills TokenBatch.turn_rewards and "
             "observation_index."
         )
-    result = compute_role_advantages(role_batch(batch), algorithm_config, process_group=group)
+    plan = AdvantagePlan(algorithm_config)
+    result = compute_role_advantages(role_batch(batch), plan, process_group=group)
     metrics = result.metrics
     batch.advantages = broadcast_to_tokens(result.steps, batch.response_mask)  # float32 tokens; float64 statistics
     if result.token_level_roles:
         scores_N = outcome_scores(batch)
         pre_G = batch.group_precomputed or [False] * batch.num_groups
         for role in result.token_level_roles:
-            estimator = role_estimator(role, algorithm_config)
+            estimator = plan.role(role).estimator
             in_role = [r == role and not p for r, p in zip(batch.group_roles, pre_G, strict=True)]
             metrics |= _token_level_role(batch, estimator, in_role, scores_N, algorithm_config, group, role)
     if result.precomputed_roles:
