@@ -71,3 +71,20 @@ def test_compiled_with_fullgraph_they_give_the_eager_numbers(fn):
     torch.testing.assert_close(
         compiled(logp, old, adv, mask), fn(logp, old, adv, mask, clip_ratio_c=3.0)[0], rtol=1e-5, atol=1e-6
     )
+
+
+def test_the_kl_bound_drops_only_a_token_pushed_further_in_its_advantages_direction():
+    # p_old = .5; p = .95 or .05: binary KL .5 ln(.5/.95) + .5 ln(.5/.05) = .830 > .2 either way; p = .55: KL .005
+    old = torch.log(torch.full((1, 6), 0.5, dtype=torch.float64))
+    logp = torch.log(torch.tensor([[0.95, 0.95, 0.05, 0.05, 0.55, 0.55]], dtype=torch.float64))
+    adv = torch.tensor([[1.0, -1.0, 1.0, -1.0, 1.0, -1.0]], dtype=torch.float64)
+    keep = dppo_keep_mask(logp, old, adv, divergence="kl", low=0.2, high=0.2)
+    # rose past the bound with A > 0, fell past it with A < 0: dropped; moved against A, or within: kept
+    assert keep.tolist() == [[False, True, True, False, True, True]]
+    # the loss: a dropped token has no gradient at all, a kept one -A min(rho, C) (here rho = p / p_old)
+    leaf = logp.clone().requires_grad_(True)
+    loss, stats = dppo_kl_loss(leaf, old, adv, torch.ones_like(adv), loss_agg_mode="token-mean")
+    loss.backward()
+    rho = (logp - old).exp()
+    torch.testing.assert_close(leaf.grad, -adv * rho * keep / 6, rtol=1e-12, atol=1e-12)
+    assert stats["clip_fraction"].item() == pytest.approx(2 / 6)
