@@ -145,6 +145,31 @@ MUTANTS: list[Mutant] = [
         "            name = registered_name(self.config.estimator)",
         ("tests/rllm/test_rllm_conformance.py", "tests/rllm/test_collect.py"),
     ),
+    # --- per-role maps (issue 44's class: combinations of the maps) ---
+    Mutant(
+        "M15",
+        "a map giving every role one loss trains with the run's loss instead",
+        "rllm_torch/backends/torch_backend/update.py",
+        "            return [(used[0] if used else self.loss_fn, None)]",
+        "            return [(self.loss_fn, None)]",
+        ("tests/backends/test_per_role_losses.py",),
+    ),
+    Mutant(
+        "M16",
+        "the trainer's (estimator, loss) pair silently overrides the config's loss_fn_map for a role",
+        "rllm_torch/rllm/config.py",
+        "            if role in losses and losses[role] != loss:",
+        "            if False:",
+        ("tests/backends/test_per_role_losses.py",),
+    ),
+    Mutant(
+        "M17",
+        "a group's reward baseline from an earlier step is replaced by this step's greedy reward",
+        "rllm_torch/trainer/pipeline/baselines.py",
+        "if group.group_id in rewards and group.reward_baseline is None:",
+        "if group.group_id in rewards:",
+        ("tests/core/estimators/test_remax.py",),
+    ),
     # --- losses (issue 44's class: a mask on the case random batches never produce) ---
     Mutant(
         "M14",

@@ -59,7 +59,7 @@ def _groups(data: list[dict]) -> list[TrajectoryGroup]:
             )
             for m in group["members"]
         ]
-        out.append(TrajectoryGroup(trajectories=trajs, group_id=group["task_id"], task_id=group["task_id"]))
+        out.append(TrajectoryGroup(trajectories=trajs, group_id=f"{group['task_id']}:solver", task_id=group["task_id"]))
     return out
 
 

@@ -152,3 +152,29 @@ def test_a_role_map_entry_no_group_has_is_named_at_the_first_batch(tmp_path):
         match=r"name role\(s\) \['solvr'\] that no group of the first batch has \(its roles: \['distill', 'solver'\]\)",
     ):
         run(config)
+
+
+def test_a_map_that_gives_every_role_one_loss_other_than_the_runs_trains_with_that_loss():
+    mapped, batch = _backend_and_batch("rllm.algorithm.loss_fn_map={teacher: cispo, solver: cispo}")
+    plain, _ = _backend_and_batch("rllm.algorithm.loss_fn=cispo")
+    rows = torch.arange(batch.input_ids.shape[0])
+    for updater in (plain.updater, mapped.updater):
+        updater._row_losses = updater.row_losses(batch)
+    assert mapped.updater._row_losses == [("cispo", None)]  # not the run's ppo
+    normaliser = plain.updater.global_normaliser(batch.response_mask)
+    with torch.no_grad():
+        a, _ = plain.updater.micro_batch_loss(batch, rows, normaliser)
+        b, _ = mapped.updater.micro_batch_loss(batch, rows, normaliser)
+    assert torch.equal(a, b)
+
+
+def test_the_trainers_pairs_and_the_configs_loss_fn_map_naming_one_role_must_agree(tmp_path):
+    from trainer_fakes import make_config
+
+    from rllm_torch.trainer.pipeline.settings import build_pipeline_configs
+
+    config = make_config(tmp_path, "rllm.algorithm.loss_fn_map={solver: cispo}")
+    agreed = build_pipeline_configs(config, {"solver": ("rloo", "cispo")}).algorithm
+    assert (agreed.estimator_for("solver").value, agreed.loss_fn_for("solver")) == ("rloo", "cispo")
+    with pytest.raises(ConfigError, match=r"names loss 'ppo' but loss_fn_map\['solver'\]='cispo'"):
+        build_pipeline_configs(config, {"solver": ("rloo", "ppo")})

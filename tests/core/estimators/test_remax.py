@@ -224,3 +224,26 @@ def test_rejection_sampling_that_would_drop_every_single_rollout_group_is_named_
     overrides = [o for o in TINY if "episode_logging" not in o]
     run(make_config(tmp_path, *overrides, "rllm.rollout.n=1", "rllm.rejection_sample.enable=true"))
     assert "rllm.rejection_sample.min_trajs_per_group=2 is above rllm.rollout.n=1" in capsys.readouterr().out
+
+
+def test_a_group_that_already_carries_a_baseline_keeps_it_when_the_greedy_ones_are_attached():
+    from rllm_torch.rllm.types import Episode, Step, Trajectory
+    from rllm_torch.trainer.pipeline.baselines import attach_reward_baselines
+    from rllm_torch.trainer.pipeline.transform import TransformConfig
+
+    def group(task, baseline=None):
+        trajectories = [Trajectory(name="solver", reward=r, steps=[Step(response_ids=[1])]) for r in (1.0, 0.0)]
+        return TrajectoryGroup(trajectories, group_id=f"{task}:solver", reward_baseline=baseline)
+
+    greedy = [
+        Episode(task_id=task, trajectories=[Trajectory(name="solver", reward=r, steps=[Step(response_ids=[1])])])
+        for task, r in (("a", 0.25), ("b", 0.75))
+    ]
+    groups = [group("a", baseline=0.5), group("b"), group("c")]  # a: rejection sampling's, from an earlier step
+    kept, metrics = attach_reward_baselines(groups, greedy, AlgorithmConfig(estimator="remax"), TransformConfig())
+    assert [(g.group_id, g.reward_baseline) for g in kept] == [("a:solver", 0.5), ("b:solver", 0.75)]
+    # c has no greedy episode: left out and counted; the mean baseline is over the kept groups' (.5 + .75) / 2
+    assert metrics == {"batch/remax_groups_without_baseline": 1.0, "batch/remax_greedy_reward": 0.625}
+    # a role whose estimator does not need baselines keeps its groups without one
+    kept, _ = attach_reward_baselines([group("c")], greedy, AlgorithmConfig(estimator="grpo"), TransformConfig())
+    assert [g.group_id for g in kept] == ["c:solver"]
