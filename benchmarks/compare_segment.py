@@ -9,7 +9,7 @@ from a checkout of that commit.)
 
 Every estimator call runs on the same float32 rewards (N = 1M; equal groups of 8 and ragged groups
 of 1-16, as ``bench_estimators.py``) once with each version's ``SegmentLayout`` reductions
-(``center``, ``_sum_and_counts``, ``_merged_moments``; the estimators' own code is this
+(the whole class, as ``GroupedRewards.layout`` builds it; the estimators' own code is this
 checkout's), interleaved repetition by repetition, so both see the same machine load. Prints
 median milliseconds and their ratio (this checkout / the other); 1 thread.
 """
@@ -29,10 +29,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from machine import cpu_name  # noqa: E402
 
+import rllm_torch.core.grouping as grouping  # noqa: E402
 import rllm_torch.core.segment as segment  # noqa: E402
 from rllm_torch import GroupedRewards, compute_advantages  # noqa: E402
 
-SWAPPED = ("center", "_sum_and_counts", "_merged_moments")
 ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline")
 
 
@@ -65,7 +65,6 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     versions = {"this": segment.SegmentLayout, "other": _layout_class(args.other)}
-    methods = {name: {m: cls.__dict__[m] for m in SWAPPED} for name, cls in versions.items()}
     print(f"machine: {cpu_name()}; torch {torch.__version__}, 1 thread; N = {args.n:,}; other = {args.other}")
     print("| groups | estimator | other ms | this ms | this / other |\n|---|---|---|---|---|")
     try:
@@ -73,9 +72,8 @@ def main(argv: list[str] | None = None) -> None:
             for estimator in ESTIMATORS:
                 times = {name: [] for name in versions}
                 for _ in range(args.repeats):
-                    for name in versions:
-                        for method, fn in methods[name].items():
-                            setattr(segment.SegmentLayout, method, fn)
+                    for name, cls in versions.items():
+                        grouping.SegmentLayout = cls
                         batch = make()
                         _ = batch.layout  # built outside the timing
                         start = time.perf_counter()
@@ -84,8 +82,7 @@ def main(argv: list[str] | None = None) -> None:
                 this, other = (1e3 * statistics.median(times[k][3:]) for k in ("this", "other"))
                 print(f"| {layout} | {estimator} | {other:.2f} | {this:.2f} | {this / other:.2f} |", flush=True)
     finally:
-        for method, fn in methods["this"].items():
-            setattr(segment.SegmentLayout, method, fn)
+        grouping.SegmentLayout = segment.SegmentLayout
 
 
 if __name__ == "__main__":

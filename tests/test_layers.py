@@ -26,8 +26,8 @@ LAYERS = [
 #: package's ``__init__``). A package not listed has no order inside it.
 UNITS = {
     "rllm_torch.core": [
-        ("errors", "checks", "labels", "distributed", "moments", "segment"),
-        ("packing", "tokens", "returns", "turns"),
+        ("errors", "checks", "labels", "distributed", "moments", "centring", "segment"),
+        ("grouping", "packing", "tokens", "returns", "turns"),
         ("estimators", "losses"),
     ],
     "rllm_torch.trainer": [
@@ -186,12 +186,12 @@ def test_import_rllm_torch_loads_no_config_model_or_plotting_library():
     assert done.stdout.strip() == "True"
 
 
-def test_a_module_over_360_lines_says_in_its_docstring_why():
+def test_a_module_over_400_lines_says_in_its_docstring_why():
     too_long = []
     for path in MODULES:
         text = path.read_text()
         lines = len(text.splitlines())
-        if lines > 360 and "**Length.**" not in (ast.get_docstring(ast.parse(text)) or ""):
+        if lines > 400 and "**Length.**" not in (ast.get_docstring(ast.parse(text)) or ""):
             too_long.append(f"{_module_name(path)}: {lines} lines and no **Length.** paragraph in its docstring")
     assert not too_long, "\n".join(too_long)
 

@@ -12,13 +12,8 @@ Numerics, defined here once for the whole package (every estimator goes through
 * **Variance is two-pass (centred)**: ``var = sum((x - mean)^2) / (n - correction)``, never
   ``E[x^2] - E[x]^2``.
 * **Centring** (:meth:`SegmentLayout.center`): ``x - mean`` is rounded once, at its own scale,
-  never at the scale of a common offset of the group's values. float64 values: ``(x - shift) -
-  (mean - shift)`` with ``shift`` a member of the group (its first; its maximum when the group is
-  split over ranks), so the deviations are exact at any offset. float32 values: the mean a
-  float64 sum, ``x - mean`` formed in float64 (exact but for the mean's own rounding, ``2**-53``
-  of the mean) and rounded once to float32; ragged groups subtract the mean rounded to float32
-  (exact at an offset), then the remainder. A constant group has centred values and variance
-  exactly 0.
+  never at the scale of a common offset of the group's values; a constant group has centred
+  values and variance exactly 0 (:mod:`rllm_torch.core.centring` gives the rules per dtype).
 * **Across ranks** (a process group, :mod:`rllm_torch.core.distributed`): per-rank sums of the
   shifted values, the counts and the centred squares are all-reduced (``O(G)`` payload, a fixed
   number of collectives); the result equals one process's on the concatenated batch up to the
@@ -31,23 +26,17 @@ Numerics, defined here once for the whole package (every estimator goes through
   atomic adds, so ragged-group sums may differ in the last bits between runs
   (``torch.use_deterministic_algorithms(True)`` selects PyTorch's deterministic kernel). The
   equal-group path (a ``[G, K]`` view) uses plain row reductions and is deterministic.
-
-**Length.** Longer than a module here should be (about 500 lines) because
-:class:`SegmentLayout` is one class of about 380, kept whole: each reduction's dense, ragged and
-cross-rank branches sit side by side, where they are read (and kept giving the same numbers)
-together, and the numerics above are written once for them and for the ``segment_*`` functions,
-its thin wrappers.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
+from rllm_torch.core.centring import Centered, center_groups, group_weighted_mean
 from rllm_torch.core.distributed import all_reduce_
-from rllm_torch.core.moments import merge_moments
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
@@ -59,6 +48,7 @@ __all__ = [
     "segment_mean",
     "segment_var_mean",
     "SegmentLayout",
+    "Centered",
 ]
 
 
@@ -106,11 +96,6 @@ def segment_var_mean(src: Tensor, index: Tensor, dim_size: int, *, correction: i
         return nan_G, nan_G.clone()
     stats = SegmentLayout.ragged(index, dim_size).center(x_N, singleton_baseline=None)
     return stats.var(correction), stats.mean
-
-
-def _compiled_on_cpu(x: Tensor) -> bool:
-    """Inside ``torch.compile`` on CPU (where float64 reductions of float32 values are slow)."""
-    return torch.compiler.is_compiling() and x.device.type == "cpu"
 
 
 def _gemv_is_exact(device: torch.device, dtype: torch.dtype) -> bool:
@@ -170,7 +155,7 @@ class SegmentLayout:
         self._first_index = first_index
         self._counts = None if group_comm is not None else counts  # a split layout's counts are global
         self.group_comm, self.batch_comm = group_comm, batch_comm
-        self._gather_moments = gather_moments  # the whole-batch layout: merge per-rank moments
+        self.gathers_moments = gather_moments  # the whole-batch layout: merge per-rank moments
         self._device = index.device if index is not None else device or torch.device("cpu")
 
     @classmethod
@@ -317,8 +302,9 @@ class SegmentLayout:
         batch statistics (whitening) written with the same reductions as group statistics.
 
         Across ranks its :meth:`center` is one ``all_gather`` of each rank's ``(count, shift,
-        mean - shift, M2)`` (``4 W`` values), merged exactly on every rank (:meth:`_merged_moments`), and
-        :meth:`Centered.var` then needs no collective."""
+        mean - shift, M2)`` (``4 W`` values), merged exactly on every rank
+        (:func:`~rllm_torch.core.centring.center_groups`), and :meth:`Centered.var` then needs no
+        collective."""
         whole = SegmentLayout(
             num_groups=1,
             group_size=x_N.shape[0],
@@ -341,7 +327,7 @@ class SegmentLayout:
         whole, x_1N = self.whole_batch(x_N)
         return whole.center(x_1N, singleton_baseline=None).var(correction).sqrt_().reshape(())
 
-    def _shift(self, x: Tensor) -> Tensor:
+    def shift(self, x: Tensor) -> Tensor:
         """One value per group that every member's rank agrees on, and that is exactly the
         group's value when the group is constant: its first member on one process, its maximum
         (one ``max`` all-reduce of ``[G]``) when it is split over ranks. Either way
@@ -353,7 +339,7 @@ class SegmentLayout:
             return x[:, :1] if dense else torch.index_select(x, 0, self.first_index)
         return self.max(x)
 
-    def _sum_and_counts(self, x: Tensor) -> tuple[Tensor, Tensor | int]:
+    def sum_and_counts(self, x: Tensor) -> tuple[Tensor, Tensor | int]:
         """Per-group sums (in ``x``'s dtype) and counts over every rank; one ``sum`` all-reduce of
         ``[2G]`` when split (counts travel in the sums' dtype: exact below ``2**24`` members per
         group in float32, ``2**53`` in float64)."""
@@ -364,143 +350,24 @@ class SegmentLayout:
         sum_G, self._counts = both.chunk(2)
         return sum_G, self._counts
 
-    def _merged_moments(self, x_1N: Tensor) -> Centered:
-        """:meth:`center` of one group spread over the ranks: this rank's two-pass moments in
-        float64 (its shift, mean and centred squares), merged over the ranks by
-        :func:`~rllm_torch.core.moments.merge_moments`; the centred values are formed in float64 against the common
-        shift and rounded once to ``x``'s dtype. ``shift`` and ``mean_shifted`` are ``[1, 1]``
-        float64, ``sum_sq`` the merged centred sum of squares."""
-        n, dtype = x_1N.shape[1], x_1N.dtype
-        x64 = x_1N.to(torch.float64, copy=True)  # float32 values are exact in float64: their shifts and
-        if n:  # differences are, too; the moments travel and merge in float64
-            local = SegmentLayout.dense_layout(1, n).center(x64, singleton_baseline=None)
-            shift_r, ms_r = local.shift.reshape(()), local.mean_shifted.reshape(())
-            m2_r = local.layout.sum_of_squares(local.values).reshape(())
-        else:
-            shift_r = ms_r = m2_r = x64.new_zeros(())
-        count, shift, mean_shifted, m2 = merge_moments(x64.new_full((), n), shift_r, ms_r, m2_r, self.group_comm)
-        self._counts = count.reshape(1, 1)
-        shift_11, mean_shifted_11 = shift.reshape(1, 1), mean_shifted.reshape(1, 1)
-        centered = x64.sub_(shift_11).sub_(mean_shifted_11).to(dtype)  # a constant batch: exactly 0
-        return Centered(centered, mean_shifted_11, shift_11, self, m2.to(dtype).reshape(1, 1))
+    def adopt_counts(self, counts: Tensor) -> None:
+        """Keep the global counts that came with a collective's sums, so :attr:`counts` needs none."""
+        if self._counts is None:
+            self._counts = counts
 
     def weighted_mean(self, x: Tensor, weights: Tensor) -> Tensor:
-        """Per-group weighted means over every rank, ``sum(w x) / sum(w)``, shaped like :meth:`sum`,
-        in ``x``'s dtype. A group whose weights sum to 0 gets its unweighted mean (the limit of
-        equal weights); an empty group NaN.
-
-        ``x`` and ``weights`` are in the layout's working shape (:meth:`values`), ``weights``
-        non-negative. The sums are of ``w (x - shift)`` in float64 with the shift of
-        :meth:`_shift`, so a constant group's mean is exactly its value. Collectives: split
-        groups, 2 (the shift's ``max`` of ``[G]``, then one ``sum`` of ``[4G]``).
-        """
-        shift_G = self._shift(x)
-        c = (x - self.expand(shift_G)).to(torch.float64)
-        w = weights.to(torch.float64)
-        parts = (w * c, w, c, torch.ones_like(c))
-        if self.group_size is not None:
-            local = torch.cat([p.sum(1, keepdim=True) for p in parts])
-        else:
-            sums = c.new_zeros(len(parts), self.num_groups)
-            for row, p in zip(sums, parts, strict=True):
-                row.scatter_add_(0, self.index, p)
-            local = sums.reshape(-1)
-        wc_G, w_G, c_G, n_G = all_reduce_(local, self.group_comm).chunk(4)
-        if self.group_comm is not None and self._counts is None:
-            self._counts = n_G  # the global counts came with the sums (as in :meth:`center`)
-        mean_G = torch.where(w_G > 0, wc_G / w_G, c_G / n_G)
-        return (shift_G.to(torch.float64) + mean_G).to(x.dtype)
+        """Per-group weighted means over every rank, ``sum(w x) / sum(w)``, shaped like :meth:`sum`:
+        :func:`rllm_torch.core.centring.group_weighted_mean` (a group whose weights sum to 0 gets its
+        unweighted mean; an empty group NaN)."""
+        return group_weighted_mean(self, x, weights)
 
     def center(self, x: Tensor, *, singleton_baseline: float | None = 0.0) -> Centered:
-        """Two-pass centring on the group mean (see :class:`Centered`), ``x - mean`` rounded once
-        at its own scale, never at the scale of a common offset of the group's values:
-
-        * float64: ``(x - shift) - (mean - shift)`` with ``shift`` a member of the group
-          (:meth:`_shift`: its first member; its maximum when the group is split over ranks),
-          whose deviations ``x - shift`` are exact at any offset (the group's values within a
-          factor of 2 of each other).
-        * float32 (and lower): the mean a float64 sum (exact below ``2**29`` members); dense
-          groups form ``x - mean`` in float64 and round it once to float32, ragged ones subtract
-          ``shift``, the mean rounded to float32 (exact at an offset), then the remainder
-          (:meth:`_center_in_float64`).
-        * float32 inside ``torch.compile`` on CPU, where inductor's float64 reductions of float32
-          values are slow: ``(x - shift) - (mean - shift)`` with ``shift`` the float32 mean (near
-          every member, so ``x - shift`` is exact at an offset) and ``mean - shift`` the float32
-          mean of the deviations (a corrected two-pass mean).
+        """Two-pass centring on the group mean, ``x - mean`` rounded once at its own scale
+        (:mod:`rllm_torch.core.centring` gives the rules per dtype), as :class:`Centered`.
 
         A constant group gives exactly 0, also when its members are on several ranks. With
         ``singleton_baseline`` a number, a group of one uses that value as its mean (0: its
         centred value is its reward; its variance is then meaningless and callers override it
         with :meth:`where_singleton`); with ``None`` it is treated like any group.
         """
-        if self._gather_moments and self.group_comm is not None:
-            return self._merged_moments(x)  # the whole batch over the ranks: no singleton rule
-        if x.dtype != torch.float64 and not _compiled_on_cpu(x):
-            return self._center_in_float64(x, singleton_baseline)
-        if x.dtype == torch.float64:
-            shift_G = self._shift(x)
-            centered = x - self.expand(shift_G)  # exactly 0 in a constant group
-            sum_G, counts = self._sum_and_counts(centered)
-            mean_shifted_G = sum_G.div_(counts)
-        else:
-            # float32 sums of values near their float32 mean: for a constant group c - shift is
-            # exact and small, so its float32 sum and mean are too, and the correction cancels it
-            sum_G, counts = self._sum_and_counts(x)
-            shift_G = sum_G / counts
-            centered = x - self.expand(shift_G)
-            correction_G, _ = self._sum_and_counts(centered)
-            mean_shifted_G = correction_G / counts
-        if self._has_singleton_rule(singleton_baseline):  # a singleton's centred value is 0 so far
-            mean_shifted_G = self.where_singleton(mean_shifted_G, singleton_baseline - shift_G)
-        centered.sub_(self.expand(mean_shifted_G))  # one rounding, at the scale of the result
-        return Centered(centered, mean_shifted_G, shift_G, self)
-
-    def _has_singleton_rule(self, baseline: float | None) -> bool:
-        """Whether groups of one take ``baseline`` as their mean (asked after the sums, which
-        bring the global counts of split groups with them)."""
-        return baseline is not None and self.singletons() is not False
-
-    def _center_in_float64(self, x: Tensor, baseline: float | None) -> Centered:
-        """:meth:`center` of float32 values (eager): the mean a float64 sum of the values (exact
-        for a constant group: ``k * c`` needs at most 24 + 29 bits for ``k < 2**29``), the
-        centred values formed against it in float64 and rounded once to float32. The shift is
-        the mean rounded to float32, ``mean - shift`` the float64 remainder, rounded."""
-        x64 = x.to(torch.float64)
-        sum_G, _ = self._sum_and_counts(x64)
-        mean_G = sum_G.div_(self.counts)
-        if self._has_singleton_rule(baseline):  # a group of one: the baseline as its mean
-            mean_G = self.where_singleton(mean_G, baseline)
-        shift_G = mean_G.to(x.dtype)
-        mean_shifted_G = (mean_G - shift_G).to(x.dtype)
-        if self.group_size is not None:  # dense: in float64, in place (cheaper than two float32 passes)
-            centered = x64.sub_(mean_G).to(x.dtype)
-        else:  # ragged: two float32 gathers (cheaper than one of float64); x - shift is exact at an offset
-            centered = (x - self.expand(shift_G)).sub_(self.expand(mean_shifted_G))
-        return Centered(centered, mean_shifted_G, shift_G, self)
-
-
-class Centered(NamedTuple):
-    """Result of :meth:`SegmentLayout.center`: ``values`` in the layout's working shape, per-group
-    tensors shaped like :meth:`SegmentLayout.sum`'s output."""
-
-    values: Tensor
-    """``x - mean`` (owned: callers may change it in place, after taking :meth:`var`)."""
-    mean_shifted: Tensor
-    """``mean - shift``."""
-    shift: Tensor
-    """each group's shift (see :meth:`SegmentLayout.center`)."""
-    layout: SegmentLayout
-    sum_sq: Tensor | None = None
-    """``sum((x - mean)^2)`` when :meth:`SegmentLayout.center` already has it (merged moments)."""
-
-    @property
-    def mean(self) -> Tensor:
-        return self.shift + self.mean_shifted
-
-    def var(self, correction: int = 0) -> Tensor:
-        """Second pass: ``sum((x - mean)^2) / (n - correction)``, only when an estimator needs it
-        (one ``sum`` all-reduce of ``[G]`` when the groups are split over ranks; none for the
-        whole-batch layout, whose merged moments carry it)."""
-        if self.sum_sq is not None:
-            return self.sum_sq / (self.layout.counts - correction)
-        return self.layout.sum_of_squares(self.values).div_(self.layout.counts - correction)
+        return center_groups(self, x, singleton_baseline)

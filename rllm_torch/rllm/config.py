@@ -1,23 +1,34 @@
-"""rLLM's algorithm configuration: ``rLLMAdvantageEstimator`` and ``AlgorithmConfig``.
-
-**Length.** Longer than a module here should be (about 390 lines) because ``AlgorithmConfig``
-is the one declaration of each of its two dozen settings (default, help, key, bounds, check),
-from which the schema, the run-wide options and the resume tables are read; splitting the
-declarations would split that one home.
-"""
+"""rLLM's algorithm configuration, ``AlgorithmConfig``: the one declaration of each of its settings
+(default, help, key, bounds, check), from which the schema, the run-wide options and the resume
+tables are read. What its fields are checked with is :mod:`~rllm_torch.rllm.config_fields`."""
 
 from __future__ import annotations
 
-import functools
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from rllm_torch.core.errors import ConfigError
-from rllm_torch.core.estimators.scaling import check_correction, check_discount, check_epsilon, check_flag
-from rllm_torch.core.losses import AGG_MODES, IMPORTANCE_SAMPLING_LEVELS, LOSS_FNS, TIS_MODES, loss_names, loss_options
+from rllm_torch.core.estimators.scaling import check_correction, check_epsilon
+from rllm_torch.core.losses import AGG_MODES, IMPORTANCE_SAMPLING_LEVELS, LOSS_FNS, loss_options
+from rllm_torch.rllm.config_fields import (
+    BATCH_INPUTS,
+    COMPAT_MODES,
+    LR_SCHEDULES,
+    RLLM_COMPAT_ESTIMATOR_OPTIONS,
+    RolloutCorrectionConfig,
+    builtin_estimator_options_factory,
+    discount,
+    estimator_name,
+    estimator_options_check,
+    flag,
+    integer,
+    loss_name,
+    rLLMAdvantageEstimator,
+    rollout_correction_check,
+    split_pairs,
+)
 from rllm_torch.rllm.settings import check_value, declared, setting
 
 if TYPE_CHECKING:
@@ -39,204 +50,6 @@ TURN_MODES = ("turn_level", "mt_grpo", "gigpo")  # the modes with one advantage 
 STEPWISE_MODES = ("broadcast", *TURN_MODES)
 
 _RATIO_LOSS_FNS = tuple(n for n in LOSS_FNS if "importance_sampling_level" in loss_options(n))  # with a ratio
-_LR_SCHEDULES = ("linear", "cosine", "constant")
-COMPAT_MODES = ("rllm_torch", "rllm")  # AlgorithmConfig.compat
-
-#: ``compat="rllm"``: the estimator options that give rLLM's numbers where ours differ on purpose
-#: (an option the config sets itself wins). REINFORCE++ baseline: rLLM's code centres a group of
-#: one on its own reward (its advantage 0, its docstring and verl say baseline 0, which we keep).
-RLLM_COMPAT_ESTIMATOR_OPTIONS: dict[str, dict[str, Any]] = {
-    "reinforce_plus_plus_baseline": {"singleton_baseline": "mean"},
-}
-
-
-class rLLMAdvantageEstimator(str, Enum):  # noqa: N801 - rLLM's public name
-    """The built-in advantage estimators (rLLM's enum, plus ``PRPO``, ``OPO``, ``PASS_AT_K``,
-    ``GRPO_PASSK``, ``GPG``, ``GDPO``, ``MAXRL``, ``REMAX`` and the token-level ``REINFORCE_PLUS_PLUS``, ``GAE`` and
-    ``OPTIMAL_TOKEN_BASELINE``).
-
-    ``rLLMAdvantageEstimator("anything else")`` gives ``OTHER``, as in rLLM (``_missing_``).
-    :class:`AlgorithmConfig` does not go through that fallback: a custom name stays a str.
-    """
-
-    GRPO = "grpo"
-    REINFORCE = "reinforce"
-    REINFORCE_PLUS_PLUS_BASELINE = "reinforce_plus_plus_baseline"
-    RLOO = "rloo"
-    PRPO = "prpo"
-    OPO = "opo"
-    PASS_AT_K = "pass_at_k"
-    REINFORCE_PLUS_PLUS = "reinforce_plus_plus"
-    GAE = "gae"
-    GRPO_PASSK = "grpo_passk"
-    GPG = "gpg"
-    GDPO = "gdpo"
-    MAXRL = "maxrl"
-    OPTIMAL_TOKEN_BASELINE = "optimal_token_baseline"
-    REMAX = "remax"
-    OTHER = "other"
-
-    @classmethod
-    def _missing_(cls, value: object) -> rLLMAdvantageEstimator:
-        return cls.OTHER
-
-
-def _estimator_name(value: object, where: str) -> rLLMAdvantageEstimator | str:
-    """A built-in name as the enum member, a custom name kept as its str."""
-    if isinstance(value, rLLMAdvantageEstimator):
-        return value
-    if not isinstance(value, str) or not value:
-        raise ConfigError(f"{where} must be a non-empty estimator name (str), got {value!r}.")
-    builtin = {member.value for member in rLLMAdvantageEstimator}
-    return rLLMAdvantageEstimator(value) if value in builtin else value
-
-
-def _split_pairs(estimator_map: object, loss_fn_map: object) -> tuple[dict, dict[str, str]]:
-    """rLLM's ``estimator_map`` values: a name, or an ``(estimator, loss_fn)`` pair whose loss goes
-    into ``loss_fn_map`` (a list, as a YAML or command-line config gives it, too)."""
-    if not isinstance(estimator_map, dict):
-        raise ConfigError(f"estimator_map must map group roles to estimator names, got {type(estimator_map).__name__}.")
-    if not isinstance(loss_fn_map, dict):
-        raise ConfigError(f"loss_fn_map must map group roles to policy loss names, got {type(loss_fn_map).__name__}.")
-    estimators, losses = {}, dict(loss_fn_map)
-    for role, value in estimator_map.items():
-        where = f"estimator_map[{role!r}]"
-        if isinstance(value, (tuple, list)):
-            if len(value) != 2:
-                raise ConfigError(
-                    f"{where}={list(value)!r}: a pair is [estimator, loss_fn] (e.g. [grpo, ppo]), or give the estimator alone."
-                )
-            value, loss = value
-            if role in losses and losses[role] != loss:
-                raise ConfigError(f"{where} names loss {loss!r} but loss_fn_map[{role!r}]={losses[role]!r}; give one.")
-            losses[role] = loss
-        estimators[role] = _estimator_name(value, where)
-    for role, loss in losses.items():
-        if loss not in loss_names():
-            raise ConfigError(
-                f"role {role!r}: policy loss {loss!r} is not one of {loss_names()} (estimator_map / loss_fn_map); "
-                "register your own with @register_loss(name) in a module the run imports (imports=[module])."
-            )
-    return estimators, losses
-
-
-def _flag(name: str) -> Callable[[Any], bool]:
-    return functools.partial(check_flag, name=name)
-
-
-def _discount(name: str) -> Callable[[Any], float]:
-    return functools.partial(check_discount, name=name)
-
-
-def _int(name: str) -> Callable[[Any], int]:
-    def check(value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{name} must be an int, got {value!r}.")
-        return value
-
-    return check
-
-
-def _loss_name(value: Any) -> str:
-    """A built-in loss or one registered with ``register_loss`` (checked when the run is
-    checked, after ``imports`` ran)."""
-    if value not in loss_names():
-        raise ValueError(  # check_value names the key
-            f"{value!r} is not one of the policy losses {', '.join(loss_names())}; register your own with "
-            "@register_loss(name) in a module the run imports (rllm-torch-train imports=[module])."
-        )
-    return value
-
-
-#: Keyword-only parameters of the built-in estimators that are tensors of the batch, given with the
-#: rewards by the per-role rule (``remax``'s greedy rewards, which the trainer samples), never options.
-BATCH_INPUTS = frozenset({"baselines"})
-
-
-def _estimator_options(value: object) -> dict[str, dict[str, Any]]:
-    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, dict) for k, v in value.items()):
-        raise ConfigError(
-            "estimator_options must map estimator names to {option: value} dicts, e.g. "
-            f"rllm.algorithm.estimator_options.pass_at_k.k=2; got {value!r}."
-        )
-    for name, options in value.items():
-        if given := sorted(BATCH_INPUTS & set(options)):
-            raise ConfigError(
-                f"estimator_options.{name}.{given[0]} is not an option: it is a tensor of each batch (remax's baselines are "
-                "the greedy rollouts' rewards, which the trainer samples); drop it."
-            )
-    return value
-
-
-def _builtin_estimator_options() -> dict[str, dict[str, Any]]:
-    from rllm_torch.rllm.registry import builtin_estimator_options  # the registry imports this module
-
-    return builtin_estimator_options()
-
-
-@dataclass
-class RolloutCorrectionConfig:
-    """rLLM's ``rollout_correction`` (``rllm.algorithm.rollout_correction``): the correction of the
-    gap between the sampler's and the trainer's log-probs (truncated importance sampling and its
-    masks, verl's rejection sampling, TRL's OPSM). rLLM's three fields first, in its order.
-
-    Attributes:
-        tis_mode: None (off), ``"token"`` / ``"sequence"`` (truncated IS at that level), or
-            ``"token_mask"`` / ``"sequence_mask"`` (TRL's masks).
-        bypass_mode: True: the rollout log-probs are pi_old (no recomputation); None / False: recomputed.
-        tis_cap: the cap C of the importance weight (truncated above C, or masked beyond C).
-        tis_cap_lower: the mask modes' lower cap (token_mask with 0.5 and tis_cap 5: IcePop's mask).
-        rollout_rs: rejection sampling by ``log(pi_old / pi_rollout)`` (verl's option names, comma-separated).
-        rollout_rs_threshold: its bounds (verl's syntax).
-        off_policy_mask_threshold: TRL's OPSM threshold; None: off.
-    """
-
-    tis_mode: str | None = setting(
-        None,
-        "null (off) | token | sequence (truncated IS) | token_mask | sequence_mask (TRL's masks)",
-        choices=TIS_MODES,
-    )
-    bypass_mode: bool | None = setting(
-        None, "true: the rollout log-probs are pi_old (no recomputation); null/false: recomputed"
-    )
-    tis_cap: float = setting(
-        2.0, "the cap C of the importance weight (truncated above C, or masked beyond C)", minimum=1
-    )
-    tis_cap_lower: float | None = setting(
-        None,
-        "the mask modes' lower cap (token_mask with 0.5 and tis_cap 5: IcePop's two-sided mask); null: none",
-        minimum=0,
-        maximum=1,
-        exclusive_minimum=True,
-    )
-    rollout_rs: str | None = setting(
-        None, "rejection sampling by log(pi_old / pi_rollout): token_k1 ... seq_max_k3, comma-separated (verl's)"
-    )
-    rollout_rs_threshold: str | None = setting(
-        None, "its bounds: one for all or one per option; k1: 'lower_upper' or an upper (verl's syntax)"
-    )
-    off_policy_mask_threshold: float | None = setting(
-        None,
-        "drop a negative-advantage sequence whose mean log(pi_rollout / pi) exceeds it (TRL's OPSM); null: off",
-        minimum=0,
-    )
-
-    def __post_init__(self) -> None:
-        for name, declaration in declared(RolloutCorrectionConfig).items():
-            setattr(self, name, check_value(getattr(self, name), declaration, f"rollout_correction.{name}"))
-
-
-def _rollout_correction(value: object) -> RolloutCorrectionConfig:
-    if isinstance(value, RolloutCorrectionConfig):
-        return value
-    if isinstance(value, dict):
-        known = {f for f in declared(RolloutCorrectionConfig)}
-        if unknown := sorted(set(value) - known):
-            raise ConfigError(
-                f"rollout_correction has no field {unknown[0]!r}; its fields: {', '.join(sorted(known))}."
-            )
-        return RolloutCorrectionConfig(**value)
-    raise ConfigError(f"rollout_correction must be a RolloutCorrectionConfig or a dict, got {type(value).__name__}.")
 
 
 @dataclass
@@ -302,7 +115,7 @@ class AlgorithmConfig:
         key="rllm.algorithm.use_rllm",
         aliases=("rllm.stepwise_advantage.use_rllm",),
         resumable=True,  # read by nothing
-        check=_flag("use_rllm"),
+        check=flag("use_rllm"),
     )
     estimator: rLLMAdvantageEstimator | str = setting(
         rLLMAdvantageEstimator.GRPO,
@@ -335,34 +148,34 @@ class AlgorithmConfig:
         "False: Dr. GRPO",
         key="rllm.algorithm.norm_adv_by_std_in_grpo",
         aliases=("rllm.stepwise_advantage.norm_adv_by_std_in_grpo",),
-        check=_flag("norm_adv_by_std_in_grpo"),
+        check=flag("norm_adv_by_std_in_grpo"),
         run_wide=True,
     )
     use_precomputed_advantage: bool = setting(
         False,
         "keep the workflow's step.advantage for groups that have one",
         key="rllm.algorithm.use_precomputed_advantage",
-        check=_flag("use_precomputed_advantage"),
+        check=flag("use_precomputed_advantage"),
     )
     loss_fn: str | None = setting(
         None,
         "a built-in loss (" + " | ".join(LOSS_FNS) + ") or one registered with register_loss",
         key="rllm.algorithm.loss_fn",
-        check=_loss_name,
+        check=loss_name,
         schema_default="ppo",
     )
     lr_schedule: str = setting(
         "constant",
         "constant | linear | cosine",
         key="rllm.algorithm.lr_schedule",
-        choices=_LR_SCHEDULES,
+        choices=LR_SCHEDULES,
         resumable=True,
     )
     warmup_steps: int = setting(
         -1,
         "optimizer steps of learning-rate warm-up; <= 0: warmup_steps_ratio (rLLM's)",
         key="rllm.algorithm.warmup_steps",
-        check=_int("warmup_steps"),
+        check=integer("warmup_steps"),
         resumable=True,
     )
     warmup_steps_ratio: float = setting(
@@ -404,7 +217,7 @@ class AlgorithmConfig:
         help="the rollout-vs-trainer log-prob correction (RolloutCorrectionConfig)",
         factory=RolloutCorrectionConfig,
         key="rllm.algorithm.rollout_correction",
-        check=_rollout_correction,
+        check=rollout_correction_check,
     )
     router_replay: str = setting(
         "disabled",
@@ -429,7 +242,7 @@ class AlgorithmConfig:
         "discount of the token-level estimators (reinforce_plus_plus, gae), in [0, 1]",
         key="rllm.algorithm.gamma",
         aliases=("algorithm.gamma",),
-        check=_discount("gamma"),
+        check=discount("gamma"),
         run_wide=True,
     )
     lam: float = setting(
@@ -437,7 +250,7 @@ class AlgorithmConfig:
         "GAE's lambda, in [0, 1]",
         key="rllm.algorithm.lam",
         aliases=("algorithm.lam",),
-        check=_discount("lam"),
+        check=discount("lam"),
         run_wide=True,
     )
     # estimator -> its own options; the typed config lists the built-ins' (so that they can be set
@@ -446,9 +259,9 @@ class AlgorithmConfig:
         help="estimator -> {option: value}",
         factory=dict,
         key="rllm.algorithm.estimator_options",
-        check=_estimator_options,
+        check=estimator_options_check,
         schema_type=dict[str, Any],
-        schema_factory=_builtin_estimator_options,
+        schema_factory=builtin_estimator_options_factory,
     )
     importance_sampling_level: str = setting(
         "token",
@@ -472,7 +285,7 @@ class AlgorithmConfig:
         False,
         "broadcast: divide each step's advantage by its trajectory's steps (rLLM)",
         key="rllm.stepwise_advantage.normalize_by_steps",
-        check=_flag("normalize_by_steps"),
+        check=flag("normalize_by_steps"),
     )
     stepwise_gamma: float = setting(
         1.0,
@@ -491,12 +304,12 @@ class AlgorithmConfig:
     def __post_init__(self) -> None:
         for name, declaration in declared(AlgorithmConfig).items():
             setattr(self, name, check_value(getattr(self, name), declaration, declaration.key))
-        self.estimator = _estimator_name(self.estimator, "estimator")
+        self.estimator = estimator_name(self.estimator, "estimator")
         if not isinstance(self.estimator_map, dict):
             raise ConfigError(
                 f"estimator_map must map group roles to estimator names, got {type(self.estimator_map).__name__}."
             )
-        self.estimator_map, self.loss_fn_map = _split_pairs(self.estimator_map, self.loss_fn_map)
+        self.estimator_map, self.loss_fn_map = split_pairs(self.estimator_map, self.loss_fn_map)
         if self.stepwise_advantage_mode == "per_step":
             warnings.warn(
                 "The `per_step` mode is deprecated in the unified trainer and is set to `broadcast`. "
@@ -557,28 +370,11 @@ class AlgorithmConfig:
         stepwise_advantage_mode: str | None = None,
         estimator_map: dict | None = None,
     ) -> AlgorithmConfig:
-        """Build from an OmegaConf config (or a dict): a whole run config, or rLLM's
-        ``rllm.algorithm`` section, as rLLM's own ``from_config`` takes it.
-
-        * A whole run config (it has a top-level ``rllm`` or ``algorithm`` key): each field from
-          its declared key, else its aliases: ``rllm.algorithm.adv_estimator`` (or verl's
-          top-level ``algorithm.adv_estimator``), ``rllm.algorithm.<field>``, ``gamma`` and
-          ``lam`` also as ``algorithm.*``, ``rllm.stepwise_advantage.{mode, normalize_by_steps,
-          gamma, step_advantage_w}`` (and rLLM's older ``rllm.stepwise_advantage.{norm_adv_by_std_in_grpo,
-          use_rllm}``).
-        * Anything else is the ``rllm.algorithm`` section (``{"adv_estimator": "rloo", ...}``): its
-          keys are the last parts of the ``rllm.algorithm.*`` keys; the stepwise mode and the
-          estimator map come from the keywords, as in rLLM. A key that is neither an
-          ``AlgorithmConfig`` field nor one of the section's trainer settings (the KL terms,
-          ``filter_groups``, ``loss_agg_horizon``) is refused, naming it.
-
-        Absent keys take the field's default; ``episilon`` is the deprecated ``epsilon``.
-
-        Args:
-            config: the run config or the section.
-            stepwise_advantage_mode: rLLM's keyword (``rllm.stepwise_advantage.mode``).
-            estimator_map: rLLM's keyword (the trainer's ``traj_group_adv_estimator_map``), merged
-                over the config's ``estimator_map``.
+        """Build from a whole run config or rLLM's ``rllm.algorithm`` section (a DictConfig or
+        dict), with rLLM's keywords ``stepwise_advantage_mode`` and ``estimator_map`` (the trainer's
+        ``traj_group_adv_estimator_map``, merged over the config's); where each field is read:
+        :func:`~rllm_torch.rllm.config_sources.algorithm_fields_from`. Absent keys take the field's
+        default.
 
         Raises:
             ConfigError: one setting given in two places with different values (two keys, or a key

@@ -1,6 +1,17 @@
 """Where :meth:`AlgorithmConfig.from_config <rllm_torch.rllm.config.AlgorithmConfig.from_config>`
-reads each field: a whole run config (each field's declared key and aliases) or rLLM's
-``rllm.algorithm`` section (the keys' last parts), with rLLM's keyword arguments."""
+reads each field, with rLLM's keyword arguments:
+
+* a whole run config (it has a top-level ``rllm`` or ``algorithm`` key): each field from its
+  declared key, else its aliases: ``rllm.algorithm.adv_estimator`` (or verl's top-level
+  ``algorithm.adv_estimator``), ``rllm.algorithm.<field>``, ``gamma`` and ``lam`` also as
+  ``algorithm.*``, ``rllm.stepwise_advantage.{mode, normalize_by_steps, gamma,
+  step_advantage_w}`` (and rLLM's older ``rllm.stepwise_advantage.{norm_adv_by_std_in_grpo, use_rllm}``);
+* anything else is rLLM's ``rllm.algorithm`` section (``{"adv_estimator": "rloo", ...}``): its
+  keys are the last parts of the ``rllm.algorithm.*`` keys; the stepwise mode and the estimator
+  map come from the keywords, as in rLLM. A key that is neither an ``AlgorithmConfig`` field nor
+  one of the section's trainer settings (:data:`SECTION_TRAINER_KEYS`) is refused, naming it.
+
+``episilon`` is the deprecated ``epsilon``."""
 
 from __future__ import annotations
 

@@ -77,7 +77,10 @@ def test_the_entropy_quantile_leaves_out_about_four_fifths_of_the_tokens(tmp_pat
             ("backend.delta=2", "rllm.algorithm.loss_fn=cispo"),
             r"backend.delta=2.0 is TRL's two-sided clip.*use one of rllm.algorithm.loss_fn=ppo, luspo",
         ),
-        (("rllm.algorithm.loss_fn=luspo",), r"luspo: luspo weights each sequence.s loss by its length .* needs loss_agg_mode=seq-mean-token-sum"),
+        (
+            ("rllm.algorithm.loss_fn=luspo",),
+            r"luspo: luspo weights each sequence.s loss by its length .* needs loss_agg_mode=seq-mean-token-sum",
+        ),
         (("rllm.algorithm.use_bias_correction_kl=true",), r"set rllm.algorithm.use_kl_loss=true too"),
         (
             ("rllm.algorithm.rollout_correction.tis_cap_lower=0.5",),

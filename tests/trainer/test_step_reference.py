@@ -24,7 +24,9 @@ def test_the_step_gives_the_recorded_numbers(tmp_path, name):
     want, got = REFERENCE["runs"][name], run_reference(name, tmp_path)
     assert [sorted(r) for r in got["rows"]] == [sorted(r) for r in want["rows"]]  # the same metrics, steps, validations
     if name in TIMING_DEPENDENT:  # which version samples a batch is a race: what the schedule cannot change
-        steps = [(r["step"], r["groups/num_groups"], r["async/staleness_max"]) for r in got["rows"] if "actor/loss" in r]
+        steps = [
+            (r["step"], r["groups/num_groups"], r["async/staleness_max"]) for r in got["rows"] if "actor/loss" in r
+        ]
         assert [s[:2] for s in steps] == [
             (r["step"], r["groups/num_groups"]) for r in want["rows"] if "actor/loss" in r
         ]
