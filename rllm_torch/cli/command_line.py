@@ -8,16 +8,14 @@ from __future__ import annotations
 import difflib
 import importlib.resources
 import os
-import shutil
 import sys
-import warnings
-from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ValidationError
 
+from rllm_torch.cli.run_directory import check_run_directory, remove_empty_run_dir, resume_point
 from rllm_torch.core.errors import ConfigError, RLLMTorchError
 from rllm_torch.trainer.resolvers import register_resolvers
 from rllm_torch.trainer.schema import TrainConfig
@@ -145,25 +143,6 @@ def check_command_line(argv: list[str]) -> None:
             check_run_directory(override.value(), "hydra.run.dir")
 
 
-def check_run_directory(path: str | os.PathLike, key: str) -> None:
-    """``path`` can be made and written: its nearest existing ancestor is a directory this process
-    may write to.
-
-    Raises:
-        ConfigError: naming ``key``, the path and what is in the way (a file; no write permission).
-    """
-    ancestor = Path(path).absolute()
-    while not ancestor.exists() and ancestor != ancestor.parent:
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise ConfigError(f"{key}={path}: {ancestor} is a file, not a directory; choose a run directory elsewhere.")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise ConfigError(
-            f"{key}={path}: this process may not write to {ancestor} (permissions or a read-only file system); "
-            "choose a run directory you can write to."
-        )
-
-
 def _check_group_option(group: str, override: Any) -> None:
     options = sorted(
         p.name[: -len(".yaml")]
@@ -213,34 +192,3 @@ def report_error(exc: RLLMTorchError, stream=None) -> None:
     rank = f" (rank {os.environ.get('RANK')})" if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 else ""
     print(f"rllm-torch-train{rank}: {type(exc).__name__}: {exc}", file=stream)
     print("  (set HYDRA_FULL_ERROR=1 to see the traceback)", file=stream, flush=True)
-
-
-def remove_empty_run_dir(run_dir: str | os.PathLike | None) -> None:
-    """Remove a run directory that holds nothing but Hydra's ``.hydra/`` (made by a launch that
-    failed at start-up), and then each parent below the working directory that is left empty
-    (``outputs/rllm_torch/``); a directory with anything else in it (an earlier run) is kept."""
-    if run_dir is None:
-        return
-    path = Path(run_dir).absolute()
-    if not path.is_dir() or not {p.name for p in path.iterdir()} <= {".hydra"}:
-        return
-    shutil.rmtree(path, ignore_errors=True)
-    cwd = Path.cwd().absolute()
-    for parent in path.parents:
-        if parent == cwd or cwd not in parent.parents or any(parent.iterdir()):
-            break
-        parent.rmdir()
-
-
-def resume_point(run_dir: str | os.PathLike) -> str:
-    """What starting the same command again does, from the newest complete checkpoint of
-    ``run_dir``: ``"resumes from step 32 (.../step_000032)"`` or ``"starts the run again from
-    step 0 (no checkpoint yet)"``."""
-    from rllm_torch.trainer.runtime.checkpoint import CheckpointStore
-
-    with warnings.catch_warnings():  # a partial checkpoint is named when the run resumes
-        warnings.simplefilter("ignore")
-        latest = CheckpointStore(Path(run_dir) / "checkpoints").latest()
-    if latest is None:
-        return "starts the run again from step 0 (no checkpoint yet)"
-    return f"resumes from step {latest.step} ({latest.path})"

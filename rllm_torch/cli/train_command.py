@@ -39,10 +39,13 @@ from rllm_torch.cli.command_line import (
     ERROR_EXIT_STATUS,
     check_command_line,
     check_known_keys,
-    check_run_directory,
     register_configs,
-    remove_empty_run_dir,
     report_error,
+)
+from rllm_torch.cli.run_directory import (
+    check_run_directory,
+    claimed_run_directory,
+    remove_empty_run_dir,
     resume_point,
 )
 from rllm_torch.core.errors import ConfigError, DistributedTimeoutError, RLLMTorchError, UnknownBackendError
@@ -167,7 +170,9 @@ def _train(config: DictConfig, ranks: RunRanks, run_files: dict[str, str], stop:
         transformers.utils.logging.disable_progress_bar()
     seed = config.seed
     random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)
+    key = "rllm.trainer.default_local_dir"
     if config.rllm.trainer.default_local_dir is None:
+        key = "hydra.run.dir" if HydraConfig.initialized() else key
         with open_dict(config):
             config.rllm.trainer.default_local_dir = (
                 HydraConfig.get().runtime.output_dir
@@ -175,7 +180,14 @@ def _train(config: DictConfig, ranks: RunRanks, run_files: dict[str, str], stop:
                 else f"outputs/{config.rllm.trainer.project_name}/{config.rllm.trainer.experiment_name}"
             )
     run_dir = Path(config.rllm.trainer.default_local_dir)
-    check_run_directory(run_dir, "rllm.trainer.default_local_dir")  # before minutes of model and data start-up
+    check_run_directory(run_dir, key)  # before minutes of model and data start-up
+    with claimed_run_directory(run_dir, ranks, key=key):  # one run per directory; a failed start leaves none
+        return _train_in(run_dir, config, ranks, run_files, stop)
+
+
+def _train_in(
+    run_dir: Path, config: DictConfig, ranks: RunRanks, run_files: dict[str, str], stop: StopSignals
+) -> UnifiedTrainer:
     backend_cls = backend_class(config.backend.name)
     task = build_task(config.task)
     if task.precomputed_advantage and not config.rllm.algorithm.use_precomputed_advantage:

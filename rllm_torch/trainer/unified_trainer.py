@@ -51,7 +51,8 @@ from rllm_torch.rllm.roles import needs_greedy_baselines, unseen_map_roles
 from rllm_torch.rllm.types import Episode
 from rllm_torch.trainer.async_loop import fit_streaming
 from rllm_torch.trainer.config_checks import check_run_config
-from rllm_torch.trainer.logs.run_directory import run_loggers, write_run_files
+from rllm_torch.trainer.logs.run_directory import run_directory, run_loggers, write_run_files
+from rllm_torch.trainer.logs.run_lock import hold_run_directory
 from rllm_torch.trainer.logs.step_metrics import stage_timer, workflow_metrics
 from rllm_torch.trainer.logs.summary import StepPlan, plan_steps, startup_summary
 from rllm_torch.trainer.pipeline.async_rollouts import AsyncTrainingConfig
@@ -137,6 +138,7 @@ class UnifiedTrainer:
         self.dynamic_sampler = DynamicSampler(DynamicSamplingConfig.from_config(config), ranks=self.ranks)
         self.roles_checked = False  # set once the first batch's roles were compared with the role maps
         self.greedy_baselines = needs_greedy_baselines(self.algorithm_config, self.traj_group_adv_estimator_map)
+        self.run_lock = hold_run_directory(run_directory(config), self.ranks)  # one run per directory, until shutdown
         self.backend = backend_cls(config=config, ranks=self.ranks, **(backend_args or {}))
         self.backend.validate_config()
         self.backend.validate_prompts([t for ds in (train_dataset, val_dataset) if isinstance(ds, list) for t in ds])
@@ -449,3 +451,4 @@ class UnifiedTrainer:
         self.agent_workflow_engine.shutdown()
         self.backend.shutdown()
         self.logger.finish()
+        self.run_lock.release()
