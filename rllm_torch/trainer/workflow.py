@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from rllm_torch.core.errors import InvalidRewardsError, InvalidRewardTypeError, RewardTimeoutError
 from rllm_torch.rllm.types import Episode, Step
 
@@ -170,7 +172,8 @@ class Workflow(ABC):
             RewardTimeoutError: ``fn`` did not return in time. Python cannot stop a thread: the
                 call goes on in its (daemon) thread and its result is dropped; a new thread takes
                 its place, and a call that never returns does not keep the process from ending.
-            InvalidRewardTypeError: ``fn`` returned something other than a real number (a bool too).
+            InvalidRewardTypeError: ``fn`` returned something other than a real number or a bool
+                (Python's or numpy's: ``True`` / ``False`` score 1.0 / 0.0).
             InvalidRewardsError: it returned NaN, an infinity, or a magnitude above
                 :data:`MAX_REWARD` (the estimators' float32 statistics would overflow and zero the
                 group's advantages without a word).
@@ -192,9 +195,9 @@ class Workflow(ABC):
             )
         reward = future.result()
         where = f" for task {uid!r}" if uid else ""
-        if isinstance(reward, bool) or not isinstance(reward, numbers.Real):
+        if not isinstance(reward, numbers.Real | np.bool_):  # `return resp == ans` scores 1.0 / 0.0
             raise InvalidRewardTypeError(
-                f"{name} returned {reward!r} ({type(reward).__name__}){where}; return a float."
+                f"{name} returned {reward!r} ({type(reward).__name__}){where}; return a float (an int or a bool counts too)."
             )
         if not math.isfinite(reward) or abs(reward) > MAX_REWARD:
             raise InvalidRewardsError(
