@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ValidationError
 
 from rllm_torch.cli.run_directory import check_run_directory, remove_empty_run_dir, resume_point
+from rllm_torch.cli.usage import check_flags
 from rllm_torch.core.errors import ConfigError, RLLMTorchError
 from rllm_torch.trainer.resolvers import register_resolvers
 from rllm_torch.trainer.schema import TrainConfig
@@ -25,6 +26,7 @@ __all__ = [
     "register_configs",
     "known_keys",
     "experiment_names",
+    "config_groups",
     "check_command_line",
     "check_known_keys",
     "report_error",
@@ -95,6 +97,19 @@ def _config_groups() -> set[str]:
     return {p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("_")}
 
 
+def _group_options(group: str) -> list[str]:
+    return sorted(
+        p.name[: -len(".yaml")]
+        for p in importlib.resources.files(CONFIG_PACKAGE).joinpath(group).iterdir()
+        if p.name.endswith(".yaml")
+    )
+
+
+def config_groups() -> dict[str, list[str]]:
+    """Each shipped config group and its options (``{"model": ["smollm2", "tiny", "tiny_llama"], ...}``)."""
+    return {group: _group_options(group) for group in sorted(_config_groups())}
+
+
 def check_command_line(argv: list[str]) -> None:
     """Check ``rllm-torch-train``'s arguments before Hydra composes them.
 
@@ -106,13 +121,16 @@ def check_command_line(argv: list[str]) -> None:
             (``model=tiny_gpt``; the message lists those that are). Keys under ``hydra.`` are
             Hydra's to check. With ``--config-path``/``--config-dir`` (your own configs) only
             the keys and their types are checked. ``hydra.run.dir`` cannot be made or written
-            (:func:`check_run_directory`).
+            (:func:`check_run_directory`). A ``--flag`` that is not one of Hydra's names
+            the ``key=value`` it likely meant (:func:`~rllm_torch.cli.usage.check_flags`).
     """
     from hydra._internal.utils import get_args_parser  # Hydra's own command-line grammar
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
+    parser = get_args_parser()
+    check_flags(argv, {flag: action.nargs != 0 for action in parser._actions for flag in action.option_strings})
     try:
-        args, _ = get_args_parser().parse_known_args(argv)
+        args, _ = parser.parse_known_args(argv)
         overrides = OverridesParser.create().parse_overrides(args.overrides)
     except (SystemExit, Exception):  # noqa: BLE001 - a malformed line: Hydra reports it itself
         return
@@ -144,11 +162,7 @@ def check_command_line(argv: list[str]) -> None:
 
 
 def _check_group_option(group: str, override: Any) -> None:
-    options = sorted(
-        p.name[: -len(".yaml")]
-        for p in importlib.resources.files(CONFIG_PACKAGE).joinpath(group).iterdir()
-        if p.name.endswith(".yaml")
-    )
+    options = _group_options(group)
     value = override.value()
     if isinstance(value, str) and value not in options:
         raise ConfigError(

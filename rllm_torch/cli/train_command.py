@@ -22,7 +22,6 @@ import importlib
 import logging
 import os
 import random
-import signal
 import sys
 import time
 from pathlib import Path
@@ -39,15 +38,14 @@ from rllm_torch.cli.command_line import (
     ERROR_EXIT_STATUS,
     check_command_line,
     check_known_keys,
+    config_groups,
+    experiment_names,
     register_configs,
     report_error,
 )
-from rllm_torch.cli.run_directory import (
-    check_run_directory,
-    claimed_run_directory,
-    remove_empty_run_dir,
-    resume_point,
-)
+from rllm_torch.cli.interrupts import ctrl_c_received, ignore_stop_signals, interrupted
+from rllm_torch.cli.run_directory import check_run_directory, claimed_run_directory, remove_empty_run_dir
+from rllm_torch.cli.usage import help_text, version_text
 from rllm_torch.core.errors import ConfigError, DistributedTimeoutError, RLLMTorchError, UnknownBackendError
 from rllm_torch.rollouts import build_task
 from rllm_torch.rollouts.single_turn import SingleTurnWorkflow
@@ -61,7 +59,6 @@ from rllm_torch.trainer.unified_trainer import UnifiedTrainer
 __all__ = ["main", "run", "backend_class", "BACKENDS"]
 
 BACKENDS = ("torch",)
-INTERRUPTED_EXIT_STATUS = 130  # 128 + SIGINT, the shell's convention for Ctrl-C
 
 
 def backend_class(name: str) -> type[BackendProtocol]:
@@ -268,13 +265,6 @@ def hydra_record(config: DictConfig) -> dict[str, str]:
 def _hydra_main(config: DictConfig) -> None:
     try:
         run(config, run_files=hydra_record(config))
-    except RLLMTorchError as exc:  # the package's own errors: one clear block, no traceback
-        if os.environ.get("HYDRA_FULL_ERROR") == "1":
-            raise
-        if os.environ.get("RANK", "0") == "0" and HydraConfig.initialized():
-            remove_empty_run_dir(HydraConfig.get().runtime.output_dir)  # only .hydra/: a failed start-up
-        report_error(exc)
-        sys.exit(ERROR_EXIT_STATUS)
     except TrainingStopped as stopped:  # SIGTERM: the step's checkpoint is written
         ignore_stop_signals()  # a second signal while the process ends must not change its exit status
         if os.environ.get("RANK", "0") == "0":
@@ -289,22 +279,32 @@ def _hydra_main(config: DictConfig) -> None:
                 flush=True,
             )
         end_rank_process(STOPPED_EXIT_STATUS)  # stopped and written: no interpreter finalization to wait for
-    except KeyboardInterrupt:  # Ctrl-C: where the same command goes on, not a traceback
-        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+    except BaseException as exc:
+        full_error = os.environ.get("HYDRA_FULL_ERROR") == "1"
+        # Ctrl-C, also when a library turned the KeyboardInterrupt into an error of its own (transformers'
+        # lazy imports raise ModuleNotFoundError): where the same command goes on, not a traceback
+        if not full_error and (
+            isinstance(exc, KeyboardInterrupt) or (ctrl_c_received() and isinstance(exc, Exception))
+        ):
+            interrupted(config)
+        if full_error or not isinstance(exc, RLLMTorchError):
             raise
-        ignore_stop_signals()
-        if os.environ.get("RANK", "0") == "0" and HydraConfig.initialized():
-            run_dir = config.rllm.trainer.default_local_dir or HydraConfig.get().runtime.output_dir
-            remove_empty_run_dir(run_dir)
-            print(
-                f"rllm-torch-train: interrupted; the same command {resume_point(run_dir)}", file=sys.stderr, flush=True
-            )
-        sys.exit(INTERRUPTED_EXIT_STATUS)
+        if os.environ.get("RANK", "0") == "0" and HydraConfig.initialized():  # the package's errors: one block
+            remove_empty_run_dir(HydraConfig.get().runtime.output_dir)  # only .hydra/: a failed start-up
+        report_error(exc)
+        sys.exit(ERROR_EXIT_STATUS)
 
 
 def main() -> None:
-    """The console script: the command line is checked first (unknown keys, experiments), then
-    Hydra composes the config and :func:`run` trains."""
+    """The console script: ``--version`` and ``--help`` are answered here
+    (:mod:`~rllm_torch.cli.usage`); the command line is checked first (unknown keys, experiments,
+    argparse-style flags), then Hydra composes the config and :func:`run` trains."""
+    if "--version" in sys.argv[1:]:
+        print(version_text())
+        return
+    if "--help" in sys.argv[1:] or "-h" in sys.argv[1:]:
+        print(help_text(experiment_names(), config_groups()))
+        return
     try:
         check_command_line(sys.argv[1:])
     except RLLMTorchError as exc:
@@ -315,12 +315,6 @@ def main() -> None:
     _hydra_main()
     if torchrun_world_size() is not None:
         end_rank_process()
-
-
-def ignore_stop_signals() -> None:
-    """Ignore SIGINT and SIGTERM from here on: the process is ending with its own exit status."""
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, signal.SIG_IGN)
 
 
 def end_rank_process(status: int = 0) -> None:
