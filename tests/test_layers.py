@@ -30,7 +30,7 @@ UNITS = {
         ("estimators", "losses"),
     ],
     "rllm_torch.trainer": [
-        ("schema", "resolvers", "model_defaults", "ranks", "config_checks"),
+        ("schema", "resolvers", "model_defaults", "ranks", "config_checks", "backend_args"),
         ("pipeline",),
         ("state",),
         ("runtime",),

@@ -204,7 +204,11 @@ def _train_in(
         train_dataset=task.train,
         val_dataset=task.val or None,
         workflow_args=workflow_args,
-        backend_args={"alphabet": task.alphabet, "answer_in_response": task.answer_in_response},
+        backend_args={
+            "alphabet": task.alphabet,
+            "answer_in_response": task.answer_in_response,
+            "max_new_tokens": task.max_new_tokens,
+        },
         ranks=ranks,
         run_files={"config.yaml": OmegaConf.to_yaml(config, resolve=True), **run_files},
         stop_signals=stop,

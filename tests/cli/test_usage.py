@@ -41,7 +41,9 @@ def test_help_speaks_of_rllm_torch_train_and_lists_the_groups_and_the_most_used_
     done = script("--config-name", "rloo", flag, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     text = done.stdout
-    assert text.startswith("usage: rllm-torch-train ") and "powered by Hydra" not in text and "train_command" not in text
+    assert (
+        text.startswith("usage: rllm-torch-train ") and "powered by Hydra" not in text and "train_command" not in text
+    )
     assert "  model: smollm2, tiny, tiny_llama" in text and "  task: arithmetic, chain, distill, file," in text
     for key in MOST_USED:
         assert f"\n  {key}=" in text, key
