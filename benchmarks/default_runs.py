@@ -12,6 +12,7 @@ Writes ``RESULTS_default_runs.md``.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import sys
@@ -20,7 +21,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from machine import cpu_name  # noqa: E402
+from machine import cpu_name, instruction_sets  # noqa: E402
 from results import add_write_results, results_path  # noqa: E402
 from train_runs import train_run  # noqa: E402
 
@@ -52,14 +53,15 @@ def step_table(curve: list[tuple[int, float]]) -> list[str]:
     ]
 
 
-def write(results: list[dict], path: Path, load: tuple[float, float, float]) -> None:
+def write(results: list[dict], path: Path, started: dict) -> None:
     default = results[0]
     lines = [
         "# The default job and the estimators' experiments",
         "",
-        f"Machine: {cpu_name()}, {os.cpu_count()} cores, torch {torch.__version__}, Python {platform.python_version()}; "
-        f"load average {load[0]:.2f} when the runs started (above 0: other jobs shared the cores, and the times with them).",
-        f"Command: `python benchmarks/default_runs.py {' '.join(sys.argv[1:])}` (each run: `rllm-torch-train "
+        f"Machine: {cpu_name()} ({instruction_sets()}), {os.cpu_count()} cores, torch {torch.__version__}, Python {platform.python_version()}; "
+        f"load average {started['load']:.2f} when the runs started (above 1: other jobs shared the cores, and the times "
+        "with them).",
+        f"Command: `python benchmarks/default_runs.py {started['arguments']}` (each run: `rllm-torch-train "
         "[--config-name NAME]`, one thread, one run at a time).",
         "",
         "## The default job (`rllm-torch-train`)",
@@ -90,9 +92,21 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true", help="read back finished runs in --out instead of running them")
     add_write_results(parser)
     args = parser.parse_args()
-    load = os.getloadavg()
+    started = start_record(args.out, args.reuse)
     results = [run_one(args.out, label, arguments, args.reuse) for label, arguments in RUNS]
-    write(results, results_path("RESULTS_default_runs.md", args.write_results), load)
+    write(results, results_path("RESULTS_default_runs.md", args.write_results), started)
+
+
+def start_record(out: Path, reuse: bool) -> dict:
+    """The load average and the arguments when the runs started (read back with ``reuse``)."""
+    record = out / "started.json"
+    if reuse and record.is_file():
+        return json.loads(record.read_text())
+    out.mkdir(parents=True, exist_ok=True)
+    arguments = " ".join(a for a in sys.argv[1:] if a not in ("--reuse", "--write-results"))
+    started = {"load": os.getloadavg()[0], "arguments": f"{arguments} --write-results".strip()}
+    record.write_text(json.dumps(started))
+    return started
 
 
 if __name__ == "__main__":

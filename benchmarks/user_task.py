@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from machine import cpu_name  # noqa: E402
+from machine import cpu_name, instruction_sets  # noqa: E402
 from results import add_write_results, results_path  # noqa: E402
 from train_runs import train_run  # noqa: E402
 
@@ -51,6 +51,17 @@ def write_task(out: Path) -> list[str]:
     return ["task=file", f"task.train_path={(out / 'words.jsonl').absolute()}", "task.reward_fn=partial:score"]
 
 
+def start_record(out: Path, reuse: bool) -> dict:
+    """The load average and the arguments when the runs started (read back with ``reuse``)."""
+    record = out / "started.json"
+    if reuse and record.is_file():
+        return json.loads(record.read_text())
+    arguments = " ".join(a for a in sys.argv[1:] if a not in ("--reuse", "--write-results"))
+    started = {"load": os.getloadavg()[0], "arguments": f"{arguments} --write-results".strip()}
+    record.write_text(json.dumps(started))
+    return started
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("outputs") / "user_task")
@@ -59,13 +70,14 @@ def main() -> None:
     add_write_results(parser)
     args = parser.parse_args()
     task = write_task(args.out)
+    started = start_record(args.out, args.reuse)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(args.out.absolute()), os.environ.get("PYTHONPATH")]))
     lines = [
         "# A task of a user's own: reverse-word with a partial-credit reward",
         "",
-        f"Machine: {cpu_name()}, {os.cpu_count()} cores, torch {torch.__version__}, Python {platform.python_version()}; "
-        f"load average {os.getloadavg()[0]:.2f} at the start.",
-        f"Command: `python benchmarks/user_task.py {' '.join(sys.argv[1:])}`; each run is `rllm-torch-train "
+        f"Machine: {cpu_name()} ({instruction_sets()}), {os.cpu_count()} cores, torch {torch.__version__}, Python {platform.python_version()}; "
+        f"load average {started['load']:.2f} at the start.",
+        f"Command: `python benchmarks/user_task.py {started['arguments']}`; each run is `rllm-torch-train "
         f"{' '.join(task[:1] + ['task.train_path=words.jsonl'] + task[2:])} rllm.trainer.total_batches={args.steps} [setting]` "
         "(the tiny model from scratch, 64 prompts x 8 rollouts a step, one thread).",
         "",

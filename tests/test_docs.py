@@ -98,3 +98,23 @@ def test_every_setting_a_page_names_is_a_setting_of_the_schema():
             if not known and not any(k.startswith(f"{key}.") for k in keys) and key not in NOT_SETTINGS:
                 unknown.append(f"{page.relative_to(ROOT)}: {key}")
     assert not unknown, unknown
+
+
+def _table_rows(text: str, first_cell: str) -> list[list[str]]:
+    """The cells of every Markdown table row of ``text`` whose first cell starts with ``first_cell``."""
+    rows = [
+        [c.strip() for c in line.strip().strip("|").split("|")] for line in text.splitlines() if line.startswith("|")
+    ]
+    return [row for row in rows if row[0].startswith(first_cell)]
+
+
+def test_the_training_pages_default_run_numbers_are_those_of_the_results_file_it_cites():
+    page = (ROOT / "docs" / "training.md").read_text()
+    results = (ROOT / "benchmarks" / "RESULTS_default_runs.md").read_text()
+    assert "`benchmarks/RESULTS_default_runs.md`" in page
+    for first in ("step", "val pass@1"):  # the validation curve of rllm-torch-train
+        assert _table_rows(page, first)[0] == _table_rows(results, first)[0], first
+    for row in _table_rows(results, "`"):  # every estimator: pass@1 and pass@4 before -> after
+        assert row[:3] in [page_row[:3] for page_row in _table_rows(page, "`")], row
+    summary = re.search(r"validation pass@1 (\S+) → (\S+), pass@4 (\S+) → (\S+)\.", results).groups()
+    assert f"pass@1 {summary[0]} before training → {summary[1]} after** (pass@4 {summary[2]} → {summary[3]})" in page
