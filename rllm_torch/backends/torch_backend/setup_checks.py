@@ -53,9 +53,15 @@ def check_prompts(
     if tokenizer_from_path and unknown is not None:
         for task, row_ids in zip(rows, ids, strict=True):
             if unknown in row_ids:
+                chars = [
+                    c
+                    for c in dict.fromkeys(task["prompt"])
+                    if unknown in tokenizer(c, add_special_tokens=False)["input_ids"]
+                ]
+                which = f" ({', '.join(map(repr, chars[:20]))})" if chars else ""
                 raise ConfigError(
                     f"the prompt {task['prompt']!r} has characters the tokenizer at model.path={config.model.path!r} "
-                    f"does not know (they would become {tokenizer.unk_token!r}); use a tokenizer that covers the "
+                    f"does not know{which}: they would become {tokenizer.unk_token!r}; use a tokenizer that covers the "
                     "task's text, or leave model.path unset for a character tokenizer built from the task."
                 )
     max_new_tokens = config.rllm.rollout.max_new_tokens
