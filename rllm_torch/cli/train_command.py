@@ -5,10 +5,11 @@ GRPO and the embedded torch backend. Any key can be overridden, e.g.
 ``rllm-torch-train rllm.algorithm.adv_estimator=rloo rllm.rollout.n=4``. The run directory
 (``outputs/<project>/<experiment>``) gets ``config.yaml`` (resolved), ``metrics.jsonl``,
 resumable ``checkpoints/step_*``, the exported model ``checkpoints/final`` and ``curves.png``.
-Starting the same command again continues the run from its newest checkpoint.
+Starting the same command again continues the run from its newest checkpoint; one run at a time
+may use a run directory (:mod:`~rllm_torch.cli.run_directory`).
 
-Exit status: 0 trained (or already complete); 2 a configuration, data or checkpoint error (one
-block, no traceback); 130 interrupted by Ctrl-C (SIGINT: at once, from the newest checkpoint); 143
+Exit status: 0 trained (or already complete); 2 a configuration, data, checkpoint or run-directory
+error (one block, no traceback); 130 interrupted by Ctrl-C (SIGINT: at once, from the newest checkpoint); 143
 stopped by SIGTERM after the current step and its checkpoint (a second SIGTERM: at once).
 
 Under ``torchrun`` (``torchrun --nproc_per_node=N -m rllm_torch.train ...``, or the
