@@ -1,9 +1,12 @@
 """The documentation: it builds with MkDocs in strict mode (a broken link, a missing anchor or a
-docstring the API reference cannot read fails), and every Python example of the README and of
-``docs/`` runs as it is written (a block after ``<!-- not run: why -->`` is skipped, saying why)."""
+docstring the API reference cannot read fails), every Python example of the README and of
+``docs/`` runs as it is written (a block after ``<!-- not run: why -->`` is skipped, saying why),
+the pages written from their sources (``docs/index.md``, the settings table) are current, and every
+setting a page names is one of the schema."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
@@ -12,8 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from rllm_torch.cli.command_line import known_keys
+
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# docs/index.md is the README, written by docs/hooks.py
+PAGES = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md") if p.name != "index.md")]
 BLOCK = re.compile(r"(<!-- not run: ([^>]*) -->\n)?( *)```python\n(.*?)```", re.S)
 
 
@@ -60,3 +66,55 @@ def test_the_documentation_builds_in_strict_mode(tmp_path):
     assert "A first example" in home  # the README is the home page
     settings = (tmp_path / "site" / "settings" / "index.html").read_text()
     assert "rllm.stepwise_advantage" in settings and "micro_batch_tokens" in settings  # written from the declarations
+
+
+def _hooks():
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_written_pages_are_current_and_read_on_github_as_files():
+    hooks = _hooks()
+    assert hooks.stale_pages() == [], "run `python docs/hooks.py`"
+    index, settings = (ROOT / "docs" / "index.md").read_text(), (ROOT / "docs" / "settings.md").read_text()
+    assert "## A first example" in index and "](docs/" not in index  # the README, with links that work from docs/
+    assert "| `max_new_tokens` | `null` |" in settings and "### `rllm.stepwise_advantage`" in settings
+
+
+#: Dotted names in the pages that are not settings: a checkpoint's file, a family of metrics, a method.
+NOT_SETTINGS = {"backend.pt", "backend.vespo_", "model.generate"}
+
+
+def test_every_setting_a_page_names_is_a_setting_of_the_schema():
+    keys, open_prefixes = known_keys()
+    named = re.compile(r"`((?:rllm|backend|model|data|task)\.[A-Za-z0-9_.]+)")
+    unknown = []
+    for page in PAGES:
+        for match in named.finditer(page.read_text()):
+            key = match.group(1).rstrip(".")
+            known = key in keys or any(key.startswith(f"{p}.") for p in open_prefixes)
+            if not known and not any(k.startswith(f"{key}.") for k in keys) and key not in NOT_SETTINGS:
+                unknown.append(f"{page.relative_to(ROOT)}: {key}")
+    assert not unknown, unknown
+
+
+def _table_rows(text: str, first_cell: str) -> list[list[str]]:
+    """The cells of every Markdown table row of ``text`` whose first cell starts with ``first_cell``."""
+    rows = [
+        [c.strip() for c in line.strip().strip("|").split("|")] for line in text.splitlines() if line.startswith("|")
+    ]
+    return [row for row in rows if row[0].startswith(first_cell)]
+
+
+def test_the_training_pages_default_run_numbers_are_those_of_the_results_file_it_cites():
+    page = (ROOT / "docs" / "training.md").read_text()
+    results = (ROOT / "benchmarks" / "RESULTS_default_runs.md").read_text()
+    assert "`benchmarks/RESULTS_default_runs.md`" in page
+    for first in ("step", "val pass@1"):  # the validation curve of rllm-torch-train
+        assert _table_rows(page, first)[0] == _table_rows(results, first)[0], first
+    for row in _table_rows(results, "`"):  # every estimator: pass@1 and pass@4 before -> after
+        assert row[:3] in [page_row[:3] for page_row in _table_rows(page, "`")], row
+    summary = re.search(r"validation pass@1 (\S+) → (\S+), pass@4 (\S+) → (\S+)\.", results).groups()
+    assert f"pass@1 {summary[0]} before training → {summary[1]} after** (pass@4 {summary[2]} → {summary[3]})" in page

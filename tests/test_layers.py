@@ -31,7 +31,7 @@ UNITS = {
         ("estimators", "losses"),
     ],
     "rllm_torch.trainer": [
-        ("schema", "resolvers", "model_defaults", "ranks", "rllm_settings", "config_checks"),
+        ("schema", "resolvers", "model_defaults", "ranks", "rllm_settings", "config_checks", "backend_args"),
         ("pipeline",),
         ("state",),
         ("runtime",),

@@ -8,16 +8,15 @@ from __future__ import annotations
 import difflib
 import importlib.resources
 import os
-import shutil
 import sys
-import warnings
-from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ValidationError
 
+from rllm_torch.cli.run_directory import check_run_directory, remove_empty_run_dir, resume_point
+from rllm_torch.cli.usage import check_flags
 from rllm_torch.core.errors import ConfigError, RLLMTorchError
 from rllm_torch.trainer.resolvers import register_resolvers
 from rllm_torch.trainer.rllm_settings import key_hint
@@ -28,6 +27,7 @@ __all__ = [
     "register_configs",
     "known_keys",
     "experiment_names",
+    "config_groups",
     "check_command_line",
     "check_known_keys",
     "report_error",
@@ -100,6 +100,19 @@ def _config_groups() -> set[str]:
     return {p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("_")}
 
 
+def _group_options(group: str) -> list[str]:
+    return sorted(
+        p.name[: -len(".yaml")]
+        for p in importlib.resources.files(CONFIG_PACKAGE).joinpath(group).iterdir()
+        if p.name.endswith(".yaml")
+    )
+
+
+def config_groups() -> dict[str, list[str]]:
+    """Each shipped config group and its options (``{"model": ["smollm2", "tiny", "tiny_llama"], ...}``)."""
+    return {group: _group_options(group) for group in sorted(_config_groups())}
+
+
 def check_command_line(argv: list[str]) -> None:
     """Check ``rllm-torch-train``'s arguments before Hydra composes them.
 
@@ -111,13 +124,16 @@ def check_command_line(argv: list[str]) -> None:
             (``model=tiny_gpt``; the message lists those that are). Keys under ``hydra.`` are
             Hydra's to check. With ``--config-path``/``--config-dir`` (your own configs) only
             the keys and their types are checked. ``hydra.run.dir`` cannot be made or written
-            (:func:`check_run_directory`).
+            (:func:`check_run_directory`). A ``--flag`` that is not one of Hydra's names
+            the ``key=value`` it likely meant (:func:`~rllm_torch.cli.usage.check_flags`).
     """
     from hydra._internal.utils import get_args_parser  # Hydra's own command-line grammar
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
+    parser = get_args_parser()
+    check_flags(argv, {flag: action.nargs != 0 for action in parser._actions for flag in action.option_strings})
     try:
-        args, _ = get_args_parser().parse_known_args(argv)
+        args, _ = parser.parse_known_args(argv)
         overrides = OverridesParser.create().parse_overrides(args.overrides)
     except (SystemExit, Exception):  # noqa: BLE001 - a malformed line: Hydra reports it itself
         return
@@ -148,31 +164,8 @@ def check_command_line(argv: list[str]) -> None:
             check_run_directory(override.value(), "hydra.run.dir")
 
 
-def check_run_directory(path: str | os.PathLike, key: str) -> None:
-    """``path`` can be made and written: its nearest existing ancestor is a directory this process
-    may write to.
-
-    Raises:
-        ConfigError: naming ``key``, the path and what is in the way (a file; no write permission).
-    """
-    ancestor = Path(path).absolute()
-    while not ancestor.exists() and ancestor != ancestor.parent:
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise ConfigError(f"{key}={path}: {ancestor} is a file, not a directory; choose a run directory elsewhere.")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise ConfigError(
-            f"{key}={path}: this process may not write to {ancestor} (permissions or a read-only file system); "
-            "choose a run directory you can write to."
-        )
-
-
 def _check_group_option(group: str, override: Any) -> None:
-    options = sorted(
-        p.name[: -len(".yaml")]
-        for p in importlib.resources.files(CONFIG_PACKAGE).joinpath(group).iterdir()
-        if p.name.endswith(".yaml")
-    )
+    options = _group_options(group)
     value = override.value()
     if isinstance(value, str) and value not in options:
         raise ConfigError(
@@ -216,34 +209,3 @@ def report_error(exc: RLLMTorchError, stream=None) -> None:
     rank = f" (rank {os.environ.get('RANK')})" if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 else ""
     print(f"rllm-torch-train{rank}: {type(exc).__name__}: {exc}", file=stream)
     print("  (set HYDRA_FULL_ERROR=1 to see the traceback)", file=stream, flush=True)
-
-
-def remove_empty_run_dir(run_dir: str | os.PathLike | None) -> None:
-    """Remove a run directory that holds nothing but Hydra's ``.hydra/`` (made by a launch that
-    failed at start-up), and then each parent below the working directory that is left empty
-    (``outputs/rllm_torch/``); a directory with anything else in it (an earlier run) is kept."""
-    if run_dir is None:
-        return
-    path = Path(run_dir).absolute()
-    if not path.is_dir() or not {p.name for p in path.iterdir()} <= {".hydra"}:
-        return
-    shutil.rmtree(path, ignore_errors=True)
-    cwd = Path.cwd().absolute()
-    for parent in path.parents:
-        if parent == cwd or cwd not in parent.parents or any(parent.iterdir()):
-            break
-        parent.rmdir()
-
-
-def resume_point(run_dir: str | os.PathLike) -> str:
-    """What starting the same command again does, from the newest complete checkpoint of
-    ``run_dir``: ``"resumes from step 32 (.../step_000032)"`` or ``"starts the run again from
-    step 0 (no checkpoint yet)"``."""
-    from rllm_torch.trainer.runtime.checkpoint import CheckpointStore
-
-    with warnings.catch_warnings():  # a partial checkpoint is named when the run resumes
-        warnings.simplefilter("ignore")
-        latest = CheckpointStore(Path(run_dir) / "checkpoints").latest()
-    if latest is None:
-        return "starts the run again from step 0 (no checkpoint yet)"
-    return f"resumes from step {latest.step} ({latest.path})"

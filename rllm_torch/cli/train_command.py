@@ -5,10 +5,11 @@ GRPO and the embedded torch backend. Any key can be overridden, e.g.
 ``rllm-torch-train rllm.algorithm.adv_estimator=rloo rllm.rollout.n=4``. The run directory
 (``outputs/<project>/<experiment>``) gets ``config.yaml`` (resolved), ``metrics.jsonl``,
 resumable ``checkpoints/step_*``, the exported model ``checkpoints/final`` and ``curves.png``.
-Starting the same command again continues the run from its newest checkpoint.
+Starting the same command again continues the run from its newest checkpoint; one run at a time
+may use a run directory (:mod:`~rllm_torch.cli.run_directory`).
 
-Exit status: 0 trained (or already complete); 2 a configuration, data or checkpoint error (one
-block, no traceback); 130 interrupted by Ctrl-C (SIGINT: at once, from the newest checkpoint); 143
+Exit status: 0 trained (or already complete); 2 a configuration, data, checkpoint or run-directory
+error (one block, no traceback); 130 interrupted by Ctrl-C (SIGINT: at once, from the newest checkpoint); 143
 stopped by SIGTERM after the current step and its checkpoint (a second SIGTERM: at once).
 
 Under ``torchrun`` (``torchrun --nproc_per_node=N -m rllm_torch.train ...``, or the
@@ -22,7 +23,6 @@ import importlib
 import logging
 import os
 import random
-import signal
 import sys
 import time
 from pathlib import Path
@@ -39,12 +39,14 @@ from rllm_torch.cli.command_line import (
     ERROR_EXIT_STATUS,
     check_command_line,
     check_known_keys,
-    check_run_directory,
+    config_groups,
+    experiment_names,
     register_configs,
-    remove_empty_run_dir,
     report_error,
-    resume_point,
 )
+from rllm_torch.cli.interrupts import ctrl_c_received, ignore_stop_signals, interrupted
+from rllm_torch.cli.run_directory import check_run_directory, claimed_run_directory, remove_empty_run_dir
+from rllm_torch.cli.usage import help_text, version_text
 from rllm_torch.core.errors import ConfigError, DistributedTimeoutError, RLLMTorchError, UnknownBackendError
 from rllm_torch.rollouts import build_task
 from rllm_torch.rollouts.single_turn import SingleTurnWorkflow
@@ -58,7 +60,6 @@ from rllm_torch.trainer.unified_trainer import UnifiedTrainer
 __all__ = ["main", "run", "backend_class", "BACKENDS"]
 
 BACKENDS = ("torch",)
-INTERRUPTED_EXIT_STATUS = 130  # 128 + SIGINT, the shell's convention for Ctrl-C
 
 
 def backend_class(name: str) -> type[BackendProtocol]:
@@ -170,7 +171,9 @@ def _train(
         transformers.utils.logging.disable_progress_bar()
     seed = config.seed
     random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)
+    key = "rllm.trainer.default_local_dir"
     if config.rllm.trainer.default_local_dir is None:
+        key = "hydra.run.dir" if HydraConfig.initialized() else key
         with open_dict(config):
             config.rllm.trainer.default_local_dir = (
                 HydraConfig.get().runtime.output_dir
@@ -178,7 +181,19 @@ def _train(
                 else f"outputs/{config.rllm.trainer.project_name}/{config.rllm.trainer.experiment_name}"
             )
     run_dir = Path(config.rllm.trainer.default_local_dir)
-    check_run_directory(run_dir, "rllm.trainer.default_local_dir")  # before minutes of model and data start-up
+    check_run_directory(run_dir, key)  # before minutes of model and data start-up
+    with claimed_run_directory(run_dir, ranks, key=key):  # one run per directory; a failed start leaves none
+        return _train_in(run_dir, config, ranks, run_files, stop, task)
+
+
+def _train_in(
+    run_dir: Path,
+    config: DictConfig,
+    ranks: RunRanks,
+    run_files: dict[str, str],
+    stop: StopSignals,
+    task: Task | None,
+) -> UnifiedTrainer:
     backend_cls = backend_class(config.backend.name)
     task = build_task(config.task) if task is None else task
     if task.precomputed_advantage and not config.rllm.algorithm.use_precomputed_advantage:
@@ -198,7 +213,11 @@ def _train(
         train_dataset=task.train,
         val_dataset=task.val or None,
         workflow_args=workflow_args,
-        backend_args={"alphabet": task.alphabet, "answer_in_response": task.answer_in_response},
+        backend_args={
+            "alphabet": task.alphabet,
+            "answer_in_response": task.answer_in_response,
+            "max_new_tokens": task.max_new_tokens,
+        },
         ranks=ranks,
         run_files={"config.yaml": OmegaConf.to_yaml(config, resolve=True), **run_files},
         stop_signals=stop,
@@ -259,13 +278,6 @@ def hydra_record(config: DictConfig) -> dict[str, str]:
 def _hydra_main(config: DictConfig) -> None:
     try:
         run(config, run_files=hydra_record(config))
-    except RLLMTorchError as exc:  # the package's own errors: one clear block, no traceback
-        if os.environ.get("HYDRA_FULL_ERROR") == "1":
-            raise
-        if os.environ.get("RANK", "0") == "0" and HydraConfig.initialized():
-            remove_empty_run_dir(HydraConfig.get().runtime.output_dir)  # only .hydra/: a failed start-up
-        report_error(exc)
-        sys.exit(ERROR_EXIT_STATUS)
     except TrainingStopped as stopped:  # SIGTERM: the step's checkpoint is written
         ignore_stop_signals()  # a second signal while the process ends must not change its exit status
         if os.environ.get("RANK", "0") == "0":
@@ -280,22 +292,32 @@ def _hydra_main(config: DictConfig) -> None:
                 flush=True,
             )
         end_rank_process(STOPPED_EXIT_STATUS)  # stopped and written: no interpreter finalization to wait for
-    except KeyboardInterrupt:  # Ctrl-C: where the same command goes on, not a traceback
-        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+    except BaseException as exc:
+        full_error = os.environ.get("HYDRA_FULL_ERROR") == "1"
+        # Ctrl-C, also when a library turned the KeyboardInterrupt into an error of its own (transformers'
+        # lazy imports raise ModuleNotFoundError): where the same command goes on, not a traceback
+        if not full_error and (
+            isinstance(exc, KeyboardInterrupt) or (ctrl_c_received() and isinstance(exc, Exception))
+        ):
+            interrupted(config)
+        if full_error or not isinstance(exc, RLLMTorchError):
             raise
-        ignore_stop_signals()
-        if os.environ.get("RANK", "0") == "0" and HydraConfig.initialized():
-            run_dir = config.rllm.trainer.default_local_dir or HydraConfig.get().runtime.output_dir
-            remove_empty_run_dir(run_dir)
-            print(
-                f"rllm-torch-train: interrupted; the same command {resume_point(run_dir)}", file=sys.stderr, flush=True
-            )
-        sys.exit(INTERRUPTED_EXIT_STATUS)
+        if os.environ.get("RANK", "0") == "0" and HydraConfig.initialized():  # the package's errors: one block
+            remove_empty_run_dir(HydraConfig.get().runtime.output_dir)  # only .hydra/: a failed start-up
+        report_error(exc)
+        sys.exit(ERROR_EXIT_STATUS)
 
 
 def main() -> None:
-    """The console script: the command line is checked first (unknown keys, experiments), then
-    Hydra composes the config and :func:`run` trains."""
+    """The console script: ``--version`` and ``--help`` are answered here
+    (:mod:`~rllm_torch.cli.usage`); the command line is checked first (unknown keys, experiments,
+    argparse-style flags), then Hydra composes the config and :func:`run` trains."""
+    if "--version" in sys.argv[1:]:
+        print(version_text())
+        return
+    if "--help" in sys.argv[1:] or "-h" in sys.argv[1:]:
+        print(help_text(experiment_names(), config_groups()))
+        return
     try:
         check_command_line(sys.argv[1:])
     except RLLMTorchError as exc:
@@ -306,12 +328,6 @@ def main() -> None:
     _hydra_main()
     if torchrun_world_size() is not None:
         end_rank_process()
-
-
-def ignore_stop_signals() -> None:
-    """Ignore SIGINT and SIGTERM from here on: the process is ending with its own exit status."""
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, signal.SIG_IGN)
 
 
 def end_rank_process(status: int = 0) -> None:

@@ -67,6 +67,7 @@ def chain_task(task_config: Any) -> Task:
         alphabet="0123456789+=!?",
         workflow=ArithmeticChainWorkflow,
         workflow_args={"env_latency_ms": list(task_config.env_latency_ms)},
+        max_new_tokens=2,  # per turn; the answers are not what a turn writes
     )
 
 

@@ -52,6 +52,7 @@ def distill_task(task_config: Any) -> Task:
         workflow=DistillationWorkflow,
         workflow_args=args,
         precomputed_advantage=True,
+        max_new_tokens=2,  # the answer and its end token, as the teacher's demonstrations
     )
 
 

@@ -33,8 +33,8 @@ def load_rows(
     Raises:
         DatasetNotFoundError: the file does not exist.
         DatasetFormatError: it has an unknown suffix or no rows, is not UTF-8 text (JSONL) or not
-            a Parquet file, a JSONL line is not a JSON object, or a row lacks a key or has a
-            value of the wrong kind.
+            a Parquet file, a JSONL line is not a JSON object, or a row has a value of the wrong
+            kind or lacks a key (naming ``task.prompt_key`` / ``task.answer_key`` and the row's keys).
     """
     file = Path(path)
     if not file.is_file():
@@ -53,10 +53,12 @@ def load_rows(
         )
     rows = []
     for where, row in raw:
-        if prompt_key not in row or answer_key not in row:
-            raise DatasetFormatError(
-                f"dataset file {str(file)!r}, {where}: needs keys {prompt_key!r} and {answer_key!r}, has {sorted(row)}."
-            )
+        for setting, key in (("task.prompt_key", prompt_key), ("task.answer_key", answer_key)):
+            if key not in row:
+                raise DatasetFormatError(
+                    f"dataset file {str(file)!r}, {where}: no {key!r} key ({setting}={key}); the row has {sorted(row)}: "
+                    f"set {setting} to the key that holds it{_likely_key(row, setting, prompt_key, answer_key)}."
+                )
         rows.append(
             {
                 **row,
@@ -66,6 +68,20 @@ def load_rows(
             }
         )
     return rows
+
+
+_USUAL_KEYS = {
+    "task.prompt_key": ("prompt", "question", "problem", "input", "query", "instruction", "text"),
+    "task.answer_key": ("answer", "solution", "output", "target", "label", "ground_truth", "completion", "response"),
+}
+
+
+def _likely_key(row: dict, setting: str, *taken: str) -> str:
+    """``", e.g. task.prompt_key=question"``: the row's first key of the usual names for the setting."""
+    for key in _USUAL_KEYS[setting]:
+        if key in row and key not in taken:
+            return f", e.g. {setting}={key}"
+    return ""
 
 
 def _prompt(value: Any, where: str) -> str:

@@ -124,6 +124,7 @@ def guess_task(task_config: Any) -> Task:
             "turn_cost": task_config.turn_cost,
             "style": task_config.style,
         },
+        max_new_tokens=2,  # per turn; the answers are not what a turn writes
     )
 
 

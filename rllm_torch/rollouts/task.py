@@ -62,6 +62,9 @@ class Task:
         answer_in_response: the reward scores the whole answer in the response (exact or
             positional match), so ``rllm.rollout.max_new_tokens`` must hold the longest answer
             (checked at start-up).
+        max_new_tokens: the task's own response length, taken when ``rllm.rollout.max_new_tokens``
+            is not set; None: twice the longest answer's tokens (the torch backend's
+            :mod:`~rllm_torch.backends.torch_backend.task_defaults`).
     """
 
     name: str
@@ -74,6 +77,7 @@ class Task:
     workflow_args: dict = field(default_factory=dict)
     precomputed_advantage: bool = False
     answer_in_response: bool = False
+    max_new_tokens: int | None = None
 
 
 def exact_match_reward(task: dict, response: str) -> float:

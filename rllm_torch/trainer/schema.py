@@ -121,7 +121,12 @@ class RolloutSection:
     top_p: float = setting(1.0, "nucleus sampling's top-p", minimum=0, maximum=1, exclusive_minimum=True)
     val_temperature: float = setting(1.0, "validation's temperature", minimum=0)
     val_top_p: float = setting(1.0, "validation's top-p", minimum=0, maximum=1, exclusive_minimum=True)
-    max_new_tokens: int = setting(2, "the most tokens of a response", minimum=1)
+    max_new_tokens: int | None = setting(
+        None,
+        "the most tokens of a response; None: the task's own, else twice the longest answer's tokens (the start-up "
+        "summary says which)",
+        minimum=1,
+    )
 
 
 @dataclass

@@ -51,8 +51,10 @@ from rllm_torch.rllm.plan import AdvantagePlan
 from rllm_torch.rllm.roles import unseen_map_roles
 from rllm_torch.rllm.types import Episode
 from rllm_torch.trainer.async_loop import fit_streaming
+from rllm_torch.trainer.backend_args import backend_args_with_tasks
 from rllm_torch.trainer.config_checks import check_run_config
-from rllm_torch.trainer.logs.run_directory import run_loggers, write_run_files
+from rllm_torch.trainer.logs.run_directory import run_directory, run_loggers, write_run_files
+from rllm_torch.trainer.logs.run_lock import hold_run_directory
 from rllm_torch.trainer.logs.step_metrics import stage_timer, workflow_metrics
 from rllm_torch.trainer.logs.summary import StepPlan, plan_steps, startup_summary
 from rllm_torch.trainer.pipeline.async_rollouts import AsyncTrainingConfig
@@ -79,7 +81,8 @@ class UnifiedTrainer:
     """Backend-agnostic trainer: workflows sample episodes, the backend trains on them.
 
     Args:
-        backend_cls: a :class:`BackendProtocol` subclass, built ``backend_cls(config=config, **backend_args)``.
+        backend_cls: a :class:`BackendProtocol` subclass, built ``backend_cls(config=config, **backend_args)``
+            with the tasks as ``tasks=`` when it reads them (:func:`~rllm_torch.trainer.backend_args.backend_args_with_tasks`).
         config: the run config, typed by :func:`~rllm_torch.trainer.schema.typed_run_config`
             (a composed ``rllm-torch-train`` config, or any subset of its keys).
         workflow_class: the :class:`Workflow` run on each task.
@@ -96,7 +99,8 @@ class UnifiedTrainer:
             :class:`~rllm_torch.trainer.runtime.stop.TrainingStopped`. None: signals are not handled.
 
     Raises:
-        ConfigError / UnknownEstimatorError: bad settings, before anything is trained.
+        ConfigError / UnknownEstimatorError: bad settings, before anything is trained; the run
+            directory is another process's (:mod:`~rllm_torch.trainer.logs.run_lock`).
         CheckpointMismatchError / CheckpointError: the checkpoint to resume from does not fit
             the config or cannot be read (here); a checkpoint could not be written (in :meth:`fit`).
     """
@@ -140,7 +144,9 @@ class UnifiedTrainer:
         self.roles_checked = False  # set once the first batch's roles were compared with the role maps
         self.plan = AdvantagePlan(self.algorithm_config)  # each role's estimator and loss, resolved once
         self.greedy_baselines = "baselines" in self.plan.needs
-        self.backend = backend_cls(config=config, ranks=self.ranks, **(backend_args or {}))
+        self.run_lock = hold_run_directory(run_directory(config), self.ranks)  # one run per directory, until shutdown
+        backend_args = backend_args_with_tasks(backend_cls, backend_args, train_dataset, val_dataset)  # their defaults
+        self.backend = backend_cls(config=config, ranks=self.ranks, **backend_args)
         self.backend.validate_config()
         self.backend.validate_prompts([t for ds in (train_dataset, val_dataset) if isinstance(ds, list) for t in ds])
         self.run_dir, self.episode_logger, self.logger = run_loggers(config, self.ranks)
@@ -461,3 +467,4 @@ class UnifiedTrainer:
         self.agent_workflow_engine.shutdown()
         self.backend.shutdown()
         self.logger.finish()
+        self.run_lock.release()

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -76,6 +78,18 @@ def test_a_gguf_file_converts_once_into_a_plain_directory_with_its_weights_and_t
     assert (directory / "model.safetensors").stat().st_mtime_ns == stamp
     assert [p.name for p in cache.iterdir()] == [directory.name]  # no scratch folder left
     assert pretrained.pretrained_dir(tmp_path, cache_dir=cache) == tmp_path  # a directory is itself
+
+
+def test_the_conversion_draws_no_progress_bar_into_a_piped_log(gguf_file, tmp_path):
+    path, _ = gguf_file
+    code = (
+        "import sys; from rllm_torch.backends.torch_backend.pretrained import pretrained_dir; "
+        f"pretrained_dir({str(path)!r}, cache_dir={str(tmp_path / 'cache')!r}); print('converted', file=sys.stderr)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "\r" not in done.stderr and "de-quantizing" not in done.stderr, done.stderr[-2000:]
+    assert done.stderr.strip().endswith("converted")
 
 
 def test_a_gguf_model_path_trains_and_exports_a_plain_transformers_directory(gguf_file, tmp_path, capsys):

@@ -237,7 +237,13 @@ def test_the_summary_says_how_many_prompts_a_step_really_takes(tmp_path, capsys)
     assert "2 prompts per step (the whole training set; data.train_batch_size=64)" in rows["algorithm"]
     rows = summary_of(tmp_path / "b", capsys, TRAIN_16[:10], "data.train_batch_size=4")
     assert "4 prompts per step (2 in the last step of each epoch)" in rows["algorithm"]
-    assert rows["steps"].startswith("1 (1 epoch of 3 steps)")
+    assert (
+        rows["steps"] == "1 of the 3 steps of an epoch (rllm.trainer.total_batches=1)"
+    )  # not "1 (1 epoch of 3 steps)"
+    rows = summary_of(tmp_path / "c", capsys, TRAIN_16[:10], "data.train_batch_size=4", "rllm.trainer.total_batches=4")
+    assert rows["steps"] == "4: 1 epoch of 3 steps and 1 of the next (rllm.trainer.total_batches=4)"
+    rows = summary_of(tmp_path / "d", capsys, TRAIN_16[:10], "data.train_batch_size=4", "rllm.trainer.total_batches=6")
+    assert rows["steps"] == "6 (2 epochs of 3 steps)"
 
 
 @pytest.mark.parametrize(("estimator", "warned"), [("grpo", True), ("rloo", True), ("reinforce", False)])

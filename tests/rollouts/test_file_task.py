@@ -51,7 +51,16 @@ def test_a_missing_file_is_not_found_and_a_row_without_the_keys_is_a_format_erro
         load_rows(str(tmp_path / "missing.jsonl"))
     path = tmp_path / "train.jsonl"
     path.write_text('\n{"question": "1+1="}\n')  # a blank first line: the row is on line 2, as an editor shows it
-    with pytest.raises(DatasetFormatError, match=r"line 2: needs keys 'prompt' and 'answer', has \['question'\]"):
+    with pytest.raises(
+        DatasetFormatError,
+        match=r"line 2: no 'prompt' key \(task.prompt_key=prompt\); the row has \['question'\]: set task.prompt_key to "
+        r"the key that holds it, e.g. task.prompt_key=question\.",
+    ):
+        load_rows(str(path))
+    path.write_text('{"prompt": "1+1=", "solution": "2"}\n')
+    with pytest.raises(
+        DatasetFormatError, match=r"no 'answer' key \(task.answer_key=answer\).* e.g. task.answer_key=solution"
+    ):
         load_rows(str(path))
 
 

@@ -100,8 +100,14 @@ def test_max_new_tokens_shorter_than_the_longest_answer_is_a_start_up_error(tmp_
     backend(5, answer_in_response=False).validate_prompts(built.train)  # a reward that parses a part: no check
 
 
-def test_task_reverse_with_the_default_two_new_tokens_stops_at_start_up(tmp_path):
+def test_task_reverse_takes_twice_its_longest_answer_unless_a_length_is_set_which_must_hold_the_answer(tmp_path):
+    from rllm_torch.backends.torch_backend.backend import TorchBackend
     from rllm_torch.cli.train_command import run
 
+    built = build_task(make_config(tmp_path, "task.name=reverse").task)
+    config = make_config(tmp_path, "task.name=reverse")
+    backend = TorchBackend(config, alphabet=built.alphabet, answer_in_response=True, tasks=built.train)
+    assert config.rllm.rollout.max_new_tokens == backend.config.rllm.rollout.max_new_tokens == 12  # 2 x 6 digits
+    assert dict(backend.summary_rows())["responses"].startswith("at most 12 tokens (twice the longest answer's tokens")
     with pytest.raises(ConfigError, match=r"task\.name='reverse' scores the whole answer.*max_new_tokens=2"):
-        run(make_config(tmp_path, "task.name=reverse"))
+        run(make_config(tmp_path, "task.name=reverse", "rllm.rollout.max_new_tokens=2"))

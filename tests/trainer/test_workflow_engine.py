@@ -7,6 +7,7 @@ import json
 import threading
 import time
 
+import numpy as np
 import pytest
 import torch
 
@@ -85,6 +86,25 @@ def test_a_reward_that_is_not_a_number_fails_the_episode():
     engine = UnifiedWorkflowEngine(SingleTurnWorkflow, {"reward_fn": lambda t, r: "yes"}, EchoEngine(), retry_limit=1)
     with pytest.raises(WorkflowError, match="return a float"):
         run(engine, [{"prompt": "x1"}])
+
+
+@pytest.mark.parametrize(
+    ("returned", "reward"),
+    [
+        (lambda t, r: r == t["answer"], 1.0),  # the most common first reward: `return resp == ans`
+        (lambda t, r: r != t["answer"], 0.0),
+        (lambda t, r: np.array([1, 7])[0] == 1, 1.0),  # numpy's bool
+        (lambda t, r: np.False_, 0.0),
+        (lambda t, r: np.int64(1), 1.0),
+        (lambda t, r: np.float32(0.5), 0.5),
+        (lambda t, r: 1, 1.0),
+    ],
+)
+def test_a_reward_returning_a_bool_or_a_numpy_number_scores_it_as_a_float(returned, reward):
+    engine = UnifiedWorkflowEngine(SingleTurnWorkflow, {"reward_fn": returned}, EchoEngine(), retry_limit=1)
+    (episode,) = run(engine, [{"prompt": "a7", "answer": "7"}])
+    value = episode.trajectories[0].reward
+    assert type(value) is float and value == reward and episode.is_correct == (reward == 1.0)
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf"), 1e30, -2e15])

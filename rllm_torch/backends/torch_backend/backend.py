@@ -19,7 +19,7 @@ copy on the global loss) in :mod:`.update`; the reference policy and the KL term
 and rollout correction in :mod:`.passes`, :mod:`.critic` and
 :mod:`~rllm_torch.core.losses.rollout_correction`; the vLLM engine in :mod:`.vllm_rollout`.
 
-**Length.** Longer than a module here should be (about 370 lines) because it implements the
+**Length.** Longer than a module here should be (about 470 lines) because it implements the
 whole ``BackendProtocol`` (start-up, the sampling phases, the passes, the checkpoints and the
 export) as one class whose methods each hand over to a part; each part is its own module.
 """
@@ -30,6 +30,7 @@ import copy
 import json
 import os
 import shutil
+from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,12 @@ from rllm_torch.backends.torch_backend.pretrained import pretrained_dir
 from rllm_torch.backends.torch_backend.rollout import SamplingParams, TorchRolloutEngine
 from rllm_torch.backends.torch_backend.sampling import default_rollout_batch_size
 from rllm_torch.backends.torch_backend.setup_checks import check_prompts
+from rllm_torch.backends.torch_backend.task_defaults import (
+    LengthLimitWatch,
+    check_alphabet,
+    choose_alphabet,
+    response_length,
+)
 from rllm_torch.backends.torch_backend.tokenizer import has_saved_tokenizer, load_tokenizer, require_chat_template
 from rllm_torch.backends.torch_backend.update import PolicyUpdater
 from rllm_torch.backends.torch_backend.vllm_rollout import VllmRolloutEngine
@@ -68,12 +75,19 @@ class TorchBackend(BackendProtocol):
     """The pure-PyTorch backend (``backend.name=torch``).
 
     Args:
-        config: the run config: ``model.*``, ``backend.*``, ``data.*``, ``rllm.*``.
-        alphabet: characters of the default character tokenizer (used when ``model.path`` has none).
+        config: the run config: ``model.*``, ``backend.*``, ``data.*``, ``rllm.*``. A null
+            ``rllm.rollout.max_new_tokens`` is set here, in ``config`` too (the run's checkpoints
+            record the length it trains with): ``max_new_tokens``, else from ``tasks``' answers
+            (:func:`~rllm_torch.backends.torch_backend.task_defaults.response_length`).
+        alphabet: characters of the default character tokenizer (used when ``model.path`` has
+            none); None: every character of ``tasks`` (:mod:`.task_defaults`).
         answer_in_response: the task's reward scores the whole answer in the response, so
             :meth:`validate_prompts` also checks that ``max_new_tokens`` holds the longest answer.
         ranks: the run's processes (default: one); with several, the policy is wrapped by
             ``backend.parallelism`` (``ddp``: ``DistributedDataParallel``).
+        max_new_tokens: the task's own response length, for a null ``rllm.rollout.max_new_tokens``.
+        tasks: the training and validation task dicts (``UnifiedTrainer`` passes them), whose
+            text sets the alphabet and the response length when they are not given.
 
     Raises:
         ConfigError / ModelNotFoundError: bad model, device, dtype, memory, loss or parallelism settings.
@@ -84,15 +98,18 @@ class TorchBackend(BackendProtocol):
     def __init__(
         self,
         config: DictConfig,
-        alphabet: str = "0123456789+=",
+        alphabet: str | None = None,
         ranks: RunRanks | None = None,
         *,
         answer_in_response: bool = False,
+        max_new_tokens: int | None = None,
+        tasks: Sequence[dict] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(config, ranks)
         # typed, every setting of the schema; the backend's own copy, whose null settings take the
         # defaults of what is loaded (the run's config, its fingerprint and resume keep what was given)
+        run_config, rows = self.config, [t for t in tasks or () if isinstance(t, dict)]
         self.config = config = copy.deepcopy(self.config)
         self.model_defaults = apply_model_defaults(
             config, processes_per_machine=int(os.environ.get("LOCAL_WORLD_SIZE", 1)) if self.ranks.distributed else 1
@@ -106,8 +123,18 @@ class TorchBackend(BackendProtocol):
         model_dir = (
             pretrained_dir(config.model.path, cache_dir=config.model.gguf_cache_dir) if config.model.path else None
         )
-        self.tokenizer = load_tokenizer(model_dir, alphabet, pad_token=config.model.pad_token)
+        self.alphabet, self.alphabet_source = choose_alphabet(alphabet, rows)
+        self.tokenizer = load_tokenizer(model_dir, self.alphabet, pad_token=config.model.pad_token)
         self.tokenizer_from_path = has_saved_tokenizer(model_dir)
+        self.response_length = response_length(
+            self.tokenizer,
+            rows,
+            given=rllm.rollout.max_new_tokens,
+            task_length=max_new_tokens,
+            task_name=config.task.name,
+        )  # set in the run's config too: its fingerprint records the length the run trains with
+        rllm.rollout.max_new_tokens = run_config.rllm.rollout.max_new_tokens = self.response_length.tokens
+        self.length_watch = LengthLimitWatch(self.response_length.tokens, self.response_length.longest_answer)
         self.apply_chat_template = bool(config.task.apply_chat_template)
         self.actor = Actor(config, self.tokenizer, self.device, self.ranks, self.compute_dtype)
         self.model = self.actor.model
@@ -166,7 +193,10 @@ class TorchBackend(BackendProtocol):
             require_chat_template(self.tokenizer)
 
     def validate_prompts(self, tasks: list[dict]) -> None:
-        """:func:`~rllm_torch.backends.torch_backend.setup_checks.check_prompts` with this policy."""
+        """:func:`~rllm_torch.backends.torch_backend.setup_checks.check_prompts` with this policy,
+        and for the character tokenizer :func:`~.task_defaults.check_alphabet`."""
+        if not self.tokenizer_from_path:
+            check_alphabet(tasks, self.tokenizer, given=self.alphabet_source.startswith("the alphabet given"))
         check_prompts(
             tasks,
             self.config,
@@ -219,7 +249,10 @@ class TorchBackend(BackendProtocol):
         else:
             parts.append("no LoRA")
         defaults = [("defaults", self.model_defaults)] if self.model_defaults else []
-        return [*defaults, ("memory", ", ".join(parts))]
+        length = self.response_length
+        unset = "" if length.source.startswith("rllm.rollout.") else "; rllm.rollout.max_new_tokens sets another"
+        responses = f"at most {length.tokens} tokens ({length.source}{unset})"
+        return [*defaults, ("memory", ", ".join(parts)), ("responses", responses)]
 
     def init_rollout_engine(self, **kwargs: Any) -> TorchRolloutEngine:
         r = self.config.rllm.rollout
@@ -316,7 +349,10 @@ class TorchBackend(BackendProtocol):
         self, batch: list[tuple[str, dict]], agent_workflow_engine: Any, is_validation: bool = False
     ) -> list:
         n = self.config.rllm.rollout.n_val if is_validation else self.config.rllm.rollout.n
-        return await self._run_tasks(batch, agent_workflow_engine, range(n), validation=is_validation)
+        episodes = await self._run_tasks(batch, agent_workflow_engine, range(n), validation=is_validation)
+        if not is_validation and self.ranks.is_main:
+            self.length_watch.observe(episodes)  # one warning when the length keeps every reward at 0
+        return episodes
 
     async def generate_baseline_episodes(self, batch: list[tuple[str, dict]], agent_workflow_engine: Any) -> list:
         """One greedy rollout of each task (``remax``'s baselines): training's sampling settings at

@@ -11,16 +11,21 @@ renames it into place, so concurrent ranks and a killed conversion never leave h
 Everything downstream (the sampler, vLLM, the checkpoints, the ``checkpoints/final`` export) then
 sees an ordinary ``transformers`` model; the export is a plain directory either way.
 
-The loader needs the ``gguf`` and ``accelerate`` packages (``pip install 'rllm_torch[gguf]'``).
+The loader needs the ``gguf`` and ``accelerate`` packages (``pip install 'rllm_torch[gguf]'``). Its
+progress bar over the file's tensors is drawn on a terminal only: a piped log gets none (tqdm's
+bar rewrites itself with carriage returns).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -81,8 +86,9 @@ def _convert(path: Path, target: Path, key: str) -> None:
     scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
         try:
-            loaded = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
-            tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+            with _bars_on_terminals_only():
+                loaded = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+                tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
         except (ValueError, KeyError, RuntimeError, OSError) as exc:
             raise ConfigError(
                 f"{key}={str(path)!r}: transformers cannot load this GGUF file ({type(exc).__name__}: {exc}); "
@@ -102,6 +108,21 @@ def _convert(path: Path, target: Path, key: str) -> None:
                 raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+@contextmanager
+def _bars_on_terminals_only() -> Iterator[None]:
+    """tqdm bars made in the block take tqdm's ``disable=None`` (no bar unless their stream is a
+    terminal) when their caller does not choose: ``transformers``' GGUF loader draws one with plain
+    tqdm, which ``transformers``' own progress-bar switch does not reach."""
+    from tqdm import tqdm
+
+    drawing = tqdm.__init__
+    tqdm.__init__ = functools.partialmethod(drawing, disable=None)
+    try:
+        yield
+    finally:
+        tqdm.__init__ = drawing
 
 
 def _plain_config(config) -> dict:

@@ -55,11 +55,16 @@ def check_prompts(
     ids = encode_prompts(tokenizer, prompts, apply_chat_template=apply_chat_template)
     unknown = tokenizer.unk_token_id
     if tokenizer_from_path and unknown is not None:
-        for task, row_ids in zip(rows, ids, strict=True):
+        for prompt, row_ids in zip(prompts, ids, strict=True):
             if unknown in row_ids:
+                text = prompt if isinstance(prompt, str) else "".join(str(m.get("content", "")) for m in prompt)
+                chars = [
+                    c for c in dict.fromkeys(text) if unknown in tokenizer(c, add_special_tokens=False)["input_ids"]
+                ]
+                which = f" ({', '.join(map(repr, chars[:20]))})" if chars else ""
                 raise ConfigError(
-                    f"the prompt {task_messages(task)!r} has characters the tokenizer at model.path={config.model.path!r} "
-                    f"does not know (they would become {tokenizer.unk_token!r}); use a tokenizer that covers the "
+                    f"the prompt {prompt!r} has characters the tokenizer at model.path={config.model.path!r} "
+                    f"does not know{which}: they would become {tokenizer.unk_token!r}; use a tokenizer that covers the "
                     "task's text, or leave model.path unset for a character tokenizer built from the task."
                 )
     max_new_tokens = config.rllm.rollout.max_new_tokens

@@ -15,7 +15,13 @@ from rllm_torch.trainer.ranks import RunRanks
 from rllm_torch.trainer.runtime.checkpoint import CheckpointInfo
 from rllm_torch.trainer.workflow_engine import EpisodeLogger
 
-__all__ = ["run_loggers", "write_run_files"]
+__all__ = ["run_directory", "run_loggers", "write_run_files"]
+
+
+def run_directory(config: DictConfig) -> Path:
+    """The run directory: ``rllm.trainer.default_local_dir``, else ``outputs/<project>/<experiment>``."""
+    trainer = config.rllm.trainer
+    return Path(trainer.default_local_dir or f"outputs/{trainer.project_name}/{trainer.experiment_name}")
 
 
 def run_loggers(config: DictConfig, ranks: RunRanks) -> tuple[Path, EpisodeLogger | None, Tracking]:
@@ -24,7 +30,7 @@ def run_loggers(config: DictConfig, ranks: RunRanks) -> tuple[Path, EpisodeLogge
     torchrun) and the metric sinks of ``rllm.trainer.logger`` (rank 0's; the other ranks get a
     ``Tracking`` without sinks, whose log calls do nothing)."""
     trainer, logging = config.rllm.trainer, config.rllm.episode_logging
-    run_dir = Path(trainer.default_local_dir or f"outputs/{trainer.project_name}/{trainer.experiment_name}")
+    run_dir = run_directory(config)
     subdirectory = f"episodes/rank{ranks.rank}" if ranks.distributed else "episodes"
     episode_logger = (
         EpisodeLogger(logging.episode_log_dir or str(run_dir), subdirectory) if logging.log_episodes else None

@@ -122,16 +122,23 @@ def _model_line(config: Any, backend: Any) -> str:
     if model is not None:
         parts.append(f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters")
     if (tokenizer := getattr(backend, "tokenizer", None)) is not None:
-        kind = "saved tokenizer" if getattr(backend, "tokenizer_from_path", False) else "character tokenizer"
+        saved = getattr(backend, "tokenizer_from_path", False)
+        kind = "saved tokenizer" if saved else "character tokenizer"
         chat = ", chat template" if config.task.apply_chat_template else ""
-        parts.append(f"{kind} ({len(tokenizer)} tokens{chat})")
+        source = getattr(backend, "alphabet_source", None)
+        alphabet = f": {source}" if source and not saved else ""  # where its characters came from
+        parts.append(f"{kind} ({len(tokenizer)} tokens{chat}{alphabet})")
     return ", ".join(parts)
 
 
 def _task_line(config: Any, train: list | None, val: list | None) -> str:
-    sources = sorted({str(row.get("data_source", "?")) for row in (train or []) if isinstance(row, dict)})
-    line = f"{config.task.name}: {len(train or [])} training prompts"
-    line += f" ({', '.join(sources)})" if sources else ""
+    rows = [row for row in (train or []) if isinstance(row, dict)]
+    sources = sorted({str(row["data_source"]) for row in rows if "data_source" in row})
+    if rows and not sources:  # tasks of the caller's own (UnifiedTrainer from Python), not task.name's
+        line = f"{len(train)} training prompts of your own (no data_source: their metrics are val/unknown/...)"
+    else:
+        line = f"{config.task.name}: {len(train or [])} training prompts"
+        line += f" ({', '.join(sources)})" if sources else ""
     if val:
         return f"{line}, {len(val)} validation prompts"
     hint = " (task.val_path is not set)" if config.task.name == "file" else ""
@@ -198,6 +205,21 @@ def _async_line(config: Any) -> str:
     return ", ".join(parts)
 
 
+def _steps_text(plan: StepPlan, total_batches: int | None) -> str:
+    """``256 (4 epochs of 64 steps)``; a run that stops within an epoch says so (``16 of the 512
+    steps of an epoch (rllm.trainer.total_batches=16)``, not ``16 (1 epoch of 512 steps)``)."""
+    per_epoch, total = plan.steps_per_epoch, plan.total_steps
+    if plan.note or per_epoch == 0 or total % per_epoch == 0:
+        return f"{total} ({_count(plan.epochs, 'epoch')} of {_count(per_epoch, 'step')})"
+    whole, rest = divmod(total, per_epoch)
+    if whole == 0:
+        return f"{total} of the {per_epoch} steps of an epoch (rllm.trainer.total_batches={total_batches})"
+    return (
+        f"{total}: {_count(whole, 'epoch')} of {_count(per_epoch, 'step')} and {rest} of the next "
+        f"(rllm.trainer.total_batches={total_batches})"
+    )
+
+
 def _singleton_groups_warning(config: Any) -> str:
     rllm = config.rllm
     used = _estimator_names(config)
@@ -245,7 +267,7 @@ def startup_summary(
     loss = f"{typed.loss_fn or 'ppo'}" + (f", by role {typed.loss_fn_map}" if typed.loss_fn_map else "")
     if rllm.stepwise_advantage.mode != "broadcast":
         estimator += f" {rllm.stepwise_advantage.mode}"  # e.g. "rloo turn_level advantages"
-    steps = f"{plan.total_steps} ({_count(plan.epochs, 'epoch')} of {_count(plan.steps_per_epoch, 'step')})"
+    steps = _steps_text(plan, rllm.trainer.total_batches)
     if rllm.trainer.val_only:
         steps = "none: rllm.trainer.val_only=true validates the model once and trains nothing"
     device = str(getattr(backend, "device", "?"))
