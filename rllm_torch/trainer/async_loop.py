@@ -92,7 +92,7 @@ async def fit_streaming(trainer: Any, state: TrainerState, dataloader: Any, plan
             tally.reset()
             await trainer.backend.on_batch_start(state)
             await trainer.train_batch(item, state, lambda: producer.get(state.global_step), take)
-            state.metrics |= tally.metrics(ranks, cfg.version_at(state.global_step), producer.buffer.qsize())
+            state.metrics |= tally.metrics(ranks, cfg.version_at(state.global_step), producer.ready)
             # the step's time as the synchronous loop's: waiting for its batch is its generate stage
             state.metrics["time/generate"] = state.metrics.get("time/generate", 0.0) + waited
             state.metrics["time/weight_sync"] = synced_s

@@ -5,7 +5,6 @@ TRL's delta), their metrics, and the start-up errors of settings that cannot go 
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
 from tiny_runs import TINY_STEPS
@@ -19,27 +18,53 @@ TINY = (
     *TINY_STEPS,
     "rllm.algorithm.adv_estimator=reinforce",
 )
+#: Where every option has something to act on: rewards that are not all 0 (one-token answers), negative
+#: advantages (grpo), a second PPO epoch that moves the policy (lr 0.05), and a step 2 whose batch was
+#: sampled one policy version back (async, staleness 1: the sampler's log-probs are not the trainer's).
+OFF_POLICY = (
+    *TINY_STEPS,
+    "rllm.algorithm.adv_estimator=grpo",
+    "rllm.rollout.max_new_tokens=1",
+    "backend.ppo_epochs=2",
+    "backend.lr=0.05",
+    "task.train_size=16",
+    "rllm.async_training.enable=true",
+    "rllm.async_training.staleness_threshold=1",
+)
 
 
 def train_rows(tmp_path, *overrides):
-    run(make_config(tmp_path, *TINY, *overrides))
+    run(make_config(tmp_path, *overrides))
     return [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines() if "actor/loss" in line]
 
 
+@pytest.fixture(scope="module")
+def option_off(tmp_path_factory):
+    return train_rows(tmp_path_factory.mktemp("off"), *OFF_POLICY)
+
+
+def _step(row: dict) -> tuple[float, float]:
+    return row["actor/loss"], row["actor/grad_norm"]
+
+
 @pytest.mark.parametrize(
-    "overrides, metric",
+    "overrides, check",
     [
-        (("backend.top_entropy_quantile=0.2",), "actor/entropy_masked"),
+        (("backend.top_entropy_quantile=0.2",), lambda r: all(0.6 <= x["actor/entropy_masked"] <= 0.8 for x in r)),
         (
-            ("rllm.algorithm.rollout_correction.off_policy_mask_threshold=0.0", "backend.ppo_epochs=2"),
-            "actor/off_policy_masked",
+            ("rllm.algorithm.rollout_correction.off_policy_mask_threshold=0.0",),
+            lambda r: r[1]["actor/off_policy_masked"] > 0,
         ),
         (
             (
                 "rllm.algorithm.rollout_correction.rollout_rs=token_k2,seq_mean_k1",
                 "rllm.algorithm.rollout_correction.rollout_rs_threshold=1e-9,0.999_1.001",
             ),
-            "rollout_corr/rollout_rs_masked_fraction",
+            # on-policy (step 1) the sampler's and the trainer's log-probs agree: nothing is rejected
+            lambda r: (
+                r[0]["rollout_corr/rollout_rs_masked_fraction"] == 0
+                and r[1]["rollout_corr/rollout_rs_masked_fraction"] > 0
+            ),
         ),
         (
             (
@@ -47,7 +72,11 @@ def train_rows(tmp_path, *overrides):
                 "rllm.algorithm.rollout_correction.tis_cap=5",
                 "rllm.algorithm.rollout_correction.tis_cap_lower=0.5",
             ),
-            "rollout_corr/weight_mean",
+            lambda r: (
+                r[0]["rollout_corr/weight_mean"] == pytest.approx(1.0, abs=1e-6)
+                and r[1]["rollout_corr/weight_mean"] != pytest.approx(1.0, abs=1e-3)
+                and r[1]["rollout_corr/clip_fraction"] > 0
+            ),
         ),
         (
             (
@@ -55,18 +84,25 @@ def train_rows(tmp_path, *overrides):
                 "rllm.algorithm.kl_loss_type=k3+",
                 "rllm.algorithm.use_bias_correction_kl=true",
             ),
-            "actor/kl_loss",
+            lambda r: all(x["actor/kl_loss"] > 0 for x in r),
         ),
-        (("backend.delta=1.5", "backend.ppo_epochs=2"), "actor/clip_fraction"),
+        (("backend.delta=1.01",), lambda r: True),
     ],
+    ids=["top_entropy_quantile", "opsm", "rollout_rs", "tis_token_mask", "k3+_bias_corrected_kl", "delta"],
 )
-def test_each_option_trains_and_logs_its_metric(tmp_path, overrides, metric):
-    rows = train_rows(tmp_path, *overrides)
-    assert len(rows) == 2 and all(math.isfinite(r["actor/loss"]) and metric in r for r in rows)
+def test_each_option_changes_the_step_it_acts_on(tmp_path, option_off, overrides, check):
+    """Each option against the same run with it off: its metric says it acted, and the step's loss
+    or gradient differs (a setting dropped on the way to the loss would leave them equal)."""
+    rows = train_rows(tmp_path, *OFF_POLICY, *overrides)
+    assert len(rows) == 2 and [r["async/staleness_max"] for r in rows] == [0, 1]
+    assert check(rows), rows
+    assert any(
+        _step(on) != pytest.approx(_step(off), rel=1e-4, abs=1e-6) for on, off in zip(rows, option_off, strict=True)
+    )
 
 
 def test_the_entropy_quantile_leaves_out_about_four_fifths_of_the_tokens(tmp_path):
-    (first, _) = train_rows(tmp_path, "backend.top_entropy_quantile=0.2")
+    (first, _) = train_rows(tmp_path, *TINY, "backend.top_entropy_quantile=0.2")
     assert 0.6 <= first["actor/entropy_masked"] <= 0.8  # ties of a random tiny model keep a few more
 
 

@@ -3,6 +3,7 @@ plus the on-policy gradient they all share."""
 
 from __future__ import annotations
 
+import json
 import math
 from math import log
 
@@ -141,42 +142,80 @@ def test_on_policy_every_token_level_loss_has_the_reinforce_gradient(name):
     torch.testing.assert_close(logp.grad, -ADV * MASK / 3)
 
 
-@pytest.mark.parametrize(
-    ("loss_fn", "mode"),
-    [
-        ("ppo", "seq-mean-token-sum-norm"),
-        ("importance_sampling", "token-mean"),
-        ("cispo", "seq-mean-token-mean"),
-        ("dro", "seq-mean-token-sum"),
-        ("cross_entropy", "token-mean"),
-        ("sapo", "token-mean"),
-        ("geo_mean", "seq-mean-token-sum"),
-        ("dppo_tv", "token-mean"),
-        ("dppo_kl", "seq-mean-token-mean"),
-        ("clip_cov", "token-mean"),
-        ("kl_cov", "token-mean"),
-        ("luspo", "seq-mean-token-sum"),
-        ("vespo", "token-mean"),
-    ],
-)
-def test_each_loss_fn_and_aggregation_mode_runs_a_real_training_step_of_the_backend(tmp_path, loss_fn, mode):
-    import json
-
+def _first_step(tmp_path, *overrides: str) -> dict:
+    """Step 1's metrics of a run on a task with partial credit (letters: each of the 3 answer
+    characters right scores 1/3), so rewards vary, grpo gives advantages of both signs, responses
+    have different lengths (some end early) and the second PPO epoch (lr 0.05) moves the policy."""
     from tiny_runs import TINY_STEPS
     from trainer_fakes import make_config
 
-    from rllm_torch.cli.train_command import run
+    from rllm_torch import UnifiedTrainer
+    from rllm_torch.backends.torch_backend import TorchBackend
+    from rllm_torch.rollouts import SingleTurnWorkflow
 
     config = make_config(
         tmp_path,
         *TINY_STEPS,
         "rllm.trainer.total_batches=1",
-        f"rllm.algorithm.loss_fn={loss_fn}",
-        f"rllm.algorithm.loss_agg_mode={mode}",
-        "rllm.algorithm.adv_estimator=reinforce",
+        "rllm.algorithm.adv_estimator=grpo",
+        "rllm.rollout.max_new_tokens=3",
+        "backend.ppo_epochs=2",
+        "backend.lr=0.05",
+        *overrides,
     )
-    run(config)
+    train = [{"prompt": f"{c}>", "answer": c * 3} for c in "abcd"] * 2
+
+    def partial_credit(task, response):
+        return sum(a == b for a, b in zip(response, task["answer"], strict=False)) / 3
+
+    trainer = UnifiedTrainer(
+        TorchBackend, config, SingleTurnWorkflow, train, workflow_args={"reward_fn": partial_credit}
+    )
+    try:
+        trainer.fit()
+    finally:
+        trainer.shutdown()
     (row,) = [
         json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines() if "actor/loss" in line
     ]
-    assert math.isfinite(row["actor/loss"]) and math.isfinite(row["actor/grad_norm"])  # no inf, no NaN
+    return row
+
+
+@pytest.fixture(scope="module")
+def ppo_token_mean(tmp_path_factory):
+    return _first_step(tmp_path_factory.mktemp("ppo"))
+
+
+@pytest.mark.parametrize(
+    ("loss_fn", "mode", "options"),
+    [
+        ("ppo", "seq-mean-token-sum-norm", ()),
+        ("importance_sampling", "token-mean", ()),
+        ("cispo", "seq-mean-token-mean", ()),
+        ("dro", "seq-mean-token-sum", ()),
+        ("cross_entropy", "token-mean", ()),
+        ("sapo", "token-mean", ()),
+        ("geo_mean", "seq-mean-token-sum", ()),
+        ("dppo_tv", "token-mean", ()),
+        ("dppo_kl", "seq-mean-token-mean", ()),
+        ("clip_cov", "token-mean", ("backend.clip_cov_ratio=0.3", "backend.clip_cov_lb=-5")),  # cut some tokens
+        ("kl_cov", "token-mean", ()),
+        ("luspo", "seq-mean-token-sum", ()),
+        ("vespo", "token-mean", ()),
+    ],
+)
+def test_each_loss_fn_and_aggregation_mode_changes_a_real_training_step(
+    tmp_path, ppo_token_mean, loss_fn, mode, options
+):
+    """Each loss and mode in a real step of the backend, against the same step with the defaults
+    (ppo, token-mean): the batch is the same (same rewards), the loss or the gradient is not (a
+    loss_fn or loss_agg_mode dropped on the way to the update would leave them equal)."""
+    row = _first_step(tmp_path, f"rllm.algorithm.loss_fn={loss_fn}", f"rllm.algorithm.loss_agg_mode={mode}", *options)
+    assert row["batch/reward"] == ppo_token_mean["batch/reward"] > 0
+    assert row["batch/response_length"] == ppo_token_mean["batch/response_length"] < 3  # some ended early
+    assert math.isfinite(row["actor/loss"]) and math.isfinite(row["actor/grad_norm"])
+    ours, default = (
+        (row["actor/loss"], row["actor/grad_norm"]),
+        (ppo_token_mean["actor/loss"], ppo_token_mean["actor/grad_norm"]),
+    )
+    assert ours != pytest.approx(default, rel=1e-4, abs=1e-6), (ours, default)

@@ -45,9 +45,21 @@ def z_scores(sampled, scheme, estimator, target):
     return (mean - target) / stderr
 
 
-def test_turn_counts_vary(sampled):
+def test_turn_counts_follow_the_policys_stopping_probabilities(sampled):
+    """The sampled episodes' turn counts (as :class:`GroupedTurns` counts them from the turns'
+    trajectory index) against the closed form: 1 turn with probability ``1 - go_0``, 2 with
+    ``go_0 (1 - go_1)``, 3 with ``go_0 go_1``; within 4 standard errors of a multinomial count."""
+    from turn_episode import THETA
+
     turns, _ = sampled
-    assert set(torch.bincount(turns.turn_counts).nonzero().flatten().tolist()) == {1, 2, 3}
+    n = GROUPS * SIZE
+    go = torch.sigmoid(THETA)
+    expected = torch.stack([1 - go[0], go[0] * (1 - go[1]), go[0] * go[1]])
+    counts = torch.bincount(turns.turn_counts, minlength=4)
+    assert turns.turn_counts.numel() == n and counts[0] == 0 and counts.sum() == n
+    stderr = (n * expected * (1 - expected)).sqrt()
+    assert ((counts[1:].double() - n * expected).abs() < 4 * stderr).all(), (counts, n * expected)
+    assert turns.num_turns == 3 and turns.rewards.numel() == int((counts[1:] * torch.arange(1, 4)).sum())
 
 
 def test_turn_level_is_unbiased(sampled):

@@ -108,6 +108,13 @@ def test_no_group_is_trained_beyond_the_staleness_bound(tmp_path, monkeypatch, t
         assert [rows[step][f"async/staleness/{k}"] for k in range(threshold + 1)] == staleness_counts(
             step_ages, threshold
         )
+        assert rows[step]["async/staleness_mean"] == pytest.approx(sum(step_ages) / len(step_ages))
+        assert rows[step]["async/staleness_max"] == max(step_ages)
+        # batches waiting at the step's end: never more than the buffer holds, nor (wait mode) than
+        # the staleness gate let start at the step's version (step - 1) // T
+        gate = ((step - 1) // sync_every + threshold + 1) * sync_every - step
+        room = (threshold + 1) * sync_every
+        assert 0 <= rows[step]["async/buffer_batches"] <= (min(room, gate) if stale_groups == "wait" else room)
     if stale_groups == "wait":
         assert all(r["async/groups_dropped_stale"] == 0 for r in rows.values())
 

@@ -189,6 +189,7 @@ class RolloutProducer:
         self.version = config.version_at(start_step + 1)  # the newest published
         self.next_label = start_step + 1
         self.sampling = 0  # batches started and not yet in the buffer
+        self.ready = 0  # batches in the buffer (not its end-of-data marker)
         self.max_sampling = config.capacity if config.partial_rollout else 1
         self._changed = asyncio.Condition()
         self._started: asyncio.Queue = asyncio.Queue()  # (sampling task, position), in start order
@@ -229,12 +230,19 @@ class RolloutProducer:
             getter = asyncio.ensure_future(self.buffer.get())
             await asyncio.wait({getter, *(t for t in self._tasks if not t.done())}, return_when=asyncio.FIRST_COMPLETED)
             if getter.done():
-                return getter.result()
+                return await self._taken(getter.result())
             getter.cancel()
-        return self.buffer.get_nowait()  # a batch, or None (the data ran out)
+        return await self._taken(self.buffer.get_nowait())  # a batch, or None (the data ran out)
+
+    async def _taken(self, item: RolloutBatch | None) -> RolloutBatch | None:
+        """``item`` left the buffer: its room may start the next batch (drop mode's only gate)."""
+        async with self._changed:
+            self.ready -= item is not None
+            self._changed.notify_all()
+        return item
 
     def _may_start(self) -> bool:
-        if self.sampling >= self.max_sampling or self.sampling + self.buffer.qsize() >= self.config.capacity:
+        if self.sampling >= self.max_sampling or self.sampling + self.ready >= self.config.capacity:
             return False
         needed = self.config.version_at(self.next_label) - self.config.bound
         return self.config.stale_groups == "drop" or self.version >= needed
@@ -257,5 +265,6 @@ class RolloutProducer:
             async with self._changed:
                 self.buffer.put_nowait(RolloutBatch(episodes, *position))
                 self.sampling -= 1
+                self.ready += 1
                 self._changed.notify_all()
         self.buffer.put_nowait(None)
