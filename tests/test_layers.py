@@ -31,14 +31,16 @@ UNITS = {
         ("estimators", "losses"),
     ],
     "rllm_torch.trainer": [
-        ("schema", "resolvers", "model_defaults", "ranks", "rllm_settings", "config_checks", "backend_args"),
+        ("schema", "resolvers", "model_defaults", "ranks", "rllm_settings", "backend_args"),
         ("pipeline",),
+        ("config_checks",),
         ("state",),
         ("runtime",),
         ("reward_threads", "rollout_engine", "workflow", "workflow_engine"),
         ("logs",),
         ("protocol",),
-        ("unified_trainer", "async_loop"),
+        ("batches", "step"),
+        ("unified_trainer",),
     ],
 }
 #: Packages of one layer that must not import each other.

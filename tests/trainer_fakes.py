@@ -26,6 +26,7 @@ class RecordingBackend(BackendProtocol):
 
     def __init__(self, config, **kwargs):
         super().__init__(config)
+        self.kwargs = kwargs  # what the trainer built it with
         self.calls: list[str] = []
         self.batches = []
 

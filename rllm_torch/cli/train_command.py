@@ -48,10 +48,11 @@ from rllm_torch.cli.interrupts import ctrl_c_received, ignore_stop_signals, inte
 from rllm_torch.cli.run_directory import check_run_directory, claimed_run_directory, remove_empty_run_dir
 from rllm_torch.cli.usage import help_text, version_text
 from rllm_torch.core.errors import ConfigError, DistributedTimeoutError, RLLMTorchError, UnknownBackendError
+from rllm_torch.rllm.plan import AdvantagePlan
 from rllm_torch.rollouts import build_task
 from rllm_torch.rollouts.single_turn import SingleTurnWorkflow
 from rllm_torch.rollouts.task import Task
-from rllm_torch.trainer.config_checks import check_run_config
+from rllm_torch.trainer.config_checks import RunSettings, check_run_config
 from rllm_torch.trainer.protocol import BackendProtocol
 from rllm_torch.trainer.ranks import RunRanks, init_run_ranks, shutdown, torchrun_world_size
 from rllm_torch.trainer.runtime.stop import STOPPED_EXIT_STATUS, StopSignals, TrainingStopped
@@ -92,21 +93,22 @@ def import_user_modules(names: list[str]) -> None:
             ) from exc
 
 
-def check_reward_components(task: Task, config: DictConfig) -> None:
-    """A multi-objective estimator (``gdpo``) needs a task that scores at least two reward
-    functions (``Task.reward_components``; a task with its own workflow sets them itself).
+def check_reward_components(task: Task, plan: AdvantagePlan) -> None:
+    """An estimator that declares it needs several rewards per trajectory (``reward_components``,
+    e.g. ``gdpo``) needs a task that scores at least two reward functions
+    (``Task.reward_components``; a task with its own workflow sets them itself).
 
     Raises:
         ConfigError: naming the estimator, the task and its reward functions.
     """
-    algorithm = config.rllm.algorithm
-    names = {algorithm.adv_estimator, *algorithm.estimator_map.values()}
-    if "gdpo" in names and task.workflow is None and len(task.reward_components) < 2:
+    needing = plan.estimators_needing("reward_components")
+    if needing and task.workflow is None and len(task.reward_components) < 2:
         have = ", ".join(task.reward_components) or "none"
         raise ConfigError(
-            f"estimator gdpo normalises several rewards per trajectory, and task.name={task.name!r} scores "
-            f"{len(task.reward_components)} reward function(s) besides its reward ({have}); with one reward gdpo is "
-            "GRPO plus a batch whitening: use grpo, or a task with reward_components (the default arithmetic task has two)."
+            f"estimator {', '.join(needing)} normalises several rewards per trajectory, and task.name={task.name!r} "
+            f"scores {len(task.reward_components)} reward function(s) besides its reward ({have}); with one reward "
+            "it is GRPO plus a batch whitening: use grpo, or a task with reward_components (the default arithmetic "
+            "task has two)."
         )
 
 
@@ -130,12 +132,12 @@ def run(config: DictConfig, *, run_files: dict[str, str] | None = None, task: Ta
     """
     check_known_keys(config)
     import_user_modules(config.imports)
-    check_run_config(config, torchrun_world_size() or 1)
+    settings = check_run_config(config, torchrun_world_size() or 1)
     ranks = init_run_ranks(config.backend.device, config.backend.dist_timeout_s)
     clean = False
     try:
         with StopSignals(announce=ranks.is_main) as stop:
-            trainer = _train(config, ranks, run_files or {}, stop, task)
+            trainer = _train(settings, ranks, run_files or {}, stop, task)
         clean = True
         return trainer
     except RuntimeError as exc:
@@ -165,8 +167,9 @@ def collective_error(exc: RuntimeError, rank: int, timeout_s: float) -> Distribu
 
 
 def _train(
-    config: DictConfig, ranks: RunRanks, run_files: dict[str, str], stop: StopSignals, task: Task | None
+    settings: RunSettings, ranks: RunRanks, run_files: dict[str, str], stop: StopSignals, task: Task | None
 ) -> UnifiedTrainer:
+    config = settings.config
     if not sys.stderr.isatty():  # a piped log: no progress bars (the console logger's follows tqdm's rule)
         transformers.utils.logging.disable_progress_bar()
     seed = config.seed
@@ -183,24 +186,25 @@ def _train(
     run_dir = Path(config.rllm.trainer.default_local_dir)
     check_run_directory(run_dir, key)  # before minutes of model and data start-up
     with claimed_run_directory(run_dir, ranks, key=key):  # one run per directory; a failed start leaves none
-        return _train_in(run_dir, config, ranks, run_files, stop, task)
+        return _train_in(run_dir, settings, ranks, run_files, stop, task)
 
 
 def _train_in(
     run_dir: Path,
-    config: DictConfig,
+    settings: RunSettings,
     ranks: RunRanks,
     run_files: dict[str, str],
     stop: StopSignals,
     task: Task | None,
 ) -> UnifiedTrainer:
+    config = settings.config
     backend_cls = backend_class(config.backend.name)
     task = build_task(config.task) if task is None else task
     if task.precomputed_advantage and not config.rllm.algorithm.use_precomputed_advantage:
         raise ConfigError(
             f"task.name={task.name!r} writes per-token advantages; set rllm.algorithm.use_precomputed_advantage=true (otherwise the estimator would overwrite them)."
         )
-    check_reward_components(task, config)
+    check_reward_components(task, settings.plan)
     workflow_cls, workflow_args = (
         (task.workflow, task.workflow_args)
         if task.workflow is not None
@@ -221,6 +225,7 @@ def _train_in(
         ranks=ranks,
         run_files={"config.yaml": OmegaConf.to_yaml(config, resolve=True), **run_files},
         stop_signals=stop,
+        settings=settings,
     )
     devices = ranks.gather(str(getattr(trainer.backend, "device", "unknown")))
     if ranks.is_main:

@@ -78,6 +78,8 @@ ESTIMATOR_INPUTS: dict[str, str] = {
     "baselines": "each group's greedy-rollout reward (the trainer samples one rollout a prompt at temperature 0)",
     "reward_components": "several reward functions' rewards per trajectory (Trajectory.reward_components)",
 }
+#: The inputs of :data:`ESTIMATOR_INPUTS` that are per response token (a token-level estimator's).
+TOKEN_INPUTS = frozenset({"old_log_probs", "sum_pi_squared", "values"})
 
 
 _REGISTRY: dict[str, Registration] = {}
@@ -157,12 +159,18 @@ def _add(
         )
     if per_turn is None and (form == "tokens" or (tensor_fn is None and form == "tokens")):
         per_turn = "it is token-level: it has its own per-token returns"
+    needs = _needs(key, needs)
+    if form != "tokens" and (per_token := sorted(needs & TOKEN_INPUTS)):
+        raise EstimatorRegistrationError(
+            f"estimator {key!r} needs {per_token}, which are per response token: only a token-level estimator "
+            "(form='tokens', a function of a TokenRewards) gets them; register it with form='tokens'."
+        )
     _REGISTRY[key] = Registration(
         fn,
         form,
         tensor_fn,
         **_signature_facts(tensor_fn or fn),
-        needs=_needs(key, needs),
+        needs=needs,
         per_turn=per_turn,
         group_baseline=group_baseline,
     )

@@ -1,4 +1,5 @@
-"""The one place that checks a run config (:func:`check_run_config`), before anything is built:
+"""The one place that checks a run config and types it (:func:`check_run_config`, which returns the
+run's :class:`RunSettings`), before anything is built:
 every setting against its declaration (bounds, choices, its own check: :mod:`~rllm_torch.trainer.schema`,
 :class:`~rllm_torch.rllm.config.AlgorithmConfig`), then the rules between settings: the
 estimators and their options, the loss, the KL terms and the critic, the sampler and rollout
@@ -12,10 +13,11 @@ What needs the loaded model or tokenizer (prompt lengths, a chat template) is th
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from rllm_torch.core.errors import ConfigError, DistributedSetupError, InvalidRewardsError, InvalidRewardTypeError
 from rllm_torch.core.losses import LOSS_FNS, check_registered_loss, loss_options, loss_requirement, registered_loss
@@ -27,10 +29,22 @@ from rllm_torch.rllm.dispatch import compute_advantages
 from rllm_torch.rllm.plan import AdvantagePlan
 from rllm_torch.rllm.registry import is_token_level, registration
 from rllm_torch.rllm.settings import check_value, walk
+from rllm_torch.trainer.pipeline.async_rollouts import AsyncTrainingConfig
+from rllm_torch.trainer.pipeline.compact_filtering import CompactFilteringConfig
+from rllm_torch.trainer.pipeline.dynamic_sampling import DynamicSamplingConfig
+from rllm_torch.trainer.pipeline.rejection_sampling import RejectionSamplingConfig
+from rllm_torch.trainer.pipeline.transform import TransformConfig
 from rllm_torch.trainer.rllm_settings import resolve_rllm_settings
 from rllm_torch.trainer.schema import TaskConfig, TrainConfig, prompts_per_step, typed_run_config
 
-__all__ = ["check_run_config", "check_values", "check_world_size", "check_estimator_call", "TASK_ONLY_KEYS"]
+__all__ = [
+    "RunSettings",
+    "check_run_config",
+    "check_values",
+    "check_world_size",
+    "check_estimator_call",
+    "TASK_ONLY_KEYS",
+]
 
 # Keys only some tasks read; any other task would silently ignore them.
 FILE_TASK_KEYS = ("train_path", "val_path", "prompt_key", "answer_key", "reward_fn")
@@ -45,15 +59,44 @@ TASK_ONLY_KEYS = {
 }
 
 
-def check_run_config(config: Any, world_size: int = 1, *, estimator_map: dict | None = None) -> None:
+@dataclass(frozen=True)
+class RunSettings:
+    """A checked run config and its typed objects, built once (:func:`check_run_config`); every
+    stage of the trainer reads these, none converts the config again.
+
+    Attributes:
+        config: the run config, typed over the schema (rLLM's keys resolved into ours).
+        algorithm_config: the estimators, their options and the losses, with the trainer's
+            ``traj_group_adv_estimator_map`` (and its ``(estimator, loss)`` pairs) merged in.
+        plan: each role's estimator and loss, resolved once, and what they need (:class:`AdvantagePlan`).
+        cf_config, transform_config, rs_config: rLLM's compact filtering, episode-to-group
+            transform and rejection sampling.
+        dynamic_sampling: DAPO's dynamic sampling (``rllm.algorithm.filter_groups``).
+        async_training: ``rllm.async_training``.
+    """
+
+    config: DictConfig
+    algorithm_config: AlgorithmConfig
+    plan: AdvantagePlan
+    cf_config: CompactFilteringConfig
+    transform_config: TransformConfig
+    rs_config: RejectionSamplingConfig
+    dynamic_sampling: DynamicSamplingConfig
+    async_training: AsyncTrainingConfig
+
+
+def check_run_config(config: Any, world_size: int = 1, *, estimator_map: dict | None = None) -> RunSettings:
     """Every start-up check of a run config (a composed ``rllm-torch-train`` config, or any
-    subset of its keys, typed over the schema first).
+    subset of its keys, typed over the schema first), and its typed objects.
 
     Args:
         config: the run config.
         world_size: the processes of the launch (torchrun's ``WORLD_SIZE``).
         estimator_map: group role -> estimator, over ``rllm.algorithm.estimator_map`` (the
             trainer's ``traj_group_adv_estimator_map``).
+
+    Returns:
+        The run's :class:`RunSettings` (its ``config`` the typed one).
 
     Raises:
         ConfigError: a setting out of its range or choices, or two settings that cannot go
@@ -65,12 +108,23 @@ def check_run_config(config: Any, world_size: int = 1, *, estimator_map: dict | 
     resolve_rllm_settings(config)  # rLLM's keys into the ones that do the same here
     check_values(config)
     _check_task_keys(config.task)
-    _check_algorithm(config, estimator_map)
-    _check_loss_kl_and_critic(config)
+    algorithm_config, plan = _check_algorithm(config, estimator_map)
+    _check_loss_kl_and_critic(config, algorithm_config, plan)
     _check_sampler_and_correction(config)
-    _check_filters(config)
-    _check_async_training(config)
+    _check_filters(config, plan)
+    _check_async_training(config, plan)
     check_world_size(config, world_size)
+    rllm = config.rllm
+    return RunSettings(
+        config=config,
+        algorithm_config=algorithm_config,
+        plan=plan,
+        cf_config=CompactFilteringConfig.from_config(rllm.compact_filtering),
+        transform_config=TransformConfig(broadcast=True),  # a trajectory without a reward takes its last step's
+        rs_config=RejectionSamplingConfig.from_config(rllm.rejection_sample),
+        dynamic_sampling=DynamicSamplingConfig.from_config(config),
+        async_training=AsyncTrainingConfig.from_config(config),
+    )
 
 
 def check_values(config: Any) -> None:
@@ -107,9 +161,10 @@ def _check_task_keys(task_config: Any) -> None:
         )
 
 
-def _check_algorithm(config: Any, estimator_map: dict | None) -> None:
+def _check_algorithm(config: Any, estimator_map: dict | None) -> tuple[AlgorithmConfig, AdvantagePlan]:
     """The algorithm's own rules (``AlgorithmConfig``), then each estimator: registered, runnable
-    in the stepwise mode, and called once with the run's options on a synthetic group."""
+    in the stepwise mode, and called once with the run's options on a synthetic group. Returns the
+    run's :class:`AlgorithmConfig` (the only place one is built from the run config) and its plan."""
     rllm = config.rllm
     try:
         algorithm = AlgorithmConfig.from_config(config, estimator_map=estimator_map)  # the trainer's map merged
@@ -126,6 +181,7 @@ def _check_algorithm(config: Any, estimator_map: dict | None) -> None:
                 f"penalty of rllm.algorithm.use_kl_in_reward=true comes off the scalar reward: it would not reach {name}'s "
                 f"advantages. Use rllm.algorithm.use_kl_loss=true for a KL term with {name}."
             )
+    return algorithm, plan
 
 
 def check_estimator_call(name: object, algorithm: AlgorithmConfig, group_size: int) -> None:
@@ -173,10 +229,9 @@ def check_estimator_call(name: object, algorithm: AlgorithmConfig, group_size: i
         ) from exc
 
 
-def _check_loss_kl_and_critic(config: Any) -> None:
+def _check_loss_kl_and_critic(config: Any, algorithm_config: AlgorithmConfig, plan: AdvantagePlan) -> None:
     algorithm, backend = config.rllm.algorithm, config.backend
-    typed = AlgorithmConfig.from_config(config)
-    for where, loss_fn in typed.losses_in_use().items():  # the run's loss and each role's
+    for where, loss_fn in algorithm_config.losses_in_use().items():  # the run's loss and each role's
         custom = registered_loss(loss_fn)
         if custom is not None:  # a user's loss: it must train on a small batch, here, not at step 1
             check_registered_loss(loss_fn, custom.fn)
@@ -188,9 +243,17 @@ def _check_loss_kl_and_critic(config: Any) -> None:
                     f"backend.{option}={backend[option]} is {what}, and rllm.algorithm.{where}={loss_fn!r} has none: "
                     f"drop backend.{option}, or use one of rllm.algorithm.loss_fn={takers}."
                 )
-        settings = {"clip_cov_lb": backend.clip_cov_lb, "clip_cov_ub": backend.clip_cov_ub}
-        if why := loss_requirement(loss_fn, settings | {"loss_agg_mode": algorithm.loss_agg_mode}):
-            raise ConfigError(f"rllm.algorithm.{where}={loss_fn}: {why} (backend.* and rllm.algorithm.loss_agg_mode).")
+        settings = {
+            "clip_cov_lb": backend.clip_cov_lb,
+            "clip_cov_ub": backend.clip_cov_ub,
+            "loss_agg_mode": algorithm.loss_agg_mode,
+            "tis_mode": algorithm.rollout_correction.tis_mode,
+        }
+        if why := loss_requirement(loss_fn, settings):
+            raise ConfigError(
+                f"rllm.algorithm.{where}={loss_fn}: {why} (backend.*, rllm.algorithm.loss_agg_mode and "
+                "rllm.algorithm.rollout_correction)."
+            )
     if algorithm.use_bias_correction_kl and not algorithm.use_kl_loss:
         raise ConfigError(
             "rllm.algorithm.use_bias_correction_kl=true corrects the KL loss term: set rllm.algorithm.use_kl_loss=true too."
@@ -200,7 +263,6 @@ def _check_loss_kl_and_critic(config: Any) -> None:
             f"model.ref_path={config.model.ref_path!r} is set but no KL term uses a reference policy; set "
             "rllm.algorithm.use_kl_loss=true or use_kl_in_reward=true, or leave model.ref_path unset."
         )
-    plan = AdvantagePlan(typed)
     uses_values = plan.estimators_needing("values")
     if uses_values and not backend.critic.enable:
         raise ConfigError(
@@ -239,24 +301,20 @@ def _check_sampler_and_correction(config: Any) -> None:
             parse_rollout_rs(correction.rollout_rs, correction.rollout_rs_threshold)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{key}.rollout_rs={correction.rollout_rs!r}: {exc}") from exc
-    if correction.tis_mode is not None and "dro" in AlgorithmConfig.from_config(config).losses_in_use().values():
-        raise ConfigError(
-            f"{key}.tis_mode with rllm.algorithm.loss_fn=dro: the weights scale the advantage term, and DRO's quadratic "
-            "term is not linear in it; use another loss_fn, or tis_mode=null."
-        )
 
 
-def _check_filters(config: Any) -> None:
+def _check_filters(config: Any, plan: AdvantagePlan) -> None:
     rllm = config.rllm
 
     if rllm.rejection_sample.multiplier != 1 and not rllm.rejection_sample.enable:
         raise ConfigError(
             f"rllm.rejection_sample.multiplier={rllm.rejection_sample.multiplier} needs rllm.rejection_sample.enable=true."
         )
-    if rllm.algorithm.filter_groups.enable and "baselines" in AdvantagePlan(AlgorithmConfig.from_config(config)).needs:
+    if rllm.algorithm.filter_groups.enable and "baselines" in plan.needs:
         raise ConfigError(
-            "rllm.algorithm.adv_estimator=remax samples one greedy rollout of each prompt of the step's batch, and "
-            "rllm.algorithm.filter_groups.enable=true (dynamic sampling) draws prompts from several batches: use one."
+            f"estimator {', '.join(plan.estimators_needing('baselines'))} samples one greedy rollout of each prompt of "
+            "the step's batch, and rllm.algorithm.filter_groups.enable=true (dynamic sampling) draws prompts from "
+            "several batches: use one."
         )
     if rllm.algorithm.filter_groups.enable and rllm.rejection_sample.enable:
         raise ConfigError(
@@ -265,7 +323,7 @@ def _check_filters(config: Any) -> None:
         )
 
 
-def _check_async_training(config: Any) -> None:
+def _check_async_training(config: Any, plan: AdvantagePlan) -> None:
     """``rllm.async_training``: its settings read only in async mode, and what async mode cannot honour."""
     section, key = config.rllm.async_training, "rllm.async_training"
     if not section.enable:
@@ -275,7 +333,7 @@ def _check_async_training(config: Any) -> None:
                 f"{key}.{changed[0]}={section[changed[0]]} is read only in async mode: add {key}.enable=true, or drop it."
             )
         return
-    greedy = AdvantagePlan(AlgorithmConfig.from_config(config)).estimators_needing("baselines")
+    greedy = plan.estimators_needing("baselines")
     cannot = {
         f"estimator {', '.join(greedy)} (greedy baselines sampled with the step's own weights)": bool(greedy),
         "backend.parallelism=fsdp (the sampler holds a whole copy of the policy; use ddp)": (

@@ -30,6 +30,9 @@ class TrainerState:
             runs twice for one step.
         is_training: False while a validation runs (rLLM's field; the torch backend batches
             validation by ``data.val_batch_size``).
+        needs: what the run's estimators and losses need from the batch besides its rewards
+            (:attr:`~rllm_torch.rllm.plan.AdvantagePlan.needs`, e.g. ``old_log_probs``,
+            ``sum_pi_squared``): the trainer asks the backend for them through this field.
     """
 
     global_step: int = 0
@@ -44,6 +47,7 @@ class TrainerState:
     rs_state: RejectionSamplingState = field(default_factory=RejectionSamplingState)
     last_validation_step: int | None = None
     is_training: bool = True
+    needs: frozenset[str] = frozenset()
 
     def reset_batch(self) -> None:
         """Forget the previous batch (episodes, groups, backend batch, metrics, timings)."""

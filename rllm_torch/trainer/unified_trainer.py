@@ -1,21 +1,17 @@
 """``UnifiedTrainer``: the backend-agnostic RL training loop (rLLM's ``UnifiedTrainer``).
 
-One training step, in order::
+A run, in order::
 
-    episodes = generate_episodes(batch)           # workflows sample from the policy
-    (remax: generate_baseline_episodes(batch), one greedy rollout per task)
-    metrics  = workflow + termination metrics
-    groups   = transform_to_groups(episodes)      # one group per (task, role)
-    groups   = rejection_sampling(groups)         # (remax: each group's greedy reward attached)
-    batch    = transform_to_backend_batch(groups) # packed tensors
-    process_backend_batch(batch)                  # old log-probs
-    compute_advantages(batch)                     # tensor estimators, per role
-    update_policy(batch)
-    log(metrics)
-    validate (every test_freq steps), checkpoint (every save_freq steps)
+    settings = check_run_config(config)            # checked once: the typed objects every stage reads
+    resume from the newest checkpoint              # (rllm.trainer.resume_mode=auto)
+    validate                                       # (val_before_train)
+    for each step:                                 # the one loop; batches from SyncBatches or AsyncBatches
+        TrainingStep.run                           # sample -> groups -> token batch -> score -> advantages -> update
+        log, validate (every test_freq), checkpoint (every save_freq)
+    final validation and checkpoint; backend.on_train_end (the final export)
 
-A run resumes from its newest complete checkpoint (``rllm.trainer.resume_mode=auto``, see
-:class:`~rllm_torch.trainer.runtime.run_checkpoint.RunCheckpointer`) and continues exactly where it stopped.
+A run resumes from its newest complete checkpoint and continues exactly where it stopped
+(:class:`~rllm_torch.trainer.runtime.run_checkpoint.RunCheckpointer`).
 
 On several processes (``ranks``, :class:`~rllm_torch.trainer.ranks.RunRanks`) every rank runs
 this loop on its share of each step's prompts; every metric is that of the global batch (each
@@ -23,14 +19,9 @@ stage reduces its own: sums of counts, means over every rank's items, the maximu
 and rank 0 alone prints, logs and writes checkpoints. A stage that finds nothing to train on
 skips the step on every rank together, so the ranks' collectives stay in step.
 
-In async mode (``rllm.async_training.enable=true``) the episodes of a step come from a producer
-that samples ahead on the sampler's own weights (:mod:`~rllm_torch.trainer.async_loop`), and the
-stages from the log-probs on run in a thread, so sampling goes on during the update.
-
-**Length.** Longer than a module here should be (about 450 lines) because one step's stages,
-the epochs, validation, the end of a run and SIGTERM are one loop read in one order; each stage's
-work is a function of :mod:`~rllm_torch.trainer.pipeline` or :mod:`~rllm_torch.trainer.runtime`,
-and the async loop is its own module.
+In async mode (``rllm.async_training.enable=true``) the batches come from a producer that samples
+ahead on the sampler's own weights (:class:`~rllm_torch.trainer.batches.AsyncBatches`); the loop
+and the step are the same.
 """
 
 from __future__ import annotations
@@ -38,32 +29,24 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-import warnings
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
-import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from rllm_torch.rllm.collect import collect_reward_and_advantage_from_trajectory_groups
 from rllm_torch.rllm.config import AlgorithmConfig
-from rllm_torch.rllm.plan import AdvantagePlan
-from rllm_torch.rllm.roles import unseen_map_roles
 from rllm_torch.rllm.types import Episode
-from rllm_torch.trainer.async_loop import fit_streaming
-from rllm_torch.trainer.backend_args import backend_args_with_tasks
-from rllm_torch.trainer.config_checks import check_run_config
+from rllm_torch.trainer.backend_args import backend_args_for
+from rllm_torch.trainer.batches import AsyncBatches, SyncBatches, positioned_batches
+from rllm_torch.trainer.config_checks import RunSettings, check_run_config
 from rllm_torch.trainer.logs.run_directory import run_directory, run_loggers, write_run_files
 from rllm_torch.trainer.logs.run_lock import hold_run_directory
-from rllm_torch.trainer.logs.step_metrics import stage_timer, workflow_metrics
+from rllm_torch.trainer.logs.step_metrics import workflow_metrics
 from rllm_torch.trainer.logs.summary import StepPlan, plan_steps, startup_summary
-from rllm_torch.trainer.pipeline.async_rollouts import AsyncTrainingConfig
-from rllm_torch.trainer.pipeline.baselines import attach_reward_baselines, sample_greedy_episodes
-from rllm_torch.trainer.pipeline.dynamic_sampling import DynamicSampler, DynamicSamplingConfig
-from rllm_torch.trainer.pipeline.rejection_sampling import apply_rejection_sampling_and_filtering
-from rllm_torch.trainer.pipeline.settings import build_pipeline_configs
-from rllm_torch.trainer.pipeline.step_warnings import all_dropped_warning, all_failed_warning
-from rllm_torch.trainer.pipeline.transform import transform_episodes_to_trajectory_groups
+from rllm_torch.trainer.pipeline.compact_filtering import CompactFilteringConfig
+from rllm_torch.trainer.pipeline.rejection_sampling import RejectionSamplingConfig
+from rllm_torch.trainer.pipeline.transform import TransformConfig, transform_episodes_to_trajectory_groups
 from rllm_torch.trainer.pipeline.validation import validation_pass_metrics
 from rllm_torch.trainer.protocol import BackendProtocol
 from rllm_torch.trainer.ranks import RunRanks
@@ -71,6 +54,7 @@ from rllm_torch.trainer.runtime.run_checkpoint import RunCheckpointer
 from rllm_torch.trainer.runtime.stop import StopSignals, TrainingStopped
 from rllm_torch.trainer.schema import typed_run_config
 from rllm_torch.trainer.state import TrainerState
+from rllm_torch.trainer.step import TrainingStep
 from rllm_torch.trainer.workflow import Workflow
 from rllm_torch.trainer.workflow_engine import UnifiedWorkflowEngine
 
@@ -82,7 +66,8 @@ class UnifiedTrainer:
 
     Args:
         backend_cls: a :class:`BackendProtocol` subclass, built ``backend_cls(config=config, **backend_args)``
-            with the tasks as ``tasks=`` when it reads them (:func:`~rllm_torch.trainer.backend_args.backend_args_with_tasks`).
+            with the tasks as ``tasks=`` and the checked ``algorithm_config=`` when it reads them
+            (:func:`~rllm_torch.trainer.backend_args.backend_args_for`).
         config: the run config, typed by :func:`~rllm_torch.trainer.schema.typed_run_config`
             (a composed ``rllm-torch-train`` config, or any subset of its keys).
         workflow_class: the :class:`Workflow` run on each task.
@@ -97,6 +82,8 @@ class UnifiedTrainer:
         stop_signals: a :class:`~rllm_torch.trainer.runtime.stop.StopSignals` whose request (a
             SIGTERM) :meth:`fit` honours after the step it is in: that step's checkpoint, then
             :class:`~rllm_torch.trainer.runtime.stop.TrainingStopped`. None: signals are not handled.
+        settings: ``config`` already checked (:func:`~rllm_torch.trainer.config_checks.check_run_config`,
+            as the command line does before it starts the processes); None: checked here.
 
     Raises:
         ConfigError / UnknownEstimatorError: bad settings, before anything is trained; the run
@@ -120,6 +107,7 @@ class UnifiedTrainer:
         ranks: RunRanks | None = None,
         run_files: dict[str, str] | None = None,
         stop_signals: StopSignals | None = None,
+        settings: RunSettings | None = None,
         **kwargs: Any,
     ) -> None:
         config = typed_run_config(config)
@@ -132,38 +120,50 @@ class UnifiedTrainer:
         self.config, self.rllm_config = config, config.rllm
         self.traj_grouping_hook = traj_grouping_hook
         self.traj_group_adv_estimator_map = traj_group_adv_estimator_map or {}
-        if losses := AlgorithmConfig(estimator_map=dict(self.traj_group_adv_estimator_map)).loss_fn_map:
-            # the (estimator, loss) pairs' losses join the run config's, for its checks and the backend's update
-            merged = {**(OmegaConf.select(config, "rllm.algorithm.loss_fn_map") or {}), **losses}
-            OmegaConf.update(config, "rllm.algorithm.loss_fn_map", merged, force_add=True)
-        check_run_config(config, self.ranks.world_size, estimator_map=self.traj_group_adv_estimator_map)
-        pipeline = build_pipeline_configs(config, self.traj_group_adv_estimator_map)
-        self.cf_config, self.transform_config = pipeline.compact_filtering, pipeline.transform
-        self.rs_config, self.algorithm_config = pipeline.rejection_sampling, pipeline.algorithm
-        self.dynamic_sampler = DynamicSampler(DynamicSamplingConfig.from_config(config), ranks=self.ranks)
-        self.roles_checked = False  # set once the first batch's roles were compared with the role maps
-        self.plan = AdvantagePlan(self.algorithm_config)  # each role's estimator and loss, resolved once
-        self.greedy_baselines = "baselines" in self.plan.needs
+        if settings is None or self.traj_group_adv_estimator_map:  # (the command line's are checked already)
+            settings = check_run_config(config, self.ranks.world_size, estimator_map=self.traj_group_adv_estimator_map)
+        self.settings = settings
         self.run_lock = hold_run_directory(run_directory(config), self.ranks)  # one run per directory, until shutdown
-        backend_args = backend_args_with_tasks(backend_cls, backend_args, train_dataset, val_dataset)  # their defaults
+        backend_args = backend_args_for(
+            backend_cls, backend_args, settings.algorithm_config, train_dataset, val_dataset
+        )
         self.backend = backend_cls(config=config, ranks=self.ranks, **backend_args)
         self.backend.validate_config()
         self.backend.validate_prompts([t for ds in (train_dataset, val_dataset) if isinstance(ds, list) for t in ds])
         self.run_dir, self.episode_logger, self.logger = run_loggers(config, self.ranks)
         self.checkpointer = RunCheckpointer(self.backend, config, self.run_dir, self.ranks)
         rollout_engine = self.backend.init_rollout_engine(
-            cf_config=self.cf_config,
-            transform_config=self.transform_config,
-            rs_config=self.rs_config,
-            algorithm_config=self.algorithm_config,
+            cf_config=settings.cf_config,
+            transform_config=settings.transform_config,
+            rs_config=settings.rs_config,
+            algorithm_config=settings.algorithm_config,
         )
         self.agent_workflow_engine = self._workflow_engine(rollout_engine)
-        self.async_config = AsyncTrainingConfig.from_config(config)
         # async training: the training episodes come from a second engine with its own weights
         self.async_workflow_engine = (
-            self._workflow_engine(self.backend.init_async_rollout_engine()) if self.async_config.enable else None
+            self._workflow_engine(self.backend.init_async_rollout_engine()) if settings.async_training.enable else None
+        )
+        self.training_step = TrainingStep(
+            self.backend, settings, self.ranks, self.agent_workflow_engine, self.traj_grouping_hook
         )
         self.tokenizer, self.val_history = getattr(self.backend, "tokenizer", None), []
+
+    # rLLM's UnifiedTrainer attributes
+    @property
+    def algorithm_config(self) -> AlgorithmConfig:
+        return self.settings.algorithm_config
+
+    @property
+    def cf_config(self) -> CompactFilteringConfig:
+        return self.settings.cf_config
+
+    @property
+    def transform_config(self) -> TransformConfig:
+        return self.settings.transform_config
+
+    @property
+    def rs_config(self) -> RejectionSamplingConfig:
+        return self.settings.rs_config
 
     def _workflow_engine(self, rollout_engine: Any) -> UnifiedWorkflowEngine:
         wf = self.rllm_config.workflow
@@ -196,7 +196,7 @@ class UnifiedTrainer:
         whatever was done, and trains nothing.
         """
         await self.agent_workflow_engine.initialize_pool()
-        state = TrainerState()
+        state = TrainerState(needs=self.settings.plan.needs)  # what the backend's passes compute
         resumed = self.checkpointer.resume(state, self.val_history)
         trainer = self.rllm_config.trainer
         dataloader = self.backend.get_dataloader(self.train_dataset, state)
@@ -222,14 +222,14 @@ class UnifiedTrainer:
         if trainer.val_before_train and resumed is None:
             await self._validate_async(state)
         if not trained:
-            await self._fit_async(state, dataloader, plan)
+            await self._train_steps(state, dataloader, plan)
         if await self._validate_async(state) or self.checkpointer.saved_step != state.global_step:
             if state.global_step > 0:  # the final validation's metrics belong in the last checkpoint
                 self.checkpointer.save(state, self.val_history)
         await self.backend.on_train_end(state)
         if plan.note and self.ranks.is_main:
             print(f"trained {state.global_step} steps over {state.epoch + 1} epochs: {plan.note}", flush=True)
-        if self.dynamic_sampler.config.enable and state.global_step < plan.total_steps and self.ranks.is_main:
+        if self.settings.dynamic_sampling.enable and state.global_step < plan.total_steps and self.ranks.is_main:
             print(
                 f"dynamic sampling: trained {state.global_step} steps in rllm.trainer.total_epochs={trainer.total_epochs} "
                 f"(of {plan.total_steps} batches): a step draws batches until it has enough prompts with signal; set "
@@ -257,8 +257,16 @@ class UnifiedTrainer:
     def epochs(self, state: TrainerState, plan: StepPlan) -> Any:
         """The epochs to train: with dynamic sampling and ``total_batches``, as many as it takes
         (a step draws several batches)."""
-        by_steps = self.dynamic_sampler.config.enable and self.rllm_config.trainer.total_batches
+        by_steps = self.settings.dynamic_sampling.enable and self.rllm_config.trainer.total_batches
         return itertools.count(state.epoch) if by_steps else range(state.epoch, plan.epochs)
+
+    def _batches(self, state: TrainerState, dataloader: Any, plan: StepPlan) -> SyncBatches | AsyncBatches:
+        """Where the steps' batches come from: sampled when taken, or ahead (async training)."""
+        batches = positioned_batches(dataloader, self.epochs(state, plan), state.epoch, state.batch_in_epoch)
+        if not self.settings.async_training.enable:
+            return SyncBatches(self.backend, self.agent_workflow_engine, batches)
+        engine, config = self.async_workflow_engine, self.settings.async_training
+        return AsyncBatches(self.backend, engine, batches, config, self.ranks, start_step=state.global_step)
 
     async def end_step(self, state: TrainerState) -> None:
         """After a step's update: the slowest rank's timings, the log, validation and checkpoint when due."""
@@ -271,153 +279,44 @@ class UnifiedTrainer:
         if self.checkpointer.due(state):
             self.checkpointer.save(state, self.val_history)
 
-    async def _fit_async(self, state: TrainerState, dataloader: Any, plan: StepPlan) -> None:
+    async def _train_steps(self, state: TrainerState, dataloader: Any, plan: StepPlan) -> None:
+        """The one loop: each step takes its batch (waiting for it in async mode: its
+        ``time/generate``), runs :class:`~rllm_torch.trainer.step.TrainingStep`, then
+        :meth:`end_step`; the backend's epoch hooks around each epoch's steps. A batch that is
+        None on any rank (the data ran out) ends the loop on every rank."""
         self.logger.start_progress(state.total_steps, state.global_step)
-        if self.async_config.enable:
-            await fit_streaming(self, state, dataloader, plan)
-            return
-        for epoch in self.epochs(state, plan):
-            state.epoch = epoch
-            await self.backend.on_epoch_start(state)
-            if hasattr(dataloader, "set_epoch"):
-                dataloader.set_epoch(epoch)
-            batches = iter(itertools.islice(dataloader, state.batch_in_epoch, None))  # resumed: skip the done ones
-
-            async def next_batch(it=batches) -> Any:  # dynamic sampling: more of the epoch's batches
-                batch = next(it, None)
-                state.batch_in_epoch += batch is not None  # drawn counts as done (a resumed run skips it)
-                return batch
-
-            for batch in batches:
-                if state.global_step >= plan.total_steps:
-                    break
+        source = self._batches(state, dataloader, plan)
+        await source.start()
+        epoch_started = None
+        try:
+            while state.global_step < plan.total_steps:
                 self.stop_if_asked(state)  # a SIGTERM during the step before (or the start-up)
+                start = time.perf_counter()
+                item = await source.next(state.global_step + 1)
+                waited = time.perf_counter() - start
+                if self.ranks.any(item is None):  # the data ran out (on some rank: every rank stops)
+                    break
+                if item.epoch != epoch_started:
+                    state.epoch = epoch_started = item.epoch
+                    await self.backend.on_epoch_start(state)
                 state.reset_batch()
                 state.global_step += 1
-                state.batch_in_epoch += 1
+                source.take(item, state)
                 await self.backend.on_batch_start(state)
-                start = time.perf_counter()
-                await self.train_batch(batch, state, next_batch, self._generate_now)
-                state.metrics["time/step"] = time.perf_counter() - start
+                await self.training_step.run(item, state, source)
+                state.metrics |= source.step_metrics(state)
+                state.metrics["time/generate"] = state.metrics.get("time/generate", 0.0) + waited
+                weight_sync = state.metrics.get("time/weight_sync", 0.0)
+                state.metrics["time/step"] = time.perf_counter() - start + weight_sync
                 await self.end_step(state)
-            await self.backend.on_epoch_end(state)
-            if state.global_step >= plan.total_steps:
-                break
-            state.epoch, state.batch_in_epoch = epoch + 1, 0  # where a checkpoint taken now resumes
-
-    async def _generate_now(self, batch: Any, state: TrainerState) -> list[Episode]:
-        """The synchronous run's sampling: ``batch``'s episodes from the policy as it is now."""
-        self.agent_workflow_engine.set_training_step(state.global_step, mode="train", epoch=state.epoch)
-        return await self.backend.generate_episodes(
-            batch, agent_workflow_engine=self.agent_workflow_engine, is_validation=False
-        )
-
-    async def train_batch(
-        self,
-        batch: Any,
-        state: TrainerState,
-        next_batch: Callable[[], Awaitable[Any]],
-        episodes_of: Callable[[Any, TrainerState], Awaitable[list[Episode]]],
-    ) -> None:
-        """One step's stages, each timed into ``time/{generate, transform, log_probs, advantages,
-        update}`` (seconds; the slowest rank's once reduced; ``time/step`` is their total with
-        the metrics in between). ``episodes_of(batch, state)`` gives a batch's episodes (sampled
-        now, or in async mode taken from the buffer: ``time/generate`` is then the wait). With
-        dynamic sampling, ``generate`` draws more batches (``next_batch``) until the step has
-        enough prompts with signal."""
-        ranks, group = self.ranks, self.ranks.estimator_group
-        with stage_timer(state.metrics, "generate"):
-            state.episodes = await episodes_of(batch, state)
-            drawn = state.episodes
-            greedy = []  # remax: one greedy rollout per task, scored, never trained on
-            if self.greedy_baselines:
-                engine, step = self.agent_workflow_engine, state.global_step
-                greedy = await sample_greedy_episodes(self.backend, engine, batch, step=step, epoch=state.epoch)
-            if self.dynamic_sampler.config.enable:
-                state.episodes, drawn, sampling_metrics = await self._fill_with_signal(state, next_batch, episodes_of)
-                state.metrics.update(sampling_metrics)
-        if not ranks.any(bool(drawn)):
-            return
-        state.metrics.update(workflow_metrics(drawn, prefix="batch", ranks=ranks))
-        if (warning := all_failed_warning(drawn, ranks, state.global_step)) and ranks.is_main:
-            warnings.warn(warning, UserWarning, stacklevel=1)
-        with stage_timer(state.metrics, "transform"):
-            state.trajectory_groups, transform_metrics = transform_episodes_to_trajectory_groups(
-                state.episodes,
-                self.transform_config,
-                self.cf_config,
-                traj_grouping_hook=self.traj_grouping_hook,
-                process_group=group,
-            )
-            if self.dynamic_sampler.config.enable:  # the chosen prompts' groups that have signal
-                state.trajectory_groups = self.dynamic_sampler.config.signal(state.trajectory_groups)
-            state.metrics.update(transform_metrics)
-            state.trajectory_groups, state.episodes, rs_metrics = apply_rejection_sampling_and_filtering(
-                state.episodes, state.trajectory_groups, self.rs_config, state.rs_state, process_group=group
-            )
-            state.metrics.update(rs_metrics)
-            too_small = all_dropped_warning(rs_metrics, self.rs_config.min_trajs_per_group, state.global_step)
-            if too_small and ranks.is_main:
-                warnings.warn(too_small, UserWarning, stacklevel=1)
-            if not self.roles_checked:  # the first batch: a role map's entry that matches no role is likely a typo
-                self.roles_checked = True
-                batch_roles = sorted({g.group_role for g in state.trajectory_groups})
-                roles = {role for rank_roles in ranks.gather(batch_roles) for role in rank_roles}
-                if (warning := unseen_map_roles(self.algorithm_config, roles)) and ranks.is_main:
-                    warnings.warn(warning, UserWarning, stacklevel=1)
-            if self.greedy_baselines:  # remax: each group's greedy reward, or the group is left out (counted)
-                state.trajectory_groups, baseline_metrics = attach_reward_baselines(
-                    state.trajectory_groups,
-                    greedy,
-                    self.algorithm_config,
-                    self.transform_config,
-                    self.traj_grouping_hook,
-                    ranks,
-                )
-                state.metrics.update(baseline_metrics)
-            if not ranks.any(state.has_trajectory_groups):  # a rank without groups trains on an empty batch
-                return
-            state.backend_batch = self.backend.transform_to_backend_batch(state)
-        if self.async_config.enable:  # in a thread of its own: the event loop keeps sampling meanwhile
-            threads = torch.get_num_threads()  # a new thread would start with one intra-op thread per core
-
-            def update() -> None:
-                torch.set_num_threads(threads)
-                asyncio.run(self._update_async(state))
-
-            await asyncio.to_thread(update)
-        else:
-            await self._update_async(state)
-
-    async def _update_async(self, state: TrainerState) -> None:
-        """The stages after the backend batch: log-probs, advantages, update (timed)."""
-        with stage_timer(state.metrics, "log_probs"):
-            await self.backend.process_backend_batch(state)
-        with stage_timer(state.metrics, "advantages"):
-            await self.backend.compute_advantages(state, self.algorithm_config)
-        with stage_timer(state.metrics, "update"):
-            await self.backend.update_policy(state)
-
-    async def _fill_with_signal(
-        self,
-        state: TrainerState,
-        next_batch: Callable[[], Awaitable[Any]],
-        episodes_of: Callable[[Any, TrainerState], Awaitable[list[Episode]]],
-    ) -> tuple[list[Episode], list[Episode], dict[str, float]]:
-        """DAPO's dynamic sampling (:class:`~rllm_torch.trainer.pipeline.dynamic_sampling.DynamicSampler`):
-        every extra batch drawn counts as done in the epoch (a resumed run skips it)."""
-
-        async def draw() -> list[Episode] | None:
-            batch = await next_batch()
-            return None if batch is None else await episodes_of(batch, state)
-
-        def to_groups(episodes: list[Episode]) -> list:
-            groups, _ = transform_episodes_to_trajectory_groups(
-                episodes, self.transform_config, self.cf_config, traj_grouping_hook=self.traj_grouping_hook
-            )
-            return groups
-
-        return await self.dynamic_sampler.fill(state.episodes, draw, to_groups, state.global_step)
+                last_step = state.global_step >= plan.total_steps
+                if state.batch_in_epoch == len(dataloader) or last_step:
+                    await self.backend.on_epoch_end(state)
+                    if not last_step:  # where a checkpoint taken now resumes
+                        state.epoch, state.batch_in_epoch = state.epoch + 1, 0
+                await source.after_step(state, last_step)
+        finally:
+            await source.stop()
 
     async def _validate_async(self, state: TrainerState, *, again: bool = False) -> dict[str, float]:
         """Validate once per step (``again``: even a step already validated): pass@1 / pass@n_val

@@ -171,10 +171,8 @@ def test_a_map_that_gives_every_role_one_loss_other_than_the_runs_trains_with_th
 def test_the_trainers_pairs_and_the_configs_loss_fn_map_naming_one_role_must_agree(tmp_path):
     from trainer_fakes import make_config
 
-    from rllm_torch.trainer.pipeline.settings import build_pipeline_configs
-
     config = make_config(tmp_path, "rllm.algorithm.loss_fn_map={solver: cispo}")
-    agreed = build_pipeline_configs(config, {"solver": ("rloo", "cispo")}).algorithm
+    agreed = check_run_config(config, estimator_map={"solver": ("rloo", "cispo")}).algorithm_config
     assert (agreed.estimator_for("solver").value, agreed.loss_fn_for("solver")) == ("rloo", "cispo")
     with pytest.raises(ConfigError, match=r"names loss 'ppo' but loss_fn_map\['solver'\]='cispo'"):
-        build_pipeline_configs(config, {"solver": ("rloo", "ppo")})
+        check_run_config(config, estimator_map={"solver": ("rloo", "ppo")})

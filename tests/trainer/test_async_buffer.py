@@ -59,12 +59,12 @@ def test_the_producer_starts_exactly_the_batches_its_rules_allow(threshold, sync
     async def scenario() -> list[tuple[str, int, int]]:
         started: list[int] = []
 
-        async def generate(batch, step, epoch):
+        async def generate(batch, step):
             started.append(batch)
             await asyncio.sleep(0)
             return [Episode(task_id=str(batch))]
 
-        positions = iter([(0, i + 1, i == BATCHES - 1, i) for i in range(BATCHES)])
+        positions = iter(range(BATCHES))
         producer = RolloutProducer(config, generate, positions, start_step=0)
         producer.start()
         seen, taken, version = [], 0, 0
@@ -73,7 +73,7 @@ def test_the_producer_starts_exactly_the_batches_its_rules_allow(threshold, sync
             seen.append(("start", len(started), expected_started(config, taken, version)))
             for step in range(1, 9):
                 batch = await asyncio.wait_for(producer.get(step), 2.0)
-                assert int(batch.episodes[0].task_id) == taken  # in order, none skipped
+                assert int(batch[0].task_id) == taken  # in order, none skipped
                 taken += 1
                 await settle()
                 seen.append((f"took {step}", len(started), expected_started(config, taken, version)))
@@ -107,12 +107,12 @@ def test_batches_sampling_at_once_are_one_without_partial_rollouts_else_the_buff
     async def scenario() -> int:
         started, gate = [], asyncio.Event()
 
-        async def generate(batch, step, epoch):
+        async def generate(batch, step):
             started.append(batch)
             await gate.wait()
             return [Episode(task_id=str(batch))]
 
-        positions = iter([(0, i + 1, False, i) for i in range(BATCHES)])
+        positions = iter(range(BATCHES))
         producer = RolloutProducer(config, generate, positions, start_step=0)
         producer.start()
         await settle()

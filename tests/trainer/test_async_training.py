@@ -166,22 +166,22 @@ def test_the_producer_never_waits_for_a_step_that_waits_for_it():
         log = []
         producer = None
 
-        async def generate(batch, step, epoch):
+        async def generate(batch, step):
             log.append(("sampled", batch, producer.version))
             return [_episode(str(batch), producer.version)]
 
-        batches = iter([(0, i + 1, i == 5, i) for i in range(6)])
+        batches = iter(range(6))
         producer = RolloutProducer(AsyncTrainingConfig(enable=True), generate, batches, start_step=0)
         producer.start()
         first = await producer.get(1)
         await asyncio.sleep(0.01)
         assert [entry[1] for entry in log] == [0]  # batch 1 waits for version 1
         second = await asyncio.wait_for(producer.get(1), 1.0)  # step 1 draws another batch
-        log.append(("taken", second.episodes[0].task_id, producer.version))
+        log.append(("taken", second[0].task_id, producer.version))
         await producer.publish(1)
         third = await asyncio.wait_for(producer.get(2), 1.0)
         await producer.stop()
-        return log + [("first", int(first.episodes[0].task_id), 0), ("third", int(third.episodes[0].task_id), 1)]
+        return log + [("first", int(first[0].task_id), 0), ("third", int(third[0].task_id), 1)]
 
     log = asyncio.run(scenario())
     assert ("sampled", 1, 0) in log and ("taken", "1", 0) in log
@@ -196,7 +196,7 @@ def test_with_partial_rollouts_batches_sample_at_once_within_the_buffer(partial,
     async def scenario() -> tuple[int, list[int]]:
         now = most_seen = 0
 
-        async def generate(batch, step, epoch):
+        async def generate(batch, step):
             nonlocal now, most_seen
             now += 1
             most_seen = max(most_seen, now)
@@ -205,13 +205,13 @@ def test_with_partial_rollouts_batches_sample_at_once_within_the_buffer(partial,
             return [_episode(str(batch), 0)]
 
         config = AsyncTrainingConfig(enable=True, staleness_threshold=1, partial_rollout=partial)
-        producer = RolloutProducer(config, generate, iter([(0, i + 1, False, i) for i in range(4)]), start_step=0)
+        producer = RolloutProducer(config, generate, iter(range(4)), start_step=0)
         producer.start()
         order = []
         for step in (1, 2):
-            order.append(int((await asyncio.wait_for(producer.get(step), 1.0)).episodes[0].task_id))
+            order.append(int((await asyncio.wait_for(producer.get(step), 1.0))[0].task_id))
             await producer.publish(step)
-        order += [int((await asyncio.wait_for(producer.get(s), 1.0)).episodes[0].task_id) for s in (3, 4)]
+        order += [int((await asyncio.wait_for(producer.get(s), 1.0))[0].task_id) for s in (3, 4)]
         await producer.stop()
         return most_seen, order
 
@@ -221,10 +221,10 @@ def test_with_partial_rollouts_batches_sample_at_once_within_the_buffer(partial,
 
 def test_the_producer_raises_its_error_to_the_trainer():
     async def scenario():
-        async def generate(batch, step, epoch):
+        async def generate(batch, step):
             raise RuntimeError("the environment died")
 
-        producer = RolloutProducer(AsyncTrainingConfig(enable=True), generate, iter([(0, 1, True, 0)]), start_step=0)
+        producer = RolloutProducer(AsyncTrainingConfig(enable=True), generate, iter([0]), start_step=0)
         producer.start()
         try:
             await asyncio.wait_for(producer.get(1), 1.0)

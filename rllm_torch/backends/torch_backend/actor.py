@@ -11,6 +11,7 @@ model with its adapters disabled).
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,6 @@ from rllm_torch.backends.torch_backend.micro_batches import release_host_memory
 from rllm_torch.backends.torch_backend.model import adamw, build_policy, enable_gradient_checkpointing
 from rllm_torch.core.errors import ConfigError, ModelNotFoundError, NonFiniteGradientError
 from rllm_torch.core.losses import losses_need
-from rllm_torch.rllm.config import AlgorithmConfig
 from rllm_torch.trainer.ranks import RunRanks
 
 __all__ = ["Actor", "wrap_ddp"]
@@ -70,6 +70,7 @@ class Actor:
         device: torch.device,
         ranks: RunRanks,
         compute_dtype: torch.dtype | None,
+        losses: Iterable[str] = (),
     ) -> None:
         self.config, self.settings, self.tokenizer = config, config.backend, tokenizer
         self.device, self.ranks, self.compute_dtype = device, ranks, compute_dtype
@@ -78,7 +79,7 @@ class Actor:
         self.base = build_policy(config.model, tokenizer, seed=self.settings.seed).to(device)
         algorithm = config.rllm.algorithm
         self.has_reference = bool(algorithm.use_kl_loss or algorithm.use_kl_in_reward) or losses_need(
-            AlgorithmConfig.from_config(config).losses_in_use().values(), "logp_ref"
+            losses, "logp_ref"
         )
         lora = config.model.lora
         # the reference is copied before checkpointing or adapters change the model; with LoRA and no

@@ -60,6 +60,8 @@ from rllm_torch.backends.torch_backend.update import PolicyUpdater
 from rllm_torch.backends.torch_backend.vllm_rollout import VllmRolloutEngine
 from rllm_torch.backends.torch_backend.vllm_setup import full_weights
 from rllm_torch.core.errors import CheckpointError
+from rllm_torch.rllm.config import AlgorithmConfig
+from rllm_torch.trainer.config_checks import check_run_config
 from rllm_torch.trainer.model_defaults import apply_model_defaults
 from rllm_torch.trainer.pipeline.token_batch import build_token_batch
 from rllm_torch.trainer.protocol import BackendProtocol
@@ -104,9 +106,12 @@ class TorchBackend(BackendProtocol):
         answer_in_response: bool = False,
         max_new_tokens: int | None = None,
         tasks: Sequence[dict] | None = None,
+        algorithm_config: AlgorithmConfig | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(config, ranks)
+        if algorithm_config is None:  # built on its own, not by the trainer: the config checked as the trainer does
+            algorithm_config = check_run_config(self.config, self.ranks.world_size).algorithm_config
         # typed, every setting of the schema; the backend's own copy, whose null settings take the
         # defaults of what is loaded (the run's config, its fingerprint and resume keep what was given)
         run_config, rows = self.config, [t for t in tasks or () if isinstance(t, dict)]
@@ -136,7 +141,8 @@ class TorchBackend(BackendProtocol):
         rllm.rollout.max_new_tokens = run_config.rllm.rollout.max_new_tokens = self.response_length.tokens
         self.length_watch = LengthLimitWatch(self.response_length.tokens, self.response_length.longest_answer)
         self.apply_chat_template = bool(config.task.apply_chat_template)
-        self.actor = Actor(config, self.tokenizer, self.device, self.ranks, self.compute_dtype)
+        losses = algorithm_config.losses_in_use().values()
+        self.actor = Actor(config, self.tokenizer, self.device, self.ranks, self.compute_dtype, losses)
         self.model = self.actor.model
         self.rollout_engine = self.async_rollout_engine = None  # init_rollout_engine, init_async_rollout_engine
         self.critic = (
@@ -158,7 +164,7 @@ class TorchBackend(BackendProtocol):
         )
         micro = MicroBatcher(self.settings, self.ranks, lora_r=config.model.lora.r, compute_dtype=self.compute_dtype)
         self.passes = BatchPasses(self.actor, self.critic, micro, rllm.algorithm, self.device)
-        self.updater = PolicyUpdater(self.actor, self.critic, micro, config, self.device)
+        self.updater = PolicyUpdater(self.actor, self.critic, micro, config, self.device, algorithm_config)
         self.run_dir = Path(
             rllm.trainer.default_local_dir or f"outputs/{rllm.trainer.project_name}/{rllm.trainer.experiment_name}"
         )

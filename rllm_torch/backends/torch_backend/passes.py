@@ -119,8 +119,6 @@ class BatchPasses:
     def __init__(self, actor: Actor, critic: Critic | None, micro: MicroBatcher, algorithm: DictConfig, device):
         self.actor, self.critic, self.micro, self.algorithm, self.device = actor, critic, micro, algorithm, device
         self.use_kl_in_reward = bool(algorithm.use_kl_in_reward)
-        estimators = {algorithm.adv_estimator, *dict(algorithm.estimator_map).values()}
-        self.with_sum_pi_squared = "optimal_token_baseline" in estimators  # its w_t needs sum_v pi_old(v)^2
 
     @torch.no_grad()
     def log_probs(self, scorer: torch.nn.Module, batch, micro_batches: list[Tensor], *, sum_pi_squared: bool = False):
@@ -152,8 +150,10 @@ class BatchPasses:
         correction's weights too (``rllm.algorithm.rollout_correction.tis_mode``: the update makes
         them from its forward, :func:`rollout_weights`; AReaL's decoupled PPO, whose proximal policy
         is then the update's starting point), unless rejection (``rollout_rs``) or an estimator
-        (``optimal_token_baseline``) needs them before the advantages. With ``bypass_mode`` they
-        are the sampler's.
+        needs them before the advantages: ``trainer_state.needs`` (what the run's estimators
+        declare, :attr:`~rllm_torch.rllm.plan.AdvantagePlan.needs`) names ``old_log_probs``, or
+        ``sum_pi_squared`` (``sum_v pi_old(v)^2`` at each token, from the same pass; e.g.
+        ``optimal_token_baseline``). With ``bypass_mode`` they are the sampler's.
 
         Raises:
             OutOfMemoryError: a pass ran out of memory (naming the settings that lower it).
@@ -161,11 +161,12 @@ class BatchPasses:
         batch, actor, micro = trainer_state.backend_batch, self.actor, self.micro
         total_rows = micro.global_rows(batch)
         correction = self.algorithm.rollout_correction
+        sum_pi_squared = "sum_pi_squared" in trainer_state.needs
         single_update = (
             micro.updates_per_batch(max(total_rows, 1)) == (1, 1)
             and not self.use_kl_in_reward
             and correction.rollout_rs is None
-            and not self.with_sum_pi_squared
+            and not trainer_state.needs & {"old_log_probs", "sum_pi_squared"}
         )
         rows = torch.arange(batch.input_ids.shape[0], device=self.device)
         with stage_memory("computing the old, reference and value passes", micro.memory_advice()):
@@ -175,7 +176,7 @@ class BatchPasses:
                 batch.old_log_probs = None
             else:
                 parts = micro.split(batch, rows, collective=actor.sharded)
-                if self.with_sum_pi_squared:
+                if sum_pi_squared:
                     batch.old_log_probs, batch.sum_pi_squared = self.log_probs(
                         actor.scoring_module(), batch, parts, sum_pi_squared=True
                     )

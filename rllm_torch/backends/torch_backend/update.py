@@ -65,11 +65,19 @@ class PolicyUpdater:
         device: where the batch lives.
     """
 
-    def __init__(self, actor: Actor, critic: Critic | None, micro: MicroBatcher, config: DictConfig, device) -> None:
+    def __init__(
+        self,
+        actor: Actor,
+        critic: Critic | None,
+        micro: MicroBatcher,
+        config: DictConfig,
+        device,
+        algorithm_config: AlgorithmConfig,
+    ) -> None:
         self.actor, self.critic, self.micro, self.device = actor, critic, micro, device
         self.settings, self.algorithm, self.ranks = config.backend, config.rllm.algorithm, micro.ranks
         # the run's loss and each role's (rllm.algorithm.loss_fn_map, or estimator_map's pairs)
-        self.losses = AlgorithmConfig.from_config(config)
+        self.losses = algorithm_config
         self.loss_fn = self.losses.loss_fn or "ppo"
         self._row_losses: list[tuple[str, Tensor | None]] = [(self.loss_fn, None)]
         self.loss_agg_mode = self.algorithm.loss_agg_mode or "token-mean"

@@ -280,12 +280,18 @@ _REQUIREMENTS: dict[str, Callable[[dict[str, Any]], str | None]] = {
         if o["loss_agg_mode"] == "seq-mean-token-sum"
         else f"luspo weights each sequence's loss by its length (TRL's LUSPO): it needs loss_agg_mode=seq-mean-token-sum, not {o['loss_agg_mode']!r}"
     ),
+    "dro": lambda o: (
+        None
+        if o.get("tis_mode") is None
+        else "importance weights (rollout_correction.tis_mode) scale the advantage term, and DRO's quadratic term is "
+        "not linear in it: use another loss_fn, or tis_mode=null"
+    ),
 }
 
 
 def loss_requirement(name: str, options: dict[str, Any]) -> str | None:
     """Why the loss ``name`` cannot run with ``options`` (its keyword options: ``clip_cov_lb``,
-    ``loss_agg_mode``, ...), or None when it can."""
+    ``loss_agg_mode``, ..., and ``tis_mode``, rollout correction's weights), or None when it can."""
     check = _REQUIREMENTS.get(name)
     return check(options) if check is not None else None
 

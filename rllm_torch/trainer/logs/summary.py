@@ -11,12 +11,13 @@ from typing import Any
 import torch
 
 from rllm_torch.core.errors import RLLMTorchError
-from rllm_torch.rllm.config import AlgorithmConfig
 from rllm_torch.rllm.dispatch import get_tensor_adv_estimator
+from rllm_torch.rllm.plan import AdvantagePlan
+from rllm_torch.rllm.registry import registration
 from rllm_torch.trainer.runtime.fingerprint import describe_changes
 from rllm_torch.trainer.schema import prompts_per_step
 
-__all__ = ["StepPlan", "plan_steps", "startup_summary", "GROUP_BASELINE_ESTIMATORS"]
+__all__ = ["StepPlan", "plan_steps", "startup_summary"]
 
 
 @dataclass(frozen=True)
@@ -77,20 +78,12 @@ def _names(estimator_map: dict) -> dict[str, str]:
     return {role: getattr(name, "value", name) for role, name in estimator_map.items()}
 
 
-def _estimator_names(config: Any) -> list[str]:
-    """The run's estimator and each role's (``estimator_map``'s pairs split), as names."""
-    typed = AlgorithmConfig.from_config(config)
-    return list(
-        dict.fromkeys([getattr(typed.estimator, "value", typed.estimator), *_names(typed.estimator_map).values()])
-    )
-
-
-def _extras_line(config: Any) -> str:
+def _extras_line(config: Any, plan: AdvantagePlan) -> str:
     """The settings beyond the default algorithm: estimator options, discounts, KL terms, the
     reference policy, the critic, the vLLM sampler and rollout correction ("" when none is set)."""
     algorithm, backend = config.rllm.algorithm, config.backend
     parts = []
-    estimators = set(_estimator_names(config))
+    estimators = plan.estimators
     for name, options in algorithm.estimator_options.items():
         if name in estimators and (changed := _changed_options(name, dict(options))):
             parts.append(f"{name} {', '.join(f'{k}={v}' for k, v in changed.items())}")
@@ -164,14 +157,9 @@ def _prompts_per_step(config: Any, train: list | None) -> str:
     return f"{batch_size} prompts per step" + (f" ({last} in the last step of each epoch)" if last else "")
 
 
-#: Estimators whose baseline is a statistic of the prompt's group of rollouts: with one rollout a
-#: prompt every group is a singleton, and each advantage is the reward itself ("group of one").
-GROUP_BASELINE_ESTIMATORS = ("grpo", "rloo", "opo", "pass_at_k", "reinforce_plus_plus_baseline")
-
-
-def _warnings(config: Any) -> str:
+def _warnings(config: Any, plan: AdvantagePlan) -> str:
     """The start-up summary's warnings: settings that run but are likely not what was meant."""
-    rllm, found = config.rllm, [_singleton_groups_warning(config)]
+    rllm, found = config.rllm, [_singleton_groups_warning(config, plan)]
     rs = rllm.rejection_sample
     if rs.min_trajs_per_group > rllm.rollout.n:  # rLLM drops such groups with or without enable
         found.append(
@@ -220,10 +208,12 @@ def _steps_text(plan: StepPlan, total_batches: int | None) -> str:
     )
 
 
-def _singleton_groups_warning(config: Any) -> str:
+def _singleton_groups_warning(config: Any, plan: AdvantagePlan) -> str:
+    """Estimators whose baseline is a statistic of the prompt's group of rollouts (declared at
+    registration): with one rollout a prompt every group is a singleton, and each advantage is
+    the reward itself ("group of one")."""
     rllm = config.rllm
-    used = _estimator_names(config)
-    grouped = [name for name in dict.fromkeys(used) if name in GROUP_BASELINE_ESTIMATORS]
+    grouped = [name for name in sorted(plan.estimators) if registration(name).group_baseline]
     if rllm.rollout.n != 1 or not grouped:
         return ""
     return (
@@ -260,11 +250,14 @@ def startup_summary(
         run_state = (
             f"resuming from {resumed.path} (step {state.global_step} of {plan.total_steps}, epoch {state.epoch})"
         )
-    algorithm, typed = rllm.algorithm, AlgorithmConfig.from_config(config)  # typed: estimator_map's pairs split
+    algorithm, algorithm_config = rllm.algorithm, trainer.settings.algorithm_config
+    advantage_plan = trainer.settings.plan
     estimator = algorithm.adv_estimator + ("" if algorithm.norm_adv_by_std_in_grpo else " (no std)")
-    if typed.estimator_map:
-        estimator += f", by role {_names(typed.estimator_map)}"
-    loss = f"{typed.loss_fn or 'ppo'}" + (f", by role {typed.loss_fn_map}" if typed.loss_fn_map else "")
+    if algorithm_config.estimator_map:
+        estimator += f", by role {_names(algorithm_config.estimator_map)}"
+    loss = f"{algorithm_config.loss_fn or 'ppo'}" + (
+        f", by role {algorithm_config.loss_fn_map}" if algorithm_config.loss_fn_map else ""
+    )
     if rllm.stepwise_advantage.mode != "broadcast":
         estimator += f" {rllm.stepwise_advantage.mode}"  # e.g. "rloo turn_level advantages"
     steps = _steps_text(plan, rllm.trainer.total_batches)
@@ -287,9 +280,9 @@ def startup_summary(
             f"{estimator} advantages, {loss} loss ({algorithm.loss_agg_mode}), "
             f"{rllm.rollout.n} rollouts per prompt, {_prompts_per_step(config, trainer.train_dataset)}",
         ),
-        *([("extras", extras)] if (extras := _extras_line(config)) else []),
+        *([("extras", extras)] if (extras := _extras_line(config, advantage_plan)) else []),
         *([("async", line)] if (line := _async_line(config)) else []),
-        *([("warning", warning)] if (warning := _warnings(config)) else []),
+        *([("warning", warning)] if (warning := _warnings(config, advantage_plan)) else []),
         ("steps", steps + (f"; {plan.note}" if plan.note else "")),
         ("devices", devices),
     ]

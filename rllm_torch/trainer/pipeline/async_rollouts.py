@@ -32,13 +32,13 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from rllm_torch.rllm.types import Episode
+from rllm_torch.trainer.schema import AsyncTrainingSection
 
 __all__ = [
     "AsyncTrainingConfig",
-    "RolloutBatch",
     "RolloutProducer",
     "StalenessTally",
     "drop_stale_groups",
@@ -46,26 +46,15 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class AsyncTrainingConfig:
-    """``rllm.async_training`` (its settings' meaning: :class:`~rllm_torch.trainer.schema.AsyncTrainingSection`)."""
-
-    enable: bool = False
-    staleness_threshold: float = 0.0
-    trigger_parameter_sync_step: int = 1
-    partial_rollout: bool = False
-    stale_groups: str = "wait"
+@dataclass
+class AsyncTrainingConfig(AsyncTrainingSection):
+    """``rllm.async_training``: the schema's section (its settings, defaults and meaning:
+    :class:`~rllm_torch.trainer.schema.AsyncTrainingSection`) with the rules read from it."""
 
     @classmethod
     def from_config(cls, config: DictConfig) -> AsyncTrainingConfig:
-        section = config.rllm.async_training
-        return cls(
-            enable=bool(section.enable),
-            staleness_threshold=float(section.staleness_threshold),
-            trigger_parameter_sync_step=int(section.trigger_parameter_sync_step),
-            partial_rollout=bool(section.partial_rollout),
-            stale_groups=str(section.stale_groups),
-        )
+        """From a run config (:func:`~rllm_torch.trainer.schema.typed_run_config`)."""
+        return cls(**OmegaConf.to_container(config.rllm.async_training, resolve=True))
 
     def version_at(self, step: int) -> int:
         """The trainer's policy version during step ``step`` (1-based): the syncs made before it."""
@@ -80,16 +69,6 @@ class AsyncTrainingConfig:
     def capacity(self) -> int:
         """Batches the buffer holds."""
         return (self.bound + 1) * self.trigger_parameter_sync_step
-
-
-@dataclass
-class RolloutBatch:
-    """One batch's episodes, sampled ahead, and where the batch is in its epoch."""
-
-    episodes: list[Episode]
-    epoch: int
-    batch_in_epoch: int  # batches of the epoch done once this one is
-    last_in_epoch: bool
 
 
 def drop_stale_groups(episodes: list[Episode], version_now: int, bound: int) -> tuple[list[Episode], list[int], int]:
@@ -157,7 +136,8 @@ class StalenessTally:
 
 
 class RolloutProducer:
-    """Samples the batches of ``batches`` in order, ahead of the trainer, into a bounded buffer.
+    """Samples the batches of ``batches`` in order, ahead of the trainer, into a bounded buffer
+    (what ``generate`` returns for each, in the order the batches started).
 
     A batch starts when the staleness rule lets it (:meth:`_may_start`) and the buffer has room
     for it (batches sampling count against it). With ``partial_rollout`` several batches sample at
@@ -168,9 +148,9 @@ class RolloutProducer:
 
     Args:
         config: the async settings.
-        generate: ``generate(batch, step, epoch)`` → the batch's episodes, sampled by the async
-            sampler (``step``: the batch's label, for the episode log).
-        batches: ``(epoch, batch_in_epoch, last_in_epoch, batch)`` from the resumed position on.
+        generate: ``generate(batch, step)`` → the sampled batch (its episodes sampled by the async
+            sampler; ``step``: the batch's label, for the episode log).
+        batches: the batches to sample, from the resumed position on.
         start_step: the steps done before this producer starts.
 
     A failure while sampling (e.g. a ``WorkflowError``) is raised by :meth:`get`.
@@ -179,20 +159,20 @@ class RolloutProducer:
     def __init__(
         self,
         config: AsyncTrainingConfig,
-        generate: Callable[[Any, int, int], Awaitable[list[Episode]]],
-        batches: Iterator[tuple[int, int, bool, Any]],
+        generate: Callable[[Any, int], Awaitable[Any]],
+        batches: Iterator[Any],
         *,
         start_step: int,
     ) -> None:
         self.config, self.generate, self.batches = config, generate, batches
-        self.buffer: asyncio.Queue[RolloutBatch | None] = asyncio.Queue()
+        self.buffer: asyncio.Queue[Any] = asyncio.Queue()
         self.version = config.version_at(start_step + 1)  # the newest published
         self.next_label = start_step + 1
         self.sampling = 0  # batches started and not yet in the buffer
         self.ready = 0  # batches in the buffer (not its end-of-data marker)
         self.max_sampling = config.capacity if config.partial_rollout else 1
         self._changed = asyncio.Condition()
-        self._started: asyncio.Queue = asyncio.Queue()  # (sampling task, position), in start order
+        self._started: asyncio.Queue = asyncio.Queue()  # sampling tasks, in start order
         self._tasks: list[asyncio.Task] = []
 
     def start(self) -> None:
@@ -202,7 +182,7 @@ class RolloutProducer:
         """Cancel sampling (the batches in flight and in the buffer are not trained)."""
         while not self._started.empty():
             if (started := self._started.get_nowait()) is not None:
-                started[0].cancel()
+                started.cancel()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -213,7 +193,7 @@ class RolloutProducer:
             self.version = version
             self._changed.notify_all()
 
-    async def get(self, step: int) -> RolloutBatch | None:
+    async def get(self, step: int) -> Any:
         """The next batch, for step ``step`` (None: the data ran out). When none is sampling or
         waiting, the next to start is labelled ``step`` at the latest (the trainer waits for it)."""
         run, deliver = self._tasks
@@ -234,7 +214,7 @@ class RolloutProducer:
             getter.cancel()
         return await self._taken(self.buffer.get_nowait())  # a batch, or None (the data ran out)
 
-    async def _taken(self, item: RolloutBatch | None) -> RolloutBatch | None:
+    async def _taken(self, item: Any) -> Any:
         """``item`` left the buffer: its room may start the next batch (drop mode's only gate)."""
         async with self._changed:
             self.ready -= item is not None
@@ -248,22 +228,20 @@ class RolloutProducer:
         return self.config.stale_groups == "drop" or self.version >= needed
 
     async def _run(self) -> None:
-        for epoch, batch_in_epoch, last, batch in self.batches:
+        for batch in self.batches:
             async with self._changed:
                 await self._changed.wait_for(self._may_start)
                 label, self.next_label = self.next_label, self.next_label + 1
                 self.sampling += 1
-            task = asyncio.ensure_future(self.generate(batch, label, epoch))
-            await self._started.put((task, (epoch, batch_in_epoch, last)))
+            await self._started.put(asyncio.ensure_future(self.generate(batch, label)))
         await self._started.put(None)
 
     async def _deliver(self) -> None:
         """Move each sampled batch into the buffer, in the order the batches started."""
-        while (started := await self._started.get()) is not None:
-            task, position = started
-            episodes = await task
+        while (task := await self._started.get()) is not None:
+            sampled = await task
             async with self._changed:
-                self.buffer.put_nowait(RolloutBatch(episodes, *position))
+                self.buffer.put_nowait(sampled)
                 self.sampling -= 1
                 self.ready += 1
                 self._changed.notify_all()

@@ -25,8 +25,12 @@ from omegaconf import DictConfig
 
 from rllm_torch.core.errors import ConfigError
 from rllm_torch.rllm.types import Episode, TrajectoryGroup
-from rllm_torch.trainer.pipeline.rejection_sampling import RejectionSamplingConfig, groups_with_signal
-from rllm_torch.trainer.schema import GROUP_SIGNAL_METRICS, prompts_per_step
+from rllm_torch.trainer.pipeline.rejection_sampling import (
+    UNIFORM_REWARD_TOLERANCE,
+    RejectionSamplingConfig,
+    groups_with_signal,
+)
+from rllm_torch.trainer.schema import GROUP_SIGNAL_METRICS, FilterGroupsSection, prompts_per_step
 
 __all__ = ["DynamicSamplingConfig", "DynamicSampler"]
 
@@ -46,11 +50,11 @@ class DynamicSamplingConfig:
         ConfigError: an unknown metric, a cap below 1 or a target below 1.
     """
 
-    enable: bool = False
-    metric: str = "reward"
-    max_num_gen_batches: int = 10
+    enable: bool = FilterGroupsSection.enable
+    metric: str = FilterGroupsSection.metric
+    max_num_gen_batches: int = FilterGroupsSection.max_num_gen_batches
     target_prompts: int = 1
-    uniform_reward_tolerance: float = 1e-6
+    uniform_reward_tolerance: float = UNIFORM_REWARD_TOLERANCE
 
     def __post_init__(self) -> None:
         if self.metric not in GROUP_SIGNAL_METRICS:

@@ -26,6 +26,7 @@ from rllm_torch.core.checks import check_reward
 from rllm_torch.core.distributed import ONE_PROCESS, gather_objects, resolve_process_group
 from rllm_torch.core.errors import ConfigError, InvalidTrajectoryError
 from rllm_torch.rllm.types import Episode, TrajectoryGroup
+from rllm_torch.trainer.schema import RejectionSampleSection
 
 __all__ = [
     "RejectionSamplingConfig",
@@ -33,6 +34,10 @@ __all__ = [
     "apply_rejection_sampling_and_filtering",
     "groups_with_signal",
 ]
+
+
+UNIFORM_REWARD_TOLERANCE = 1e-6
+"""Rewards within this distance (max - min) count as equal (the uniform filters')."""
 
 
 @dataclass
@@ -58,11 +63,22 @@ class RejectionSamplingConfig:
     """
 
     mode: Literal["none", "episode"] = "none"
-    min_trajs_per_group: int = 2
-    min_partial_solve_tasks: int = 1
-    filter_uniform_groups: bool = False
-    uniform_reward_tolerance: float = 1e-6
-    uniform_filter_metric: Literal["reward", "is_correct"] = "reward"
+    min_trajs_per_group: int = RejectionSampleSection.min_trajs_per_group
+    min_partial_solve_tasks: int = RejectionSampleSection.min_partial_solve_tasks
+    filter_uniform_groups: bool = RejectionSampleSection.filter_uniform_groups
+    uniform_reward_tolerance: float = UNIFORM_REWARD_TOLERANCE
+    uniform_filter_metric: Literal["reward", "is_correct"] = RejectionSampleSection.uniform_filter_metric
+
+    @classmethod
+    def from_config(cls, section: RejectionSampleSection) -> RejectionSamplingConfig:
+        """From the run config's ``rllm.rejection_sample`` (``enable``: episode mode)."""
+        return cls(
+            mode="episode" if section.enable else "none",
+            min_partial_solve_tasks=section.min_partial_solve_tasks,
+            min_trajs_per_group=section.min_trajs_per_group,
+            filter_uniform_groups=section.filter_uniform_groups,
+            uniform_filter_metric=section.uniform_filter_metric,
+        )
 
     def __post_init__(self) -> None:
         if self.mode not in ("none", "episode"):

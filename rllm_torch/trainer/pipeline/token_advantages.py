@@ -149,7 +149,7 @@ def _token_level_role(
 
 
 def compute_token_advantages(
-    batch: TokenBatch, algorithm_config: AlgorithmConfig, *, process_group: object = ONE_PROCESS
+    batch: TokenBatch, plan: AdvantagePlan | AlgorithmConfig, *, process_group: object = ONE_PROCESS
 ) -> dict[str, float]:
     """Write ``batch.advantages [R, T]``: each row's trajectory advantage times the row's own
     response mask (``adv_N[row_index][:, None] * response_mask``), per role; rows of precomputed
@@ -177,7 +177,8 @@ def compute_token_advantages(
 
     Args:
         batch: this rank's batch.
-        algorithm_config: the estimators and their options.
+        plan: each role's estimator and its options (the trainer's, resolved once for the run), or
+            the :class:`AlgorithmConfig` to resolve one from.
         process_group: ``ONE_PROCESS`` (default), or the run's ``ProcessGroup`` when each rank
             holds part of the batch (every rank must call). The groups are rank-local (the
             ``n`` rollouts of a prompt are on one rank): group statistics stay on the rank,
@@ -194,6 +195,8 @@ def compute_token_advantages(
         UnknownEstimatorError: a role's estimator is not registered.
     """
     group = resolve_process_group(process_group)
+    plan = plan if isinstance(plan, AdvantagePlan) else AdvantagePlan(plan)
+    algorithm_config = plan.config
     mode = algorithm_config.stepwise_advantage_mode
     if mode in TURN_MODES and (batch.turn_rewards is None or (mode == "gigpo" and batch.observation_index is None)):
         raise ConfigError(
@@ -201,7 +204,6 @@ def compute_token_advantages(
             "batch with build_token_batch(..., stepwise_mode=<the mode>), which fills TokenBatch.turn_rewards and "
             "observation_index."
         )
-    plan = AdvantagePlan(algorithm_config)
     result = compute_role_advantages(role_batch(batch), plan, process_group=group)
     metrics = result.metrics
     batch.advantages = broadcast_to_tokens(result.steps, batch.response_mask)  # float32 tokens; float64 statistics
