@@ -1,8 +1,10 @@
 """``BackendProtocol``: what a training backend provides to the unified trainer.
 
-The trainer calls, per batch: ``generate_episodes`` → (transform, filtering) →
-``transform_to_backend_batch`` → ``process_backend_batch`` → ``compute_advantages`` →
-``update_policy``; and the ``on_*`` hooks around training, epochs, batches and validation.
+The backend serves the model; the trainer's step (:mod:`~rllm_torch.trainer.step`) calls, per
+batch: ``generate_episodes`` → (the trainer's transform and filters) → ``transform_to_backend_batch``
+→ ``process_backend_batch`` (with ``trainer_state.needs``) → (the trainer's advantages, or the
+backend's ``compute_advantages`` when it overrides it) → ``update_policy``; and the ``on_*`` hooks
+around training, epochs, batches and validation.
 """
 
 from __future__ import annotations
@@ -131,11 +133,15 @@ class BackendProtocol(ABC):
         """Turn ``trainer_state.trajectory_groups`` into the backend's batch."""
 
     async def process_backend_batch(self, trainer_state: TrainerState) -> None:
-        """Compute what the update needs before advantages (e.g. old log-probs)."""
+        """Compute what the update and the estimators need before the advantages: old log-probs,
+        and what ``trainer_state.needs`` names (the run's estimators' and losses' declared inputs,
+        e.g. ``sum_pi_squared``)."""
 
     async def compute_advantages(self, trainer_state: TrainerState, algorithm_config: AlgorithmConfig) -> None:
-        """Token-level advantages on ``trainer_state.backend_batch`` (a :class:`TokenBatch`):
-        see :func:`compute_token_advantages` (over every rank of ``self.ranks``). Metrics go into
+        """rLLM's hook. The trainer computes the advantages itself (the same function, with the
+        run's plan resolved once) unless a backend overrides this; this default is what it
+        computes: token-level advantages on ``trainer_state.backend_batch`` (a :class:`TokenBatch`),
+        :func:`compute_token_advantages` over every rank of ``self.ranks``. Metrics go into
         ``trainer_state.metrics``."""
         trainer_state.metrics.update(
             compute_token_advantages(
