@@ -40,6 +40,7 @@ from rllm_torch.trainer.schema import TaskConfig, TrainConfig, prompts_per_step,
 __all__ = [
     "RunSettings",
     "check_run_config",
+    "typed_algorithm_config",
     "check_values",
     "check_world_size",
     "check_estimator_call",
@@ -161,17 +162,28 @@ def _check_task_keys(task_config: Any) -> None:
         )
 
 
-def _check_algorithm(config: Any, estimator_map: dict | None) -> tuple[AlgorithmConfig, AdvantagePlan]:
-    """The algorithm's own rules (``AlgorithmConfig``), then each estimator: registered, runnable
-    in the stepwise mode, and called once with the run's options on a synthetic group. Returns the
-    run's :class:`AlgorithmConfig` (the only place one is built from the run config) and its plan."""
-    rllm = config.rllm
+def typed_algorithm_config(config: Any, estimator_map: dict | None = None) -> AlgorithmConfig:
+    """The run config's :class:`AlgorithmConfig` (the one place it is built from a run config),
+    with ``estimator_map`` (the trainer's) merged over ``rllm.algorithm.estimator_map``; its own
+    rules checked, not the run's (a backend built on its own, outside a run, reads it from here).
+
+    Raises:
+        ConfigError: what ``AlgorithmConfig``'s rules raise, or a value it cannot take.
+    """
     try:
-        algorithm = AlgorithmConfig.from_config(config, estimator_map=estimator_map)  # the trainer's map merged
+        return AlgorithmConfig.from_config(config, estimator_map=estimator_map)
     except (TypeError, ValueError) as exc:
         if isinstance(exc, ConfigError):
             raise
         raise ConfigError(f"invalid rllm config: {exc}") from exc
+
+
+def _check_algorithm(config: Any, estimator_map: dict | None) -> tuple[AlgorithmConfig, AdvantagePlan]:
+    """The algorithm's own rules (``AlgorithmConfig``), then each estimator: registered, runnable
+    in the stepwise mode, and called once with the run's options on a synthetic group. Returns the
+    run's :class:`AlgorithmConfig` and its plan."""
+    rllm = config.rllm
+    algorithm = typed_algorithm_config(config, estimator_map)  # the trainer's map merged
     plan = AdvantagePlan(algorithm)  # every estimator named: registered, runnable in the stepwise mode
     for name in sorted(plan.estimators):
         check_estimator_call(name, algorithm, rllm.rollout.n)

@@ -263,15 +263,18 @@ def test_engine_vllm_without_the_package_names_the_extra_to_install(monkeypatch)
 def test_the_start_up_summary_names_the_vllm_sampler_and_the_correction():
     from trainer_rank_tasks import backend_config
 
+    from rllm_torch.trainer.config_checks import check_run_config
     from rllm_torch.trainer.logs.summary import _extras_line
 
-    line = _extras_line(
-        backend_config(
-            "backend.rollout.engine=vllm",
-            "rllm.algorithm.rollout_correction.tis_mode=sequence_mask",
-            "rllm.algorithm.rollout_correction.tis_cap=3.0",
-        )
+    def extras(*dotlist: str) -> str:
+        config = backend_config(*dotlist)
+        return _extras_line(config, check_run_config(config).plan)
+
+    line = extras(
+        "backend.rollout.engine=vllm",
+        "rllm.algorithm.rollout_correction.tis_mode=sequence_mask",
+        "rllm.algorithm.rollout_correction.tis_cap=3.0",
     )
     assert line == "rollouts through vLLM; rollout correction sequence_mask (cap 3.0)"
-    assert _extras_line(backend_config()) == ""
-    assert "bypass_mode" in _extras_line(backend_config("rllm.algorithm.rollout_correction.bypass_mode=true"))
+    assert extras() == ""
+    assert "bypass_mode" in extras("rllm.algorithm.rollout_correction.bypass_mode=true")

@@ -110,10 +110,10 @@ def test_components_on_some_trajectories_only_are_refused_naming_one(pack):
 
 def test_a_run_asking_for_gdpo_stops_at_start_up_without_two_reward_functions():
     config = compose_train("rllm.algorithm.adv_estimator=gdpo")
-    check_reward_components(build_task(config.task), config)  # the default task has two
+    check_reward_components(build_task(config.task), check_run_config(config).plan)  # the default task has two
     reverse = compose_train("task=reverse", "rllm.algorithm.adv_estimator=gdpo")
     with pytest.raises(ConfigError, match="task.name='reverse' scores 0 reward function"):
-        check_reward_components(build_task(reverse.task), reverse)
+        check_reward_components(build_task(reverse.task), check_run_config(reverse).plan)
     one_weight = compose_train(
         "rllm.algorithm.adv_estimator=gdpo", "rllm.algorithm.estimator_options.gdpo.reward_weights=[1.0]"
     )

@@ -61,7 +61,7 @@ from rllm_torch.backends.torch_backend.vllm_rollout import VllmRolloutEngine
 from rllm_torch.backends.torch_backend.vllm_setup import full_weights
 from rllm_torch.core.errors import CheckpointError
 from rllm_torch.rllm.config import AlgorithmConfig
-from rllm_torch.trainer.config_checks import check_run_config
+from rllm_torch.trainer.config_checks import typed_algorithm_config
 from rllm_torch.trainer.model_defaults import apply_model_defaults
 from rllm_torch.trainer.pipeline.token_batch import build_token_batch
 from rllm_torch.trainer.protocol import BackendProtocol
@@ -90,6 +90,8 @@ class TorchBackend(BackendProtocol):
         max_new_tokens: the task's own response length, for a null ``rllm.rollout.max_new_tokens``.
         tasks: the training and validation task dicts (``UnifiedTrainer`` passes them), whose
             text sets the alphabet and the response length when they are not given.
+        algorithm_config: the run's checked losses (``UnifiedTrainer`` passes its own); None: typed
+            from ``config`` (:func:`~rllm_torch.trainer.config_checks.typed_algorithm_config`).
 
     Raises:
         ConfigError / ModelNotFoundError: bad model, device, dtype, memory, loss or parallelism settings.
@@ -110,8 +112,8 @@ class TorchBackend(BackendProtocol):
         **kwargs: Any,
     ) -> None:
         super().__init__(config, ranks)
-        if algorithm_config is None:  # built on its own, not by the trainer: the config checked as the trainer does
-            algorithm_config = check_run_config(self.config, self.ranks.world_size).algorithm_config
+        if algorithm_config is None:  # built on its own, outside a run: typed from the config
+            algorithm_config = typed_algorithm_config(self.config)
         # typed, every setting of the schema; the backend's own copy, whose null settings take the
         # defaults of what is loaded (the run's config, its fingerprint and resume keep what was given)
         run_config, rows = self.config, [t for t in tasks or () if isinstance(t, dict)]
