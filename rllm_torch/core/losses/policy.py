@@ -39,10 +39,12 @@ __all__ = [
     "LOSS_FNS",
     "POLICY_LOSSES",
     "loss_options",
+    "ppo_clip_loss",  # defined in losses.ppo, listed here as before
     "importance_sampling_loss",
     "cispo_loss",
     "dro_loss",
     "cross_entropy_loss",
+    "gspo_loss",
     "policy_loss",
     "loss_requirement",
     "PINNED_AGG_MODES",
