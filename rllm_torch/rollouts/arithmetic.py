@@ -9,7 +9,7 @@ import random
 from typing import Any
 
 from rllm_torch.core.errors import ConfigError
-from rllm_torch.rollouts.task import Task, exact_match_reward
+from rllm_torch.rollouts.task import Task, exact_match_reward, seeded_splits
 
 __all__ = ["arithmetic_problems", "arithmetic_task", "one_digit_format_reward"]
 
@@ -52,8 +52,7 @@ def one_digit_format_reward(task: dict, response: str) -> float:
 def arithmetic_task(task_config: Any) -> Task:
     """Train and validation splits from ``task_config.{train_size, val_size, max_sum, seed}``
     (validation uses ``seed + 1``, so the splits are independent draws of the same problems)."""
-    train = arithmetic_problems(task_config.train_size, max_sum=task_config.max_sum, seed=task_config.seed)
-    val = arithmetic_problems(task_config.val_size, max_sum=task_config.max_sum, seed=task_config.seed + 1)
+    train, val = seeded_splits(arithmetic_problems, task_config, max_sum=task_config.max_sum)
     return Task(
         name="arithmetic",
         train=train,

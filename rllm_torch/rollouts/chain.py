@@ -16,7 +16,7 @@ from typing import Any
 
 from rllm_torch.core.errors import ConfigError
 from rllm_torch.rllm.types import Episode, TerminationReason, Trajectory
-from rllm_torch.rollouts.task import EnvironmentLatency, Task, exact_match_reward
+from rllm_torch.rollouts.task import EnvironmentLatency, Task, exact_match_reward, seeded_splits
 from rllm_torch.trainer.workflow import RolloutEngine, Workflow
 
 __all__ = ["chain_problems", "chain_task", "ArithmeticChainWorkflow", "FEEDBACK"]
@@ -56,9 +56,7 @@ def chain_task(task_config: Any) -> Task:
         ConfigError: see :func:`chain_problems` and :class:`~rllm_torch.rollouts.task.EnvironmentLatency`.
     """
     EnvironmentLatency(task_config.env_latency_ms)  # checked at start-up
-    turns = task_config.turns
-    train = chain_problems(task_config.train_size, turns=turns, max_sum=task_config.max_sum, seed=task_config.seed)
-    val = chain_problems(task_config.val_size, turns=turns, max_sum=task_config.max_sum, seed=task_config.seed + 1)
+    train, val = seeded_splits(chain_problems, task_config, turns=task_config.turns, max_sum=task_config.max_sum)
     return Task(
         name="chain",
         train=train,

@@ -27,7 +27,7 @@ from rllm_torch.core.errors import ConfigError
 from rllm_torch.rllm.types import Episode, TerminationReason, Trajectory
 from rllm_torch.rollouts.arithmetic import arithmetic_problems
 from rllm_torch.rollouts.single_turn import RewardFn
-from rllm_torch.rollouts.task import Task, exact_match_reward
+from rllm_torch.rollouts.task import Task, exact_match_reward, seeded_splits
 from rllm_torch.trainer.workflow import RolloutEngine, Workflow
 
 __all__ = ["distill_task", "AnswerTeacher", "DistillationWorkflow"]
@@ -36,8 +36,7 @@ __all__ = ["distill_task", "AnswerTeacher", "DistillationWorkflow"]
 def distill_task(task_config: Any) -> Task:
     """The arithmetic splits of ``task_config`` run by :class:`DistillationWorkflow` with an
     :class:`AnswerTeacher` of confidence 0.9; ``task_config.mix_rl`` adds the RL ``solver`` role."""
-    train = arithmetic_problems(task_config.train_size, max_sum=task_config.max_sum, seed=task_config.seed)
-    val = arithmetic_problems(task_config.val_size, max_sum=task_config.max_sum, seed=task_config.seed + 1)
+    train, val = seeded_splits(arithmetic_problems, task_config, max_sum=task_config.max_sum)
     args = {
         "teacher": AnswerTeacher(0.9),
         "reward_fn": exact_match_reward,

@@ -28,7 +28,7 @@ from typing import Any
 
 from rllm_torch.core.errors import ConfigError
 from rllm_torch.rllm.types import Episode, TerminationReason, Trajectory
-from rllm_torch.rollouts.task import EnvironmentLatency, Task
+from rllm_torch.rollouts.task import EnvironmentLatency, Task, seeded_splits
 from rllm_torch.trainer.workflow import RolloutEngine, Workflow
 
 __all__ = ["guess_problems", "guess_task", "guess_reward", "parse_guess", "GuessNumberWorkflow", "STYLES"]
@@ -108,9 +108,7 @@ def guess_task(task_config: Any) -> Task:
         raise ConfigError(
             f"guess task: task.max_turns must be >= 1 and task.turn_cost >= 0 (finite over max_turns turns), got {task_config.max_turns} and {task_config.turn_cost}."
         )
-    common = dict(max_number=task_config.max_number, style=task_config.style)
-    train = guess_problems(task_config.train_size, seed=task_config.seed, **common)
-    val = guess_problems(task_config.val_size, seed=task_config.seed + 1, **common)
+    train, val = seeded_splits(guess_problems, task_config, max_number=task_config.max_number, style=task_config.style)
     return Task(
         name="guess",
         train=train,

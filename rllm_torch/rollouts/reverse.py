@@ -9,7 +9,7 @@ import random
 from typing import Any
 
 from rllm_torch.core.errors import ConfigError
-from rllm_torch.rollouts.task import Task
+from rllm_torch.rollouts.task import Task, seeded_splits
 
 __all__ = ["reverse_problems", "reverse_task", "positional_match_reward"]
 
@@ -62,8 +62,7 @@ def reverse_task(task_config: Any) -> Task:
     max_digits, seed}`` (validation uses ``seed + 1``); reward :func:`positional_match_reward`,
     correct on an exact match."""
     lengths = dict(min_digits=task_config.min_digits, max_digits=task_config.max_digits)
-    train = reverse_problems(task_config.train_size, seed=task_config.seed, **lengths)
-    val = reverse_problems(task_config.val_size, seed=task_config.seed + 1, **lengths)
+    train, val = seeded_splits(reverse_problems, task_config, **lengths)
     return Task(
         name="reverse",
         train=train,

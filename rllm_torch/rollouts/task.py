@@ -6,13 +6,14 @@ from __future__ import annotations
 import asyncio
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from rllm_torch.core.errors import ConfigError
 from rllm_torch.rollouts.single_turn import RewardFn
 
-__all__ = ["Task", "exact_match_reward", "alphabet_of", "EnvironmentLatency"]
+__all__ = ["Task", "seeded_splits", "exact_match_reward", "alphabet_of", "EnvironmentLatency"]
 
 
 class EnvironmentLatency:
@@ -93,3 +94,24 @@ def exact_match_reward(task: dict, response: str) -> float:
 def alphabet_of(*datasets: list[dict]) -> str:
     """The sorted distinct characters of every prompt and answer."""
     return "".join(sorted({ch for rows in datasets for row in rows for ch in f"{row['prompt']}{row['answer']}"}))
+
+
+def seeded_splits(
+    problems: Callable[..., list[dict]], task_config: Any, **options: Any
+) -> tuple[list[dict], list[dict]]:
+    """The train and validation lists of a generated task: ``problems(task_config.train_size,
+    seed=task_config.seed, **options)`` and ``problems(task_config.val_size, seed=task_config.seed
+    + 1, **options)``, independent draws of the same problems (``options``: the task's own settings).
+
+    Raises:
+        whatever ``problems`` raises for a bad setting (a ``ConfigError`` naming it), the train split first.
+
+    Examples:
+        >>> from types import SimpleNamespace
+        >>> seeded_splits(lambda n, *, seed, step: [seed + step * i for i in range(n)],
+        ...               SimpleNamespace(train_size=3, val_size=2, seed=10), step=5)
+        ([10, 15, 20], [11, 16])
+    """
+    train = problems(task_config.train_size, seed=task_config.seed, **options)
+    val = problems(task_config.val_size, seed=task_config.seed + 1, **options)
+    return train, val

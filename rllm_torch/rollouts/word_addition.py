@@ -16,7 +16,7 @@ import re
 from typing import Any
 
 from rllm_torch.core.errors import ConfigError
-from rllm_torch.rollouts.task import Task, alphabet_of
+from rllm_torch.rollouts.task import Task, alphabet_of, seeded_splits
 
 __all__ = ["extract_final_number", "final_number_reward", "word_addition_problems", "word_addition_task"]
 
@@ -91,8 +91,7 @@ def word_addition_task(task_config: Any) -> Task:
     max_digits, seed}`` (validation draws with ``seed + 1``), rewarded by :func:`final_number_reward`.
     Meant for a pretrained model with its chat template (``task.apply_chat_template=true``)."""
     digits = dict(min_digits=task_config.min_digits, max_digits=task_config.max_digits)
-    train = word_addition_problems(task_config.train_size, seed=task_config.seed, **digits)
-    val = word_addition_problems(task_config.val_size, seed=task_config.seed + 1, **digits)
+    train, val = seeded_splits(word_addition_problems, task_config, **digits)
     return Task(
         name="word_addition", train=train, val=val, reward_fn=final_number_reward, alphabet=alphabet_of(train, val)
     )

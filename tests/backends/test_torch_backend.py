@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 from omegaconf import OmegaConf
+from tiny_runs import TINY_VALIDATED
 from trainer_fakes import make_config
 
 from rllm_torch import AlgorithmConfig, GroupedRewards, compute_advantages
@@ -109,15 +110,7 @@ def test_a_few_real_training_steps_update_the_tiny_model_and_save_a_loadable_che
 
     config = make_config(
         tmp_path,
-        "model.num_layers=1",
-        "model.hidden_size=32",
-        "model.num_heads=2",
-        "task.train_size=16",
-        "task.val_size=4",
-        "data.train_batch_size=8",
-        "rllm.rollout.n=4",
-        "rllm.rollout.n_val=2",
-        "rllm.trainer.total_batches=2",
+        *TINY_VALIDATED,
         "rllm.algorithm.adv_estimator=rloo",
     )
     trainer = run(config)

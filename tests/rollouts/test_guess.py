@@ -99,6 +99,7 @@ def test_real_training_steps_in_each_turn_mode_give_each_turn_its_own_advantage(
     import json
 
     import torch
+    from tiny_runs import TINY_VALIDATED
     from trainer_fakes import make_config
 
     from rllm_torch.backends.torch_backend.backend import TorchBackend
@@ -115,15 +116,7 @@ def test_real_training_steps_in_each_turn_mode_give_each_turn_its_own_advantage(
     config = make_config(
         tmp_path,
         "task.name=guess",
-        "model.num_layers=1",
-        "model.hidden_size=32",
-        "model.num_heads=2",
-        "task.train_size=16",
-        "task.val_size=4",
-        "data.train_batch_size=8",
-        "rllm.rollout.n=4",
-        "rllm.rollout.n_val=2",
-        "rllm.trainer.total_batches=2",
+        *TINY_VALIDATED,
         "rllm.algorithm.adv_estimator=rloo",
         f"rllm.stepwise_advantage.mode={mode}",
     )

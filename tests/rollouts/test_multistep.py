@@ -7,6 +7,7 @@ import asyncio
 import json
 
 import torch
+from tiny_runs import TINY_VALIDATED
 from trainer_fakes import make_config
 
 from rllm_torch import AlgorithmConfig
@@ -100,15 +101,7 @@ def test_real_training_steps_on_the_chain_task_train_on_every_turn(tmp_path, mon
     config = make_config(
         tmp_path,
         "task.name=chain",
-        "model.num_layers=1",
-        "model.hidden_size=32",
-        "model.num_heads=2",
-        "task.train_size=16",
-        "task.val_size=4",
-        "data.train_batch_size=8",
-        "rllm.rollout.n=4",
-        "rllm.rollout.n_val=2",
-        "rllm.trainer.total_batches=2",
+        *TINY_VALIDATED,
     )
     trainer = run(config)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]

@@ -6,6 +6,7 @@ import json
 
 import pytest
 from omegaconf import OmegaConf
+from tiny_runs import TINY_VALIDATED
 from trainer_fakes import make_config
 
 from rllm_torch.core.errors import ConfigError
@@ -62,16 +63,8 @@ def test_a_short_run_on_the_reverse_task_trains_on_long_responses_with_partial_c
     config = make_config(
         tmp_path,
         "task.name=reverse",
-        "task.train_size=16",
-        "task.val_size=4",
-        "model.num_layers=1",
-        "model.hidden_size=32",
-        "model.num_heads=2",
-        "data.train_batch_size=8",
-        "rllm.rollout.n=4",
-        "rllm.rollout.n_val=2",
+        *TINY_VALIDATED,
         "rllm.rollout.max_new_tokens=16",
-        "rllm.trainer.total_batches=2",
     )
     run(config)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]

@@ -1,8 +1,9 @@
-"""Policy losses (``policy``), the importance ratio per token or sequence and the dual clip
-(``ratio``), their aggregation modes (``aggregation``), the entropy bonus (``entropy``), the KL
-estimators to a reference policy (``kl``), the critic's value loss (``value``), the rollout
-correction's importance weights (``rollout_correction``) and the registry of users' losses
-(``registry``): pure tensor math."""
+"""Policy losses (``policy``; PPO and GSPO in ``ppo``), the importance ratio per token or
+sequence, PPO's clipped surrogate, the dual clip and the approximate KL (``ratio``), their
+aggregation modes (``aggregation``), the entropy bonus (``entropy``), the KL estimators to a
+reference policy (``kl``), the critic's value loss (``value``), the rollout correction's
+importance weights (``rollout_correction``) and the registry of users' losses (``registry``):
+pure tensor math."""
 
 from rllm_torch.core.losses.aggregation import AGG_MODES, aggregate_loss, loss_normaliser, token_mean
 from rllm_torch.core.losses.entropy import entropy_bonus
@@ -14,13 +15,12 @@ from rllm_torch.core.losses.policy import (
     cispo_loss,
     cross_entropy_loss,
     dro_loss,
-    gspo_loss,
     importance_sampling_loss,
     loss_options,
     loss_requirement,
     policy_loss,
-    ppo_clip_loss,
 )
+from rllm_torch.core.losses.ppo import gspo_loss, ppo_clip_loss
 from rllm_torch.core.losses.ratio import IMPORTANCE_SAMPLING_LEVELS, dual_clip, log_importance_ratio
 from rllm_torch.core.losses.registry import (
     LOSS_INPUTS,

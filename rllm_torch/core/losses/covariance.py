@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from rllm_torch.core.losses.aggregation import aggregate_loss, token_mean
+from rllm_torch.core.losses.ratio import approx_kl, clipped_surrogate
 
 __all__ = ["token_covariance", "clip_cov_loss", "kl_cov_loss"]
 
@@ -79,23 +80,21 @@ def clip_cov_loss(
             f"clip_cov_ratio={clip_cov_ratio!r} must be in (0, 1], and clip_cov_lb={clip_cov_lb!r} must be below "
             f"clip_cov_ub={clip_cov_ub!r} (backend.clip_cov_ratio, backend.clip_cov_lb, backend.clip_cov_ub)."
         )
-    ratio_NT = (log_probs - old_log_probs).exp()
-    unclipped_NT = -advantages * ratio_NT
-    clipped_NT = -advantages * ratio_NT.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
+    log_ratio_NT = log_probs - old_log_probs
+    loss_NT, clipped_NT = clipped_surrogate(
+        log_ratio_NT.exp(), advantages, clip_ratio_low=clip_ratio_low, clip_ratio_high=clip_ratio_high
+    )
     trained_NT = response_mask > 0
     cov_NT = token_covariance(advantages, log_probs, response_mask)
-    eligible_NT = trained_NT & (clipped_NT <= unclipped_NT) & (cov_NT > clip_cov_lb) & (cov_NT < clip_cov_ub)
+    eligible_NT = trained_NT & ~clipped_NT & (cov_NT > clip_cov_lb) & (cov_NT < clip_cov_ub)
     count = (clip_cov_ratio * trained_NT.sum()).floor().clamp(min=1)
     keys_NT = torch.rand_like(cov_NT) if random_keys is None else random_keys
     cut_NT = _select_by_rank(keys_NT, eligible_NT, count)
-    loss_NT = torch.maximum(unclipped_NT, clipped_NT) * (~cut_NT)
-    loss = aggregate_loss(loss_NT, response_mask, loss_agg_mode, horizon=horizon, normaliser=normaliser)
-    with torch.no_grad():
-        log_ratio_NT = log_probs - old_log_probs
-        stats = {
-            "clip_fraction": token_mean(cut_NT.float(), response_mask),
-            "approx_kl": token_mean(log_ratio_NT.exp() - 1 - log_ratio_NT, response_mask),
-        }
+    loss = aggregate_loss(loss_NT * (~cut_NT), response_mask, loss_agg_mode, horizon=horizon, normaliser=normaliser)
+    stats = {
+        "clip_fraction": token_mean(cut_NT.float(), response_mask),
+        "approx_kl": approx_kl(log_ratio_NT, response_mask),
+    }
     return loss, stats
 
 
@@ -137,9 +136,8 @@ def kl_cov_loss(
     chosen_NT = _select_by_rank(cov_NT, trained_NT, count)
     loss_NT = -advantages * log_ratio_NT.exp() + ppo_kl_coef * log_ratio_NT.abs() * chosen_NT
     loss = aggregate_loss(loss_NT, response_mask, loss_agg_mode, horizon=horizon, normaliser=normaliser)
-    with torch.no_grad():
-        stats = {
-            "kl_cov_fraction": token_mean(chosen_NT.float(), response_mask),
-            "approx_kl": token_mean(log_ratio_NT.exp() - 1 - log_ratio_NT, response_mask),
-        }
+    stats = {
+        "kl_cov_fraction": token_mean(chosen_NT.float(), response_mask),
+        "approx_kl": approx_kl(log_ratio_NT, response_mask),
+    }
     return loss, stats

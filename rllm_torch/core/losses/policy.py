@@ -13,7 +13,8 @@ gradient. Each function builds the per-token loss ``ℓ[n, t]`` below and reduce
 data-parallel rank the global one (:func:`~rllm_torch.core.losses.aggregation.loss_normaliser`).
 The ratio losses (``ppo``, ``importance_sampling``, ``cispo``) take ``importance_sampling_level``:
 ``"token"`` (ρ per token) or ``"sequence"`` (GSPO's length-normalised sequence ratio, one ρ per
-row: :func:`~rllm_torch.core.losses.ratio.log_importance_ratio`).
+row: :func:`~rllm_torch.core.losses.ratio.log_importance_ratio`). PPO and GSPO live in
+:mod:`~rllm_torch.core.losses.ppo`, the other losses of :data:`POLICY_LOSSES` in their modules.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from torch import Tensor
 
 from rllm_torch.core.losses.aggregation import aggregate_loss, token_mean
 from rllm_torch.core.losses.covariance import clip_cov_loss, kl_cov_loss
-from rllm_torch.core.losses.ratio import IMPORTANCE_SAMPLING_LEVELS, dual_clip, log_importance_ratio
+from rllm_torch.core.losses.ppo import gspo_loss, ppo_clip_loss
+from rllm_torch.core.losses.ratio import IMPORTANCE_SAMPLING_LEVELS, approx_kl, log_importance_ratio
 from rllm_torch.core.losses.sequence import geo_mean_loss, luspo_loss
 from rllm_torch.core.losses.soft_gate import sapo_loss, vespo_loss
 from rllm_torch.core.losses.trust_region import dppo_kl_loss, dppo_tv_loss
@@ -37,7 +39,7 @@ __all__ = [
     "LOSS_FNS",
     "POLICY_LOSSES",
     "loss_options",
-    "ppo_clip_loss",
+    "ppo_clip_loss",  # defined in losses.ppo, listed here as before
     "importance_sampling_loss",
     "cispo_loss",
     "dro_loss",
@@ -47,89 +49,6 @@ __all__ = [
     "loss_requirement",
     "PINNED_AGG_MODES",
 ]
-
-
-def _kl_stats(log_ratio_NT: Tensor, response_mask: Tensor) -> dict[str, Tensor]:
-    with torch.no_grad():  # k3 estimator of KL(π_old ‖ π_θ) (Schulman 2020, "Approximating KL divergence")
-        return {"approx_kl": token_mean(log_ratio_NT.exp() - 1 - log_ratio_NT, response_mask)}
-
-
-def ppo_clip_loss(
-    log_probs: Tensor,
-    old_log_probs: Tensor,
-    advantages: Tensor,
-    response_mask: Tensor,
-    *,
-    clip_ratio_low: float = 0.2,
-    clip_ratio_high: float = 0.2,
-    clip_ratio_c: float | None = None,
-    delta: float | None = None,
-    importance_sampling_level: str = "token",
-    loss_agg_mode: str = "token-mean",
-    horizon: int | None = None,
-    normaliser: Tensor | None = None,
-) -> tuple[Tensor, dict[str, Tensor]]:
-    """PPO's clipped surrogate, negated: ``ℓ = -min(ρ A, clip(ρ, 1 - ε_low, 1 + ε_high) A)``;
-    with ``clip_ratio_c = c`` (dual clip) ``ℓ = min(ℓ, -c A)`` where ``A < 0``; with ``delta = δ``
-    (TRL's two-sided clip, INTELLECT-2) ``ρ`` is capped at ``δ`` in the unclipped term,
-    ``ℓ = -min(min(ρ, δ) A, clip(ρ) A)``: for ``δ >= 1 + ε_high`` the same loss as ``clip_ratio_c = δ``.
-
-    Stats: ``clip_fraction`` (share of tokens where the clipped term is the smaller),
-    ``clip_fraction_lower`` (share capped by the dual clip, with ``clip_ratio_c``) and ``approx_kl``.
-
-    Source: Schulman et al. 2017, arXiv:1707.06347, eq. 7; asymmetric ε_low/ε_high as DAPO
-    (arXiv:2503.14476); dual clip and the sequence ratio: :mod:`~rllm_torch.core.losses.ratio`;
-    ``delta``: TRL's ``GRPOConfig.delta`` (Prime Intellect, INTELLECT-2, arXiv:2505.07291).
-    Example: on-policy, ``A = 2`` on one token gives ``ℓ = -2``.
-    """
-    ratio_NT = log_importance_ratio(log_probs, old_log_probs, response_mask, importance_sampling_level).exp()
-    unclipped_NT = (ratio_NT if delta is None else ratio_NT.clamp(max=delta)) * advantages
-    clipped_NT = ratio_NT.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high) * advantages
-    loss_NT = -torch.minimum(unclipped_NT, clipped_NT)
-    stats = {}
-    if clip_ratio_c is not None:
-        loss_NT, capped_NT = dual_clip(loss_NT, advantages, clip_ratio_c)
-        stats["clip_fraction_lower"] = token_mean(capped_NT.float(), response_mask)
-    loss = aggregate_loss(loss_NT, response_mask, loss_agg_mode, horizon=horizon, normaliser=normaliser)
-    with torch.no_grad():
-        stats["clip_fraction"] = token_mean((clipped_NT < unclipped_NT).float(), response_mask)
-    return loss, stats | _kl_stats(log_probs - old_log_probs, response_mask)
-
-
-def gspo_loss(
-    log_probs: Tensor,
-    old_log_probs: Tensor,
-    advantages: Tensor,
-    response_mask: Tensor,
-    *,
-    clip_ratio_low: float = 0.2,
-    clip_ratio_high: float = 0.2,
-    importance_sampling_level: str = "sequence",
-    loss_agg_mode: str = "seq-mean-token-mean",
-    horizon: int | None = None,
-    normaliser: Tensor | None = None,
-) -> tuple[Tensor, dict[str, Tensor]]:
-    """GSPO under its own loss name (rLLM's, verl's and Fireworks' ``gspo``): :func:`ppo_clip_loss`
-    on the length-normalised sequence ratio ``s_i = (π_θ(y_i) / π_old(y_i))^(1/|y_i|)`` whatever
-    ``importance_sampling_level`` the run sets, aggregated ``seq-mean-token-mean`` (its pinned
-    mode, :data:`PINNED_AGG_MODES`, as rLLM pins it). The same numbers as ``loss_fn=ppo`` with
-    ``importance_sampling_level=sequence`` and ``loss_agg_mode=seq-mean-token-mean``.
-
-    Source: Zheng et al. 2025, "Group Sequence Policy Optimization", arXiv:2507.18071.
-    """
-    del importance_sampling_level  # always the sequence ratio
-    return ppo_clip_loss(
-        log_probs,
-        old_log_probs,
-        advantages,
-        response_mask,
-        clip_ratio_low=clip_ratio_low,
-        clip_ratio_high=clip_ratio_high,
-        importance_sampling_level="sequence",
-        loss_agg_mode=loss_agg_mode,
-        horizon=horizon,
-        normaliser=normaliser,
-    )
 
 
 def importance_sampling_loss(
@@ -150,7 +69,7 @@ def importance_sampling_loss(
     """
     ratio_NT = log_importance_ratio(log_probs, old_log_probs, response_mask, importance_sampling_level).exp()
     loss = aggregate_loss(-ratio_NT * advantages, response_mask, loss_agg_mode, horizon=horizon, normaliser=normaliser)
-    return loss, _kl_stats(log_probs - old_log_probs, response_mask)
+    return loss, {"approx_kl": approx_kl(log_probs - old_log_probs, response_mask)}
 
 
 def cispo_loss(
@@ -184,7 +103,7 @@ def cispo_loss(
     with torch.no_grad():
         clipped_NT = (weight != ratio).float().expand_as(log_probs)
         stats = {"clip_fraction": token_mean(clipped_NT, response_mask)}
-    return loss, stats | _kl_stats(log_probs - old_log_probs, response_mask)
+    return loss, stats | {"approx_kl": approx_kl(log_probs - old_log_probs, response_mask)}
 
 
 def dro_loss(
@@ -214,7 +133,7 @@ def dro_loss(
         horizon=horizon,
         normaliser=normaliser,
     )
-    return loss, _kl_stats(log_ratio_NT, response_mask)
+    return loss, {"approx_kl": approx_kl(log_ratio_NT, response_mask)}
 
 
 def cross_entropy_loss(

@@ -36,12 +36,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from rllm_torch.core.losses.ratio import LOG_RATIO_CLAMP
+
 __all__ = ["ROLLOUT_RS_OPTIONS", "RejectionRule", "parse_rollout_rs", "rollout_rejection_mask"]
 
 ROLLOUT_RS_OPTIONS = tuple(f"token_k{k}" for k in (1, 2, 3)) + tuple(
     f"seq_{how}_k{k}" for how in ("sum", "mean") for k in (1, 2, 3)
 ) + ("seq_max_k2", "seq_max_k3")  # fmt: skip
-_LOG_RATIO_CLAMP = 20.0
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,7 @@ def rollout_rejection_mask(
     with torch.no_grad():
         trained_NT = response_mask > 0
         mask_NT = trained_NT.to(torch.float64)
-        log_ratio_NT = (old_log_probs.double() - rollout_log_probs.double()).clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+        log_ratio_NT = (old_log_probs.double() - rollout_log_probs.double()).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
         keep_NT = trained_NT.clone()
         stats: dict[str, Tensor] = {}
         for rule in rules:

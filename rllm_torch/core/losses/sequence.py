@@ -12,14 +12,10 @@ import torch
 from torch import Tensor
 
 from rllm_torch.core.losses.aggregation import aggregate_loss, token_mean
-from rllm_torch.core.losses.ratio import log_importance_ratio
+from rllm_torch.core.losses.ppo import ppo_clip_loss
+from rllm_torch.core.losses.ratio import approx_kl, sequence_mean
 
 __all__ = ["geo_mean_loss", "luspo_loss"]
-
-
-def _sequence_mean(values_NT: Tensor, mask_NT: Tensor) -> Tensor:
-    """``[N, 1]`` each row's mean over its trained tokens (0 for none)."""
-    return (values_NT * mask_NT).sum(-1, keepdim=True) / mask_NT.sum(-1, keepdim=True).clamp(min=1.0)
 
 
 def geo_mean_loss(
@@ -60,15 +56,14 @@ def geo_mean_loss(
     sign_NT = torch.sign(advantages)
     clipped_NT = log_ratio_NT.clamp(-clip_ratio_low, clip_ratio_high)
     chosen_NT = sign_NT * torch.minimum(sign_NT * log_ratio_NT, sign_NT * clipped_NT)
-    ratio_N1 = _sequence_mean(chosen_NT, mask_NT).exp()
-    seq_loss_N1 = -_sequence_mean(advantages, mask_NT) * ratio_N1
+    ratio_N1 = sequence_mean(chosen_NT, mask_NT).exp()
+    seq_loss_N1 = -sequence_mean(advantages, mask_NT) * ratio_N1
     per_token_NT = seq_loss_N1 / mask_NT.sum(-1, keepdim=True).clamp(min=1.0)
     loss = aggregate_loss(per_token_NT, response_mask, loss_agg_mode, horizon=horizon, normaliser=normaliser)
-    with torch.no_grad():
-        stats = {
-            "clip_fraction": token_mean((log_ratio_NT != clipped_NT).float(), response_mask),
-            "approx_kl": token_mean(log_ratio_NT.exp() - 1 - log_ratio_NT, response_mask),
-        }
+    stats = {
+        "clip_fraction": token_mean((log_ratio_NT != clipped_NT).float(), response_mask),
+        "approx_kl": approx_kl(log_ratio_NT, response_mask),
+    }
     return loss, stats
 
 
@@ -88,7 +83,8 @@ def luspo_loss(
     """LUSPO, negated: PPO's clipped surrogate on GSPO's sequence ratio ``s_i`` (the mean of the
     sequence's token log-ratios, exponentiated), ``ℓ = -min(s_i A, clip(s_i, 1 - ε_low, 1 +
     ε_high) A)`` on every trained token (``delta``: ``s_i`` capped at it in the unclipped term,
-    TRL's two-sided clip).
+    TRL's two-sided clip): :func:`~rllm_torch.core.losses.ppo.ppo_clip_loss` with
+    ``importance_sampling_level="sequence"``, the same numbers as ``loss_fn=ppo`` so set.
 
     Aggregated as ``seq-mean-token-sum`` (its only mode): ``mean_i |y_i| L_i``, each sequence's
     loss weighted by its length, so long responses are not diluted as GSPO's
@@ -109,16 +105,16 @@ def luspo_loss(
             f"loss luspo aggregates as seq-mean-token-sum (each sequence's loss times its length, TRL's), not "
             f"{loss_agg_mode!r}: set rllm.algorithm.loss_agg_mode=seq-mean-token-sum."
         )
-    ratio_N1 = log_importance_ratio(log_probs, old_log_probs, response_mask, "sequence").exp()
-    capped_N1 = ratio_N1 if delta is None else ratio_N1.clamp(max=delta)
-    unclipped_NT = capped_N1 * advantages
-    clipped_NT = ratio_N1.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high) * advantages
-    loss_NT = -torch.minimum(unclipped_NT, clipped_NT)
-    loss = aggregate_loss(loss_NT, response_mask, loss_agg_mode, horizon=horizon, normaliser=normaliser)
-    with torch.no_grad():
-        log_ratio_NT = log_probs - old_log_probs
-        stats = {
-            "clip_fraction": token_mean((clipped_NT < unclipped_NT).float(), response_mask),
-            "approx_kl": token_mean(log_ratio_NT.exp() - 1 - log_ratio_NT, response_mask),
-        }
-    return loss, stats
+    return ppo_clip_loss(
+        log_probs,
+        old_log_probs,
+        advantages,
+        response_mask,
+        clip_ratio_low=clip_ratio_low,
+        clip_ratio_high=clip_ratio_high,
+        delta=delta,
+        importance_sampling_level="sequence",
+        loss_agg_mode=loss_agg_mode,
+        horizon=horizon,
+        normaliser=normaliser,
+    )

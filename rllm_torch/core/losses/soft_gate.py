@@ -14,16 +14,9 @@ import torch
 from torch import Tensor
 
 from rllm_torch.core.losses.aggregation import aggregate_loss, token_mean
-from rllm_torch.core.losses.ratio import log_importance_ratio
+from rllm_torch.core.losses.ratio import LOG_RATIO_CLAMP, approx_kl, log_importance_ratio
 
 __all__ = ["sapo_loss", "vespo_loss"]
-
-_LOG_RATIO_CLAMP = 20.0  # verl's clamp of log ρ: exp stays finite
-
-
-def _kl_stats(log_ratio_NT: Tensor, response_mask: Tensor) -> dict[str, Tensor]:
-    with torch.no_grad():
-        return {"approx_kl": token_mean(log_ratio_NT.exp() - 1 - log_ratio_NT, response_mask)}
 
 
 def _positive(value: float, name: str) -> float:
@@ -70,12 +63,12 @@ def sapo_loss(
     """
     tau_pos, tau_neg = _positive(tau_pos, "tau_pos"), _positive(tau_neg, "tau_neg")
     log_ratio = log_importance_ratio(log_probs, old_log_probs, response_mask, importance_sampling_level)
-    ratio = log_ratio.clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP).exp()
+    ratio = log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP).exp()
     # filled from Python numbers on the device (a new_tensor per value would copy from the host: a sync on CUDA)
     tau_NT = torch.full_like(advantages, tau_neg, dtype=ratio.dtype).masked_fill_(advantages > 0, tau_pos)
     gate_NT = torch.sigmoid(tau_NT * (ratio - 1.0)) * (4.0 / tau_NT)
     loss = aggregate_loss(-gate_NT * advantages, response_mask, loss_agg_mode, horizon=horizon, normaliser=normaliser)
-    return loss, _kl_stats(log_probs - old_log_probs, response_mask)
+    return loss, {"approx_kl": approx_kl(log_probs - old_log_probs, response_mask)}
 
 
 def vespo_loss(
@@ -114,8 +107,8 @@ def vespo_loss(
         2.0
     """
     mask_NT = response_mask.to(log_probs.dtype)
-    log_ratio_NT = (log_probs - old_log_probs).detach().clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
-    log_w_N1 = (log_ratio_NT * mask_NT).sum(-1, keepdim=True).clamp(math.log(1e-8), _LOG_RATIO_CLAMP)
+    log_ratio_NT = (log_probs - old_log_probs).detach().clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    log_w_N1 = (log_ratio_NT * mask_NT).sum(-1, keepdim=True).clamp(math.log(1e-8), LOG_RATIO_CLAMP)
     positive_NT = advantages >= 0  # TRL's advantage is per sequence; here per token (the same there)
     k_NT = torch.full_like(advantages, vespo_k_neg, dtype=log_w_N1.dtype).masked_fill_(positive_NT, vespo_k_pos)
     lam_NT = torch.full_like(advantages, vespo_lambda_neg, dtype=log_w_N1.dtype).masked_fill_(
@@ -129,4 +122,4 @@ def vespo_loss(
     )
     with torch.no_grad():
         stats = {"phi_mean": token_mean(phi_NT, response_mask)}
-    return loss, stats | _kl_stats(log_probs - old_log_probs, response_mask)
+    return loss, stats | {"approx_kl": approx_kl(log_probs - old_log_probs, response_mask)}

@@ -8,14 +8,15 @@ the sampled token's probabilities.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
 from rllm_torch.core.losses.aggregation import aggregate_loss, token_mean
+from rllm_torch.core.losses.ratio import LOG_RATIO_CLAMP, approx_kl
 
 __all__ = ["dppo_tv_loss", "dppo_kl_loss", "dppo_keep_mask"]
-
-_LOG_RATIO_CLAMP = 20.0
 
 
 def dppo_keep_mask(
@@ -45,35 +46,6 @@ def dppo_keep_mask(
     raise ValueError(f"divergence={divergence!r} is not 'tv' or 'kl'.")
 
 
-def _dppo_loss(
-    log_probs: Tensor,
-    old_log_probs: Tensor,
-    advantages: Tensor,
-    response_mask: Tensor,
-    divergence: str,
-    clip_ratio_low: float,
-    clip_ratio_high: float,
-    clip_ratio_c: float | None,
-    loss_agg_mode: str,
-    horizon: int | None,
-    normaliser: Tensor | None,
-) -> tuple[Tensor, dict[str, Tensor]]:
-    keep_NT = dppo_keep_mask(
-        log_probs, old_log_probs, advantages, divergence=divergence, low=clip_ratio_low, high=clip_ratio_high
-    )
-    log_ratio_NT = (log_probs - old_log_probs).clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
-    ratio_NT = log_ratio_NT.detach().exp()
-    weight_NT = ratio_NT if clip_ratio_c is None else ratio_NT.clamp(max=clip_ratio_c)
-    loss_NT = -advantages * weight_NT * log_probs * keep_NT
-    loss = aggregate_loss(loss_NT, response_mask, loss_agg_mode, horizon=horizon, normaliser=normaliser)
-    with torch.no_grad():
-        stats = {"clip_fraction": token_mean((~keep_NT).float(), response_mask)}
-        if clip_ratio_c is not None:
-            stats["clip_fraction_lower"] = token_mean(((ratio_NT > clip_ratio_c) & keep_NT).float(), response_mask)
-        stats["approx_kl"] = token_mean(log_ratio_NT.exp() - 1 - log_ratio_NT, response_mask)
-    return loss, stats
-
-
 _DOC = """DPPO-{kind}, negated: ``ℓ = -A sg(min(ρ, C)) log π_θ`` on the tokens
     :func:`dppo_keep_mask` keeps (``divergence="{name}"``, bounds ``clip_ratio_low`` /
     ``clip_ratio_high``), 0 on the dropped ones, which stay in the loss's normaliser (as verl).
@@ -92,43 +64,43 @@ _DOC = """DPPO-{kind}, negated: ``ℓ = -A sg(min(ρ, C)) log π_θ`` on the tok
     ``kl_tau (log ρ)²`` term not taken here)."""
 
 
-def dppo_tv_loss(
-    log_probs: Tensor,
-    old_log_probs: Tensor,
-    advantages: Tensor,
-    response_mask: Tensor,
-    *,
-    clip_ratio_low: float = 0.2,
-    clip_ratio_high: float = 0.2,
-    clip_ratio_c: float | None = None,
-    loss_agg_mode: str = "token-mean",
-    horizon: int | None = None,
-    normaliser: Tensor | None = None,
-) -> tuple[Tensor, dict[str, Tensor]]:
-    return _dppo_loss(
-        log_probs, old_log_probs, advantages, response_mask, "tv", clip_ratio_low, clip_ratio_high, clip_ratio_c,
-        loss_agg_mode, horizon, normaliser,
-    )  # fmt: skip
+def _dppo_loss(divergence: str, kind: str) -> Callable[..., tuple[Tensor, dict[str, Tensor]]]:
+    """The DPPO loss of one ``divergence`` (``"tv"`` or ``"kl"``): both losses are this one function,
+    built twice so that each has its own name and the keyword options :func:`~rllm_torch.core.losses.
+    policy.loss_options` reads from its signature."""
+
+    def dppo_loss(
+        log_probs: Tensor,
+        old_log_probs: Tensor,
+        advantages: Tensor,
+        response_mask: Tensor,
+        *,
+        clip_ratio_low: float = 0.2,
+        clip_ratio_high: float = 0.2,
+        clip_ratio_c: float | None = None,
+        loss_agg_mode: str = "token-mean",
+        horizon: int | None = None,
+        normaliser: Tensor | None = None,
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        keep_NT = dppo_keep_mask(
+            log_probs, old_log_probs, advantages, divergence=divergence, low=clip_ratio_low, high=clip_ratio_high
+        )
+        log_ratio_NT = (log_probs - old_log_probs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        ratio_NT = log_ratio_NT.detach().exp()
+        weight_NT = ratio_NT if clip_ratio_c is None else ratio_NT.clamp(max=clip_ratio_c)
+        loss_NT = -advantages * weight_NT * log_probs * keep_NT
+        loss = aggregate_loss(loss_NT, response_mask, loss_agg_mode, horizon=horizon, normaliser=normaliser)
+        with torch.no_grad():
+            stats = {"clip_fraction": token_mean((~keep_NT).float(), response_mask)}
+            if clip_ratio_c is not None:
+                capped_NT = (ratio_NT > clip_ratio_c) & keep_NT
+                stats["clip_fraction_lower"] = token_mean(capped_NT.float(), response_mask)
+        return loss, stats | {"approx_kl": approx_kl(log_ratio_NT, response_mask)}
+
+    dppo_loss.__name__ = dppo_loss.__qualname__ = f"dppo_{divergence}_loss"
+    dppo_loss.__doc__ = _DOC.format(kind=kind, name=divergence)
+    return dppo_loss
 
 
-def dppo_kl_loss(
-    log_probs: Tensor,
-    old_log_probs: Tensor,
-    advantages: Tensor,
-    response_mask: Tensor,
-    *,
-    clip_ratio_low: float = 0.2,
-    clip_ratio_high: float = 0.2,
-    clip_ratio_c: float | None = None,
-    loss_agg_mode: str = "token-mean",
-    horizon: int | None = None,
-    normaliser: Tensor | None = None,
-) -> tuple[Tensor, dict[str, Tensor]]:
-    return _dppo_loss(
-        log_probs, old_log_probs, advantages, response_mask, "kl", clip_ratio_low, clip_ratio_high, clip_ratio_c,
-        loss_agg_mode, horizon, normaliser,
-    )  # fmt: skip
-
-
-dppo_tv_loss.__doc__ = _DOC.format(kind="TV", name="tv")
-dppo_kl_loss.__doc__ = _DOC.format(kind="KL", name="kl")
+dppo_tv_loss = _dppo_loss("tv", "TV")
+dppo_kl_loss = _dppo_loss("kl", "KL")

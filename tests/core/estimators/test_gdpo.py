@@ -5,32 +5,15 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from grouped_cases import PEERS, check, grouped
+from hypothesis import given
 from hypothesis import strategies as st
 from reference import gdpo_reference
 
 from rllm_torch import GroupedRewards, compute_advantages
 from rllm_torch.core.errors import ConfigError, InvalidRewardsError
-
-settings.register_profile("peers", max_examples=40, deadline=None)
-
-
-@st.composite
-def grouped(draw, max_groups: int = 6, columns: int = 0):
-    """Ragged groups of rewards (quarters, so ties happen) and, with ``columns``, ``[n_g, R]``."""
-    value = st.integers(-8, 8).map(lambda v: v / 4)
-    sizes = draw(st.lists(st.integers(1, 6), min_size=1, max_size=max_groups))
-    groups = [[draw(value) for _ in range(n)] for n in sizes]
-    if not columns:
-        return groups
-    return groups, [[[draw(value) for _ in range(columns)] for _ in range(n)] for n in sizes]
-
-
-def _check(got: torch.Tensor, want: list[np.ndarray], **tol):
-    np.testing.assert_allclose(got.numpy(), np.concatenate(want), **(tol or dict(rtol=1e-9, atol=1e-9)))
 
 
 def _gdpo_batch(components, dtype=torch.float64):
@@ -52,13 +35,13 @@ def test_gdpo_hand_table():
     assert torch.equal(compute_advantages(constant, "gdpo")[0], torch.zeros(4, dtype=torch.float64))
 
 
-@settings(settings.get_profile("peers"))
+@PEERS
 @given(data=grouped(columns=3), weights=st.one_of(st.none(), st.lists(st.floats(-2, 2), min_size=3, max_size=3)))
 def test_gdpo_matches_a_float64_loop(data, weights):
     _, components = data
     got, _ = compute_advantages(_gdpo_batch(components), "gdpo", reward_weights=weights)
     want = gdpo_reference(components, weights)
-    _check(got, want, rtol=1e-7, atol=1e-7)  # whitening a near-constant sum amplifies its rounding
+    check(got, want, rtol=1e-7, atol=1e-7)  # whitening a near-constant sum amplifies its rounding
 
 
 def test_gdpo_float32_components_and_the_padded_layout():
@@ -66,7 +49,7 @@ def test_gdpo_float32_components_and_the_padded_layout():
     padded = GroupedRewards.from_padded(components[..., 0], reward_components=components)
     got, _ = compute_advantages(padded, "gdpo")
     assert got.dtype == torch.float32 and padded.layout.is_dense
-    _check(got.double(), gdpo_reference([c.numpy() for c in components]), rtol=1e-5, atol=1e-5)
+    check(got.double(), gdpo_reference([c.numpy() for c in components]), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize(

@@ -2,36 +2,12 @@
 
 from __future__ import annotations
 
-import numpy as np
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from grouped_cases import PEERS, check, flat, grouped
+from hypothesis import given
 from reference import reference_advantages
 
 from rllm_torch import GroupedRewards, compute_advantages
-
-settings.register_profile("peers", max_examples=40, deadline=None)
-
-
-@st.composite
-def grouped(draw, max_groups: int = 6, columns: int = 0):
-    """Ragged groups of rewards (quarters, so ties happen) and, with ``columns``, ``[n_g, R]``."""
-    value = st.integers(-8, 8).map(lambda v: v / 4)
-    sizes = draw(st.lists(st.integers(1, 6), min_size=1, max_size=max_groups))
-    groups = [[draw(value) for _ in range(n)] for n in sizes]
-    if not columns:
-        return groups
-    return groups, [[[draw(value) for _ in range(columns)] for _ in range(n)] for n in sizes]
-
-
-def _flat(groups):
-    rewards = torch.tensor([v for g in groups for v in g], dtype=torch.float64)
-    index = torch.repeat_interleave(torch.arange(len(groups)), torch.tensor([len(g) for g in groups]))
-    return rewards, index
-
-
-def _check(got: torch.Tensor, want: list[np.ndarray], **tol):
-    np.testing.assert_allclose(got.numpy(), np.concatenate(want), **(tol or dict(rtol=1e-9, atol=1e-9)))
 
 
 def test_gpg_hand_table():
@@ -43,9 +19,9 @@ def test_gpg_hand_table():
     assert torch.equal(none, torch.zeros(2, dtype=torch.float64))  # no nonzero reward: alpha = B, A = 0
 
 
-@settings(settings.get_profile("peers"))
+@PEERS
 @given(groups=grouped())
 def test_gpg_matches_a_float64_loop(groups):
-    rewards, index = _flat(groups)
+    rewards, index = flat(groups)
     got, _ = compute_advantages(GroupedRewards.from_flat(rewards, index), "gpg")
-    _check(got, reference_advantages("gpg", groups))
+    check(got, reference_advantages("gpg", groups))

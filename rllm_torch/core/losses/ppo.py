@@ -1,0 +1,92 @@
+"""PPO's clipped surrogate loss (``ppo``), and GSPO under its own loss name (``gspo``: the same
+loss on the sequence ratio, its aggregation pinned).
+
+Notation as :mod:`~rllm_torch.core.losses.policy`; the surrogate, the ratio and the dual clip are
+:mod:`~rllm_torch.core.losses.ratio`'s.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from rllm_torch.core.losses.aggregation import aggregate_loss, token_mean
+from rllm_torch.core.losses.ratio import approx_kl, clipped_surrogate, dual_clip, log_importance_ratio
+
+__all__ = ["ppo_clip_loss", "gspo_loss"]
+
+
+def ppo_clip_loss(
+    log_probs: Tensor,
+    old_log_probs: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    *,
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: float = 0.2,
+    clip_ratio_c: float | None = None,
+    delta: float | None = None,
+    importance_sampling_level: str = "token",
+    loss_agg_mode: str = "token-mean",
+    horizon: int | None = None,
+    normaliser: Tensor | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """PPO's clipped surrogate, negated: ``ℓ = -min(ρ A, clip(ρ, 1 - ε_low, 1 + ε_high) A)``;
+    with ``clip_ratio_c = c`` (dual clip) ``ℓ = min(ℓ, -c A)`` where ``A < 0``; with ``delta = δ``
+    (TRL's two-sided clip, INTELLECT-2) ``ρ`` is capped at ``δ`` in the unclipped term,
+    ``ℓ = -min(min(ρ, δ) A, clip(ρ) A)``: for ``δ >= 1 + ε_high`` the same loss as ``clip_ratio_c = δ``.
+
+    Stats: ``clip_fraction`` (share of tokens where the clipped term is the smaller),
+    ``clip_fraction_lower`` (share capped by the dual clip, with ``clip_ratio_c``) and ``approx_kl``.
+
+    Source: Schulman et al. 2017, arXiv:1707.06347, eq. 7; asymmetric ε_low/ε_high as DAPO
+    (arXiv:2503.14476); dual clip and the sequence ratio: :mod:`~rllm_torch.core.losses.ratio`;
+    ``delta``: TRL's ``GRPOConfig.delta`` (Prime Intellect, INTELLECT-2, arXiv:2505.07291).
+    Example: on-policy, ``A = 2`` on one token gives ``ℓ = -2``.
+    """
+    ratio_NT = log_importance_ratio(log_probs, old_log_probs, response_mask, importance_sampling_level).exp()
+    loss_NT, clipped_NT = clipped_surrogate(
+        ratio_NT, advantages, clip_ratio_low=clip_ratio_low, clip_ratio_high=clip_ratio_high, delta=delta
+    )
+    stats = {}
+    if clip_ratio_c is not None:
+        loss_NT, capped_NT = dual_clip(loss_NT, advantages, clip_ratio_c)
+        stats["clip_fraction_lower"] = token_mean(capped_NT.float(), response_mask)
+    loss = aggregate_loss(loss_NT, response_mask, loss_agg_mode, horizon=horizon, normaliser=normaliser)
+    stats["clip_fraction"] = token_mean(clipped_NT.float(), response_mask)
+    return loss, stats | {"approx_kl": approx_kl(log_probs - old_log_probs, response_mask)}
+
+
+def gspo_loss(
+    log_probs: Tensor,
+    old_log_probs: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    *,
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: float = 0.2,
+    importance_sampling_level: str = "sequence",
+    loss_agg_mode: str = "seq-mean-token-mean",
+    horizon: int | None = None,
+    normaliser: Tensor | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """GSPO under its own loss name (rLLM's, verl's and Fireworks' ``gspo``): :func:`ppo_clip_loss`
+    on the length-normalised sequence ratio ``s_i = (π_θ(y_i) / π_old(y_i))^(1/|y_i|)`` whatever
+    ``importance_sampling_level`` the run sets, aggregated ``seq-mean-token-mean`` (its pinned
+    mode, :data:`PINNED_AGG_MODES`, as rLLM pins it). The same numbers as ``loss_fn=ppo`` with
+    ``importance_sampling_level=sequence`` and ``loss_agg_mode=seq-mean-token-mean``.
+
+    Source: Zheng et al. 2025, "Group Sequence Policy Optimization", arXiv:2507.18071.
+    """
+    del importance_sampling_level  # always the sequence ratio
+    return ppo_clip_loss(
+        log_probs,
+        old_log_probs,
+        advantages,
+        response_mask,
+        clip_ratio_low=clip_ratio_low,
+        clip_ratio_high=clip_ratio_high,
+        importance_sampling_level="sequence",
+        loss_agg_mode=loss_agg_mode,
+        horizon=horizon,
+        normaliser=normaliser,
+    )
