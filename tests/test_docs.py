@@ -87,6 +87,24 @@ def test_the_written_pages_are_current_and_read_on_github_as_files():
 NOT_SETTINGS = {"backend.pt", "backend.vespo_", "model.generate"}
 
 
+def _rllm_name(name: str) -> bool:
+    """Whether ``name`` is rLLM's (the porting page's): one of its import paths or the names in
+    them, which the compatibility package mirrors (``rllm.trainer.algorithms`` is
+    ``rllm_torch.compat.rllm.trainer.algorithms``), or a key of its backends' configs that the
+    command line answers with ours (``model.lora_rank``)."""
+    from rllm_torch.trainer.rllm_settings import RLLM_BACKEND_KEYS
+
+    if name in RLLM_BACKEND_KEYS:
+        return True
+    for module in (name, name.rsplit(".", 1)[0]):
+        try:
+            if module.startswith("rllm.") and importlib.util.find_spec(f"rllm_torch.compat.{module}") is not None:
+                return True
+        except ModuleNotFoundError:
+            continue
+    return False
+
+
 def test_every_setting_a_page_names_is_a_setting_of_the_schema():
     keys, open_prefixes = known_keys()
     named = re.compile(r"`((?:rllm|backend|model|data|task)\.[A-Za-z0-9_.]+)")
@@ -94,7 +112,7 @@ def test_every_setting_a_page_names_is_a_setting_of_the_schema():
     for page in PAGES:
         for match in named.finditer(page.read_text()):
             key = match.group(1).rstrip(".")
-            known = key in keys or any(key.startswith(f"{p}.") for p in open_prefixes)
+            known = key in keys or any(key.startswith(f"{p}.") for p in open_prefixes) or _rllm_name(key)
             if not known and not any(k.startswith(f"{key}.") for k in keys) and key not in NOT_SETTINGS:
                 unknown.append(f"{page.relative_to(ROOT)}: {key}")
     assert not unknown, unknown

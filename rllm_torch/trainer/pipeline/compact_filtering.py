@@ -31,12 +31,13 @@ class CompactFilteringConfig(CompactFilteringFlags):
 
     Attributes:
         enable: master switch; when False nothing is masked.
-        mask_max_prompt_length_exceeded, mask_max_response_length_exceeded, mask_env_done,
-            mask_max_turns_exceeded, mask_timeout, mask_unknown, mask_error: rLLM's per-reason flags.
         mask_reasons: more reasons to mask, as :class:`TerminationReason` members or their
             string values (``["timeout", "error"]``); read into members at construction.
 
-    An episode without a termination reason counts as ``UNKNOWN`` (as rLLM).
+    rLLM's per-reason flags (``mask_max_prompt_length_exceeded``, ``mask_max_response_length_exceeded``,
+    ``mask_env_done``, ``mask_max_turns_exceeded``, ``mask_timeout``, ``mask_unknown``, ``mask_error``)
+    are :class:`~rllm_torch.trainer.schema.CompactFilteringFlags`'. An episode without a termination
+    reason counts as ``UNKNOWN`` (as rLLM).
 
     Raises:
         ValueError: a reason in ``mask_reasons`` is not a TerminationReason value, or a flag is not a bool.
