@@ -285,3 +285,19 @@ def test_a_token_level_role_beside_an_outcome_role_gets_only_its_own_rows():
         batch.advantages[:2], torch.tensor([[0.0, 1.0, 1.0], [0.0, -1.0, 0.0]]), atol=1e-5, rtol=0
     )
     assert torch.equal(batch.returns[:2], torch.zeros(2, 3))
+
+
+def test_a_non_finite_critic_gradient_stops_the_step_and_keeps_the_critics_weights(tmp_path):
+    """As the policy's: a NaN in the value model's gradient raises before AdamW moves a weight."""
+    from rllm_torch.core.errors import NonFiniteGradientError
+
+    backend = _backend(tmp_path, "rllm.algorithm.adv_estimator=gae", "backend.critic.enable=true")
+    critic = backend.critic
+    before = {k: v.clone() for k, v in critic.model.state_dict().items()}
+    for p in critic.model.parameters():
+        p.grad = torch.ones_like(p)
+    next(critic.model.parameters()).grad[0] = float("nan")
+    with pytest.raises(NonFiniteGradientError, match="the critic's gradient norm is nan"):
+        critic.step()
+    assert all(torch.equal(before[k], v) for k, v in critic.model.state_dict().items())
+    assert all(p.grad is None for p in critic.model.parameters())  # cleared for the next mini-batch

@@ -31,9 +31,9 @@ from rllm_torch.backends.torch_backend.lora import (
     load_adapter_state,
     save_merged,
 )
-from rllm_torch.backends.torch_backend.micro_batches import release_host_memory
 from rllm_torch.backends.torch_backend.model import adamw, build_policy, enable_gradient_checkpointing
-from rllm_torch.core.errors import ConfigError, ModelNotFoundError, NonFiniteGradientError
+from rllm_torch.backends.torch_backend.optim_step import clipped_step
+from rllm_torch.core.errors import ConfigError, ModelNotFoundError
 from rllm_torch.core.losses import losses_need
 from rllm_torch.trainer.ranks import RunRanks
 
@@ -166,28 +166,13 @@ class Actor:
         return self.train_model(dummy, torch.ones_like(dummy)).log_probs.sum() * 0.0
 
     def step(self) -> Tensor:
-        """Clip the accumulated gradient to ``backend.grad_clip``, take one AdamW step and free the
-        gradient (it would otherwise stay resident through the next sampling phase and checkpoint,
-        the size of the trained weights); returns the gradient norm before clipping (a DTensor
-        under FSDP).
+        """:func:`~rllm_torch.backends.torch_backend.optim_step.clipped_step` of the policy
+        (``backend.grad_clip``); returns the gradient norm before clipping.
 
         Raises:
             NonFiniteGradientError: the norm is NaN or infinite (the step is not taken).
         """
-        norm = torch.nn.utils.clip_grad_norm_(self.parameters, self.settings.grad_clip)
-        whole = norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # the same on every rank
-        if not bool(torch.isfinite(whole)):  # one sync per optimizer step; every rank stops together
-            self.optimizer.zero_grad(set_to_none=True)
-            raise NonFiniteGradientError(
-                f"the policy's gradient norm is {float(whole)} (rllm.algorithm.loss_fn and its options, "
-                "backend.lr, rewards): the optimizer step was not taken, so the weights are the last good step's "
-                "and no checkpoint holds a non-finite weight. A loss option at an extreme value, or rewards of "
-                "enormous magnitude, make the loss overflow."
-            )
-        release_host_memory()  # what the backward freed, before AdamW's moments join the gradients
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return norm
+        return clipped_step(self.parameters, self.optimizer, self.settings.grad_clip, what="policy")
 
     def sampling_weights(self) -> AbstractContextManager:
         """FSDP: the whole policy gathered for a sampling phase (ranks sample different numbers of

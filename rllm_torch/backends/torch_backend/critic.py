@@ -22,6 +22,7 @@ from transformers import AutoModelForTokenClassification, PreTrainedModel
 
 from rllm_torch.backends.torch_backend.forward import on_real_columns
 from rllm_torch.backends.torch_backend.model import adamw, compute_autocast, enable_gradient_checkpointing
+from rllm_torch.backends.torch_backend.optim_step import clipped_step
 from rllm_torch.backends.torch_backend.pretrained import pretrained_dir
 from rllm_torch.core.errors import ConfigError
 from rllm_torch.core.losses import clipped_value_loss
@@ -149,11 +150,15 @@ class Critic:
         }
 
     def step(self) -> None:
-        """Clip the accumulated gradient to ``grad_clip`` (its norm goes to ``grad_norms``), one
-        AdamW step, and clear the gradient for the next mini-batch."""
-        self.grad_norms.append(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.grad_clip))
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        """:func:`~rllm_torch.backends.torch_backend.optim_step.clipped_step` of the critic
+        (``backend.critic.grad_clip``; its norm goes to ``grad_norms``).
+
+        Raises:
+            NonFiniteGradientError: the norm is NaN or infinite (the step is not taken, the value
+                model's weights stay the last good step's).
+        """
+        parameters = list(self.model.parameters())
+        self.grad_norms.append(clipped_step(parameters, self.optimizer, self.settings.grad_clip, what="critic"))
 
     def take_grad_norm(self) -> float | None:
         """The mean gradient norm of the steps since the last call (None if there was none)."""
