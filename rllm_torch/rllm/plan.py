@@ -46,10 +46,10 @@ class RolePlan:
 
 
 class AdvantagePlan:
-    """Each role's :class:`RolePlan`, resolved once per role from ``config``.
+    """Each role's :class:`RolePlan`, resolved once per role from ``algorithm_config``.
 
     Args:
-        config: the run's algorithm config (its maps already merged).
+        algorithm_config: the run's algorithm config (its maps already merged).
 
     Raises:
         UnknownEstimatorError: an estimator the config names is not registered (the message says
@@ -57,11 +57,11 @@ class AdvantagePlan:
         ConfigError: an estimator the stepwise mode cannot run.
     """
 
-    def __init__(self, config: AlgorithmConfig) -> None:
-        self.config = config
+    def __init__(self, algorithm_config: AlgorithmConfig) -> None:
+        self.algorithm_config = algorithm_config
         self._roles: dict[str, RolePlan] = {}
-        self.estimators = {self._checked(config.estimator, "estimator (rllm.algorithm.adv_estimator)")}
-        for role, name in config.estimator_map.items():
+        self.estimators = {self._checked(algorithm_config.estimator, "estimator (rllm.algorithm.adv_estimator)")}
+        for role, name in algorithm_config.estimator_map.items():
             self.estimators.add(self._checked(name, f"role {role!r}: estimator_map[{role!r}]"))
 
     def _checked(self, name: object, source: str) -> str:
@@ -70,18 +70,18 @@ class AdvantagePlan:
             registration(key)
         except UnknownEstimatorError as exc:
             raise UnknownEstimatorError(f"{source} = {_label(name)!r} is not registered. {exc}") from exc
-        check_stepwise_estimator(key, self.config.stepwise_advantage_mode)
+        check_stepwise_estimator(key, self.algorithm_config.stepwise_advantage_mode)
         return key
 
     def role(self, role: str) -> RolePlan:
         """The plan of ``role`` (built the first time it is asked for)."""
         plan = self._roles.get(role)
         if plan is None:
-            mapped = role in self.config.estimator_map
+            mapped = role in self.algorithm_config.estimator_map
             source = f"estimator_map[{role!r}]" if mapped else "estimator"
-            name = registered_name(self.config.estimator_for(role))
+            name = registered_name(self.algorithm_config.estimator_for(role))
             plan = self._roles[role] = RolePlan(
-                role, name, registration(name), self.config.loss_fn_for(role), f"role {role!r}: {source}"
+                role, name, registration(name), self.algorithm_config.loss_fn_for(role), f"role {role!r}: {source}"
             )
         return plan
 
@@ -104,7 +104,7 @@ class AdvantagePlan:
     @property
     def losses(self) -> set[str]:
         """Every policy loss the run trains with."""
-        return set(self.config.losses_in_use().values())
+        return set(self.algorithm_config.losses_in_use().values())
 
     @property
     def needs(self) -> frozenset[str]:

@@ -149,11 +149,13 @@ def compute_role_advantages(
         ValueError: what the estimator raises on its input.
     """
     roles, pre_roles, error, estimators = _roles(batch), _precomputed_roles(batch), input_error, {}
-    config = plan.config if isinstance(plan, AdvantagePlan) else plan
+    algorithm_config = plan.algorithm_config if isinstance(plan, AdvantagePlan) else plan
     try:
         if not rewards_only and error is None:
-            plan = plan if isinstance(plan, AdvantagePlan) else AdvantagePlan(config)
-            estimators = {role: _estimator(plan, role, outcome_only) for role in {*config.estimator_map, *roles}}
+            plan = plan if isinstance(plan, AdvantagePlan) else AdvantagePlan(algorithm_config)
+            estimators = {
+                role: _estimator(plan, role, outcome_only) for role in {*algorithm_config.estimator_map, *roles}
+            }
     except (ValueError, TypeError) as exc:
         if process_group is None:
             raise
@@ -163,7 +165,7 @@ def compute_role_advantages(
         roles = sorted({role for facts in everyone for role in facts["rl"]})
         pre_roles = sorted({role for facts in everyone for role in facts["pre"]})
         if not rewards_only:
-            plan = plan if isinstance(plan, AdvantagePlan) else AdvantagePlan(config)
+            plan = plan if isinstance(plan, AdvantagePlan) else AdvantagePlan(algorithm_config)
             estimators |= {role: _estimator(plan, role, outcome_only) for role in set(roles) - set(estimators)}
     elif error is not None:
         raise error
@@ -181,8 +183,8 @@ def compute_role_advantages(
             if process_group is not None or packed.num_trajectories:
                 out.metrics |= summary_metrics(packed.rewards, f"reward/{role}", process_group=process_group)
             continue
-        if config.stepwise_advantage_mode in TURN_MODES:
-            steps_M, adv_M, metrics = _turn_role(batch, role, rows_N, estimators[role], config, process_group)
+        if algorithm_config.stepwise_advantage_mode in TURN_MODES:
+            steps_M, adv_M, metrics = _turn_role(batch, role, rows_N, estimators[role], algorithm_config, process_group)
             if count := sum(gather_objects(untrained, process_group)):
                 metrics[f"advantage/{role}/num_untrained"] = float(count)
             if difficulty:
@@ -196,7 +198,7 @@ def compute_role_advantages(
             packed,
             role,
             estimators[role],
-            config,
+            algorithm_config,
             num_untrained=untrained,
             process_group=process_group,
             difficulty=difficulty,
@@ -205,10 +207,10 @@ def compute_role_advantages(
         role_adv = role_adv.to(torch.float64)
         adv_N = role_adv if rows_N is None else adv_N.index_copy(0, rows_N, role_adv)
         out.by_role[role], out.metrics = role_adv, out.metrics | metrics
-    if rewards_only or config.stepwise_advantage_mode in TURN_MODES:
+    if rewards_only or algorithm_config.stepwise_advantage_mode in TURN_MODES:
         return out
     steps_M = adv_N[batch.step_trajectory]
-    if config.normalize_by_steps:  # rLLM's: each step's share of its trajectory's advantage
+    if algorithm_config.normalize_by_steps:  # rLLM's: each step's share of its trajectory's advantage
         counts_N = torch.bincount(batch.step_trajectory, minlength=adv_N.shape[0]).to(steps_M.dtype)
         steps_M = steps_M / counts_N[batch.step_trajectory]
     out.steps = steps_M
@@ -295,7 +297,12 @@ def _pack_role(
 
 
 def _turn_role(
-    batch: RoleBatch, role: str, rows_N: Tensor | None, estimator, config: AlgorithmConfig, process_group: object
+    batch: RoleBatch,
+    role: str,
+    rows_N: Tensor | None,
+    estimator,
+    algorithm_config: AlgorithmConfig,
+    process_group: object,
 ) -> tuple[Tensor | None, Tensor, dict[str, float]]:
     """A turn mode's advantages of one role: ``(steps, adv, metrics)``, the steps of the role's
     trained RL trajectories (None: every step of the batch) and each one's advantage."""
@@ -324,5 +331,5 @@ def _turn_role(
         weights=pick(batch.step_weights),
     ).rank_local(process_group)
     del num_trajectories
-    adv_M, metrics = role_turn_advantages(turns, role, estimator, config, process_group=process_group)
+    adv_M, metrics = role_turn_advantages(turns, role, estimator, algorithm_config, process_group=process_group)
     return steps_M, adv_M, metrics

@@ -202,11 +202,11 @@ def estimator_inputs(
     return inputs | {"baselines": baselines_G}
 
 
-def unseen_map_roles(config: AlgorithmConfig, roles: set[str]) -> str:
+def unseen_map_roles(algorithm_config: AlgorithmConfig, roles: set[str]) -> str:
     """A warning naming the roles of ``estimator_map`` / ``loss_fn_map`` that none of ``roles``
     (a batch's group roles, every rank's) is: likely misspelt, since their entries change
     nothing; ``""`` when every entry's role was seen."""
-    unseen = sorted((set(config.estimator_map) | set(config.loss_fn_map)) - roles)
+    unseen = sorted((set(algorithm_config.estimator_map) | set(algorithm_config.loss_fn_map)) - roles)
     if not unseen:
         return ""
     return (

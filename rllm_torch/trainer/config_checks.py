@@ -183,20 +183,20 @@ def _check_algorithm(config: Any, estimator_map: dict | None) -> tuple[Algorithm
     in the stepwise mode, and called once with the run's options on a synthetic group. Returns the
     run's :class:`AlgorithmConfig` and its plan."""
     rllm = config.rllm
-    algorithm = typed_algorithm_config(config, estimator_map)  # the trainer's map merged
-    plan = AdvantagePlan(algorithm)  # every estimator named: registered, runnable in the stepwise mode
+    algorithm_config = typed_algorithm_config(config, estimator_map)  # the trainer's map merged
+    plan = AdvantagePlan(algorithm_config)  # every estimator named: registered, runnable in the stepwise mode
     for name in sorted(plan.estimators):
-        check_estimator_call(name, algorithm, rllm.rollout.n)
+        check_estimator_call(name, algorithm_config, rllm.rollout.n)
         if "reward_components" in registration(name).needs and rllm.algorithm.use_kl_in_reward:
             raise ConfigError(
                 f"estimator {name} normalises each reward function's rewards (Trajectory.reward_components), and the KL "
                 f"penalty of rllm.algorithm.use_kl_in_reward=true comes off the scalar reward: it would not reach {name}'s "
                 f"advantages. Use rllm.algorithm.use_kl_loss=true for a KL term with {name}."
             )
-    return algorithm, plan
+    return algorithm_config, plan
 
 
-def check_estimator_call(name: object, algorithm: AlgorithmConfig, group_size: int) -> None:
+def check_estimator_call(name: object, algorithm_config: AlgorithmConfig, group_size: int) -> None:
     """Run estimator ``name`` once with the run's options on a synthetic group of ``group_size``
     binary rewards (one correct; as reward components too, one column per ``reward_weights``
     entry or two; token-level estimators: responses of two tokens, zero values), so an option it
@@ -225,7 +225,7 @@ def check_estimator_call(name: object, algorithm: AlgorithmConfig, group_size: i
     else:
         rewards = torch.zeros(1, n, dtype=torch.float64)
         rewards[0, 0] = 1.0
-        columns = algorithm.estimator_call_kwargs(name).get(
+        columns = algorithm_config.estimator_call_kwargs(name).get(
             "reward_weights"
         )  # gdpo's: one per reward function, else two
         columns = len(columns) if isinstance(columns, (list, tuple)) else 2
@@ -233,7 +233,7 @@ def check_estimator_call(name: object, algorithm: AlgorithmConfig, group_size: i
         batch = GroupedRewards.from_padded(rewards, weights=torch.ones(1, n), reward_components=components)
     label = getattr(name, "value", name)
     try:
-        compute_advantages(batch, name, algorithm_config=algorithm, **kwargs)
+        compute_advantages(batch, name, algorithm_config=algorithm_config, **kwargs)
     except (ConfigError, InvalidRewardsError, InvalidRewardTypeError) as exc:
         raise ConfigError(
             f"estimator {label!r} with its options (rllm.algorithm.estimator_options.{label}, and the run-wide "

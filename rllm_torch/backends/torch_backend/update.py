@@ -77,8 +77,8 @@ class PolicyUpdater:
         self.actor, self.critic, self.micro, self.device = actor, critic, micro, device
         self.settings, self.algorithm, self.ranks = config.backend, config.rllm.algorithm, micro.ranks
         # the run's loss and each role's (rllm.algorithm.loss_fn_map, or estimator_map's pairs)
-        self.losses = algorithm_config
-        self.loss_fn = self.losses.loss_fn or "ppo"
+        self.algorithm_config = algorithm_config
+        self.loss_fn = algorithm_config.loss_fn or "ppo"
         self._row_losses: list[tuple[str, Tensor | None]] = [(self.loss_fn, None)]
         self.loss_agg_mode = self.algorithm.loss_agg_mode or "token-mean"
         self.loss_agg_horizon = self.algorithm.loss_agg_horizon or config.rllm.rollout.max_new_tokens
@@ -182,7 +182,7 @@ class PolicyUpdater:
         trains with the same loss (the run's ``loss_fn`` unless a role's entry says otherwise),
         else one ``(loss, [R] bool rows)`` per loss in use, each role's rows by its
         ``loss_fn_for(role)``; all of them aggregated over the mini-batch's one normaliser."""
-        names_G = [self.losses.loss_fn_for(role) for role in batch.group_roles]
+        names_G = [self.algorithm_config.loss_fn_for(role) for role in batch.group_roles]
         used = sorted(set(names_G))
         if len(used) <= 1:
             return [(used[0] if used else self.loss_fn, None)]

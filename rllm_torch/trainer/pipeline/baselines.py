@@ -31,7 +31,7 @@ async def sample_greedy_episodes(backend: Any, engine: Any, batch: Any, *, step:
 def attach_reward_baselines(
     groups: list[TrajectoryGroup],
     greedy_episodes: list[Episode],
-    algorithm: AlgorithmConfig,
+    algorithm_config: AlgorithmConfig,
     transform_config: TransformConfig,
     traj_grouping_hook: TrajGroupingHook | None = None,
     ranks: RunRanks | None = None,
@@ -60,7 +60,7 @@ def attach_reward_baselines(
     for group in groups:
         if group.group_id in rewards and group.reward_baseline is None:
             group.reward_baseline = rewards[group.group_id]
-        needs_one = "baselines" in registration(algorithm.estimator_for(group.group_role)).needs
+        needs_one = "baselines" in registration(algorithm_config.estimator_for(group.group_role)).needs
         if group.reward_baseline is not None or not needs_one:
             kept.append(group)
     baselines = [g.reward_baseline for g in kept if g.reward_baseline is not None]

@@ -196,7 +196,7 @@ def compute_token_advantages(
     """
     group = resolve_process_group(process_group)
     plan = plan if isinstance(plan, AdvantagePlan) else AdvantagePlan(plan)
-    algorithm_config = plan.config
+    algorithm_config = plan.algorithm_config
     mode = algorithm_config.stepwise_advantage_mode
     if mode in TURN_MODES and (batch.turn_rewards is None or (mode == "gigpo" and batch.observation_index is None)):
         raise ConfigError(
