@@ -85,7 +85,7 @@ def test_a_step_that_reaches_the_cap_trains_on_what_it_found_with_a_counted_warn
         trainer, rows = run(tmp_path, "rllm.algorithm.filter_groups.max_num_gen_batches=2")
     assert trainer.backend.trained == [["t0", "t3"], ["t4", "t5"], ["t9"], ["t10", "t11"]]
     assert [r["batch/dynamic_sampling/prompts_short"] for r in rows] == [0.0, 0.0, 1.0, 0.0]
-    assert trainer.dynamic_sampler.short_steps == 1
+    assert trainer.training_step.dynamic_sampler.short_steps == 1
 
 
 def test_the_epochs_end_stops_a_step_short_and_says_why(tmp_path):
