@@ -19,6 +19,12 @@ def _on_ctrl_c(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+def _interrupted_while_starting(program: str) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while this ends changes nothing
+    print(f"{program}: interrupted while starting, before the run began; nothing was written", file=sys.stderr)
+    sys.exit(INTERRUPTED_EXIT_STATUS)
+
+
 def _entry(program: str, name: str):
     def main() -> None:
         if signal.getsignal(signal.SIGINT) not in (signal.SIG_IGN, None):  # ignored: a background job's
@@ -27,12 +33,10 @@ def _entry(program: str, name: str):
             import rllm_torch.cli  # torch, numpy; then the program installs its own Ctrl-C handling
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt) or (_CTRL_C["received"] and isinstance(exc, Exception)):
-                signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while this ends changes nothing
-                print(
-                    f"{program}: interrupted while starting, before the run began; nothing was written", file=sys.stderr
-                )
-                sys.exit(INTERRUPTED_EXIT_STATUS)
+                _interrupted_while_starting(program)
             raise
+        if _CTRL_C["received"]:  # a library's import caught the KeyboardInterrupt and went on: still a Ctrl-C
+            _interrupted_while_starting(program)
         getattr(rllm_torch.cli, name)()
 
     main.__doc__ = f"The ``{program}`` console script (:func:`rllm_torch.cli.{name}`), Ctrl-C included."
