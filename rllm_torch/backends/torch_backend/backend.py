@@ -58,6 +58,7 @@ from rllm_torch.trainer.pipeline.token_batch import build_token_batch
 from rllm_torch.trainer.protocol import BackendProtocol
 from rllm_torch.trainer.ranks import RunRanks
 from rllm_torch.trainer.runtime.checkpoint import directory_digests, directory_matches, replace_directory
+from rllm_torch.trainer.runtime.stop import StopRequested, stop_point
 from rllm_torch.trainer.schema import prompts_per_step
 from rllm_torch.trainer.state import TrainerState
 
@@ -404,27 +405,37 @@ class TorchBackend(BackendProtocol):
         """Save the model (LoRA: adapters merged) and tokenizer to ``{run_dir}/checkpoints/{name}``
         (``save_pretrained``; rank 0 writes and returns the path; with FSDP every rank must call,
         to gather the weights). Written into ``.tmp-{name}-<pid>`` and renamed into place, replacing
-        an older one: a process stopped at any moment leaves the whole directory or none.
+        an older one: a process stopped at any moment leaves the whole directory or none. A stop
+        request (SIGTERM) between its files abandons it (:func:`~rllm_torch.trainer.runtime.stop.stop_point`).
 
         Raises:
-            CheckpointError: writing failed (e.g. a full disk); the temporary directory is removed.
+            CheckpointError: writing failed (a full disk, or a model ``save_pretrained`` refuses);
+                the temporary directory is removed, the run's checkpoints are intact.
         """
         path = self.run_dir / "checkpoints" / name
         tmp = path.with_name(f".tmp-{name}-{os.getpid()}")
         try:
             if self.ranks.is_main:
                 shutil.rmtree(tmp, ignore_errors=True)
+            stop_point()
             if not self.actor.save_pretrained(tmp):
                 return None
+            stop_point()
             self.tokenizer.save_pretrained(tmp)
             digests = directory_digests(tmp)
+            stop_point()
             replace_directory(tmp, path)
             path.with_name(f"{name}.sha256.json").write_text(json.dumps(digests))  # after: a kill leaves none
-        except OSError as exc:
+        except StopRequested:
             shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure: the export is missing, the checkpoints are not
+            shutil.rmtree(tmp, ignore_errors=True)
+            detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
             raise CheckpointError(
-                f"exporting the model to {path} failed: {exc.strerror or exc}; the run's checkpoints are intact and "
-                "the same command writes it again. Free disk space (or fix the path) first."
+                f"exporting the model to {path} failed ({detail.splitlines()[0] if detail else type(exc).__name__}); "
+                "the run's checkpoints are intact and the same command writes it again. Free disk space (or fix "
+                "the path) first."
             ) from exc
         return path
 

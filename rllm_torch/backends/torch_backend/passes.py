@@ -23,6 +23,7 @@ from rllm_torch.core.losses import (
 )
 from rllm_torch.core.losses.rollout_rejection import parse_rollout_rs, rollout_rejection_mask
 from rllm_torch.trainer.ranks import RunRanks
+from rllm_torch.trainer.runtime.stop import stop_point
 from rllm_torch.trainer.state import TrainerState
 
 __all__ = ["BatchPasses", "MicroBatcher", "rollout_weights", "summarise_weights_over_ranks"]
@@ -130,6 +131,7 @@ class BatchPasses:
         log_probs = torch.zeros_like(batch.response_mask)
         squares = torch.zeros_like(batch.response_mask) if sum_pi_squared else None
         for rows in micro_batches:
+            stop_point()  # a SIGTERM: the step is abandoned here (trainer/runtime/stop.py)
             if rows.numel():
                 positions = batch.response_mask[rows] > 0
                 extra = {"with_sum_pi_squared": True} if sum_pi_squared else {}

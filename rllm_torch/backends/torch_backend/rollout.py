@@ -19,6 +19,7 @@ from rllm_torch.backends.torch_backend.micro_batches import stage_memory
 from rllm_torch.backends.torch_backend.model import check_context, compute_autocast, context_length
 from rllm_torch.backends.torch_backend.sampling import sample_completions
 from rllm_torch.backends.torch_backend.tokenizer import encode_prompts
+from rllm_torch.trainer.runtime.stop import StopRequested
 from rllm_torch.trainer.workflow import SAMPLED_VERSIONS, ModelOutput, RolloutEngine
 
 __all__ = ["TorchRolloutEngine", "BatchedRolloutEngine", "SamplingParams"]
@@ -147,7 +148,7 @@ class BatchedRolloutEngine(RolloutEngine):
             chunk = pending[start : start + self.max_batch_size]
             try:
                 outputs = self._sample([prompt for prompt, _ in chunk])
-            except Exception as exc:  # noqa: BLE001 - every waiting workflow gets the error
+            except (Exception, StopRequested) as exc:  # noqa: BLE001 - every waiting workflow gets the error
                 for _, future in chunk:
                     if not future.done():
                         future.set_exception(exc)

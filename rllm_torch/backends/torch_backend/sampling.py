@@ -17,6 +17,7 @@ from torch import Tensor
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
 from rllm_torch.backends.torch_backend.forward import causal_lm
+from rllm_torch.trainer.runtime.stop import stop_point
 
 __all__ = [
     "sample_completions",
@@ -132,6 +133,7 @@ class _Sampler(LogitsProcessor):
         self.logp: list[Tensor] = []
 
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        stop_point()  # a SIGTERM: sampling is abandoned between two tokens (trainer/runtime/stop.py)
         tokens_N, logp_N = sample_next_tokens(
             scores, temperature=self.temperature, top_p=self.top_p, generator=self.generator
         )
