@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 ARCHITECTURES = ("gpt2", "llama")  # model.arch: a model built from scratch
-COMPUTE_DTYPES = ("float32", "bfloat16")  # backend.dtype
+COMPUTE_DTYPES = ("auto", "float32", "bfloat16")  # backend.dtype
 PARALLELISMS = ("ddp", "fsdp")  # backend.parallelism under torchrun
 ROLLOUT_ENGINES = ("hf", "vllm")  # backend.rollout.engine
 GROUP_SIGNAL_METRICS = ("reward", "is_correct")  # what a group without signal is judged by
@@ -489,8 +489,9 @@ class BackendConfig:
         resumable=True,
     )
     dtype: str = setting(
-        "float32",
-        "float32 | bfloat16 (bf16 compute under autocast, float32 weights and AdamW state)",
+        "auto",
+        "auto | float32 | bfloat16 (bf16 compute under autocast, float32 weights and AdamW state); auto: bfloat16 "
+        "for a model.path on a GPU or CPU with native bf16 (AMX, AVX-512 BF16), else float32",
         choices=COMPUTE_DTYPES,
     )
     micro_batch_tokens: int | None = setting(

@@ -42,7 +42,7 @@ from rllm_torch.backends.torch_backend.critic import Critic
 from rllm_torch.backends.torch_backend.data import TaskDataLoader
 from rllm_torch.backends.torch_backend.forward import causal_lm
 from rllm_torch.backends.torch_backend.logprobs import default_chunk_tokens
-from rllm_torch.backends.torch_backend.model import bf16_supported, resolve_compute_dtype, resolve_device
+from rllm_torch.backends.torch_backend.model import compute_dtype_summary, resolve_compute_dtype, resolve_device
 from rllm_torch.backends.torch_backend.passes import BatchPasses, MicroBatcher
 from rllm_torch.backends.torch_backend.pretrained import pretrained_dir
 from rllm_torch.backends.torch_backend.rollout import SamplingParams, TorchRolloutEngine
@@ -103,7 +103,9 @@ class TorchBackend(BackendProtocol):
         self.device = resolve_device(
             self.settings.device, local_rank=self.ranks.local_rank if self.ranks.distributed else None
         )
-        self.compute_dtype = resolve_compute_dtype(self.settings.dtype, self.device)
+        pretrained = config.model.path is not None
+        self.compute_dtype = resolve_compute_dtype(self.settings.dtype, self.device, pretrained=pretrained)
+        self.dtype_summary = compute_dtype_summary(self.settings.dtype, self.device, pretrained=pretrained)
         model_dir = (
             pretrained_dir(config.model.path, cache_dir=config.model.gguf_cache_dir) if config.model.path else None
         )
@@ -186,16 +188,6 @@ class TorchBackend(BackendProtocol):
         """The update (:meth:`PolicyUpdater.update <rllm_torch.backends.torch_backend.update.PolicyUpdater.update>`)."""
         await self.updater.update(trainer_state)
 
-    def _dtype_summary(self) -> str:
-        if self.compute_dtype is None:
-            return "float32"
-        emulated = (
-            ""
-            if bf16_supported(self.device)
-            else ", emulated: this CPU has no AVX-512 BF16 or AMX, slower than float32"
-        )
-        return f"bfloat16 compute (float32 weights and AdamW state{emulated})"
-
     def summary_rows(self) -> list[tuple[str, str]]:
         """The start-up summary's ``defaults`` row (the settings left null and what they took,
         :func:`~rllm_torch.trainer.model_defaults.apply_model_defaults`; absent when every one was
@@ -205,7 +197,7 @@ class TorchBackend(BackendProtocol):
         vocab = causal_lm(self.model).get_output_embeddings().weight.shape[0]
         chunk = s.log_prob_chunk_tokens or default_chunk_tokens(vocab)
         parts = [
-            self._dtype_summary(),
+            self.dtype_summary,
             f"micro-batches of {s.micro_batch_tokens} tokens" if s.micro_batch_tokens else "no micro-batches",
             f"log-probs in chunks of {chunk} tokens",
             f"sampling {self.rollout_batch_size} prompts per generate call",
