@@ -503,8 +503,17 @@ class BackendConfig:
     log_prob_chunk_tokens: int | None = setting(
         None, "tokens per chunk of the output head's logits; None: 128 MiB of them", minimum=1, resumable=True
     )
-    gradient_checkpointing: bool = setting(
-        False, "recompute each block's activations in the backward (the model's own support)", resumable=True
+    gradient_checkpointing: bool | None = setting(
+        None,
+        "recompute each block's activations in the backward (the model's own support); None: on for a model.path, "
+        "off from scratch",
+        resumable=True,
+    )
+    share_prompts: bool | None = setting(
+        None,
+        "run each distinct prompt once: one prefill for its rollouts when sampling, one packed row per prompt in "
+        "the scoring forwards; None: on for a model.path, off from scratch",
+        resumable=True,
     )
     critic: CriticSection = field(default_factory=CriticSection)
     rollout: RolloutEngineSection = field(default_factory=RolloutEngineSection)

@@ -146,7 +146,15 @@ def test_an_export_that_fails_says_so_in_one_error_after_the_checkpoint_is_safe_
 
 def test_an_explicit_learning_rate_wins_over_the_pretrained_default(gguf_file, tmp_path, capsys):
     path, _ = gguf_file
-    gguf_run(tmp_path, path, "backend.lr=0.0003", "backend.num_threads=1", "rllm.trainer.total_batches=1")
+    gguf_run(
+        tmp_path,
+        path,
+        "backend.lr=0.0003",
+        "backend.num_threads=1",
+        "backend.share_prompts=true",
+        "backend.gradient_checkpointing=true",
+        "rllm.trainer.total_batches=1",
+    )
     assert "defaults for a pretrained" not in capsys.readouterr().out  # nothing was left to a default
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["actor/lr"] for r in rows if "actor/loss" in r] == [0.0003]

@@ -107,7 +107,9 @@ def test_auto_dtype_is_bf16_for_a_pretrained_model_where_the_cpu_computes_in_it_
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
     scratch = TorchBackend(tasks.backend_config())  # backend.dtype=auto, the default
     assert scratch.compute_dtype is None
-    assert dict(scratch.summary_rows())["memory"].startswith("float32 (backend.dtype=auto: a model built from scratch),")
+    assert dict(scratch.summary_rows())["memory"].startswith(
+        "float32 (backend.dtype=auto: a model built from scratch),"
+    )
     scratch.model.save_pretrained(tmp_path)
     backend, metrics = _step(f"model.path={tmp_path}", "backend.lr=0.001", "backend.num_threads=1")
     assert backend.compute_dtype is want
@@ -255,8 +257,9 @@ def test_the_memory_row_names_each_setting():
     rows = dict(backend.summary_rows())
     assert rows["defaults"] == "backend.lr=0.001, backend.num_threads=1 (defaults for a model built from scratch)"
     assert rows["memory"] == (
-        "float32, micro-batches of 16384 tokens, log-probs in chunks of 7 tokens, sampling 1024 prompts per "
-        "generate call, activation checkpointing off, no LoRA"
+        "float32 (backend.dtype=auto: a model built from scratch), micro-batches of 16384 tokens, log-probs in "
+        "chunks of 7 tokens, sampling 1024 prompts per generate call, activation checkpointing off, prompts not "
+        "shared, no LoRA"
     )
     backend.settings.rollout_batch_size = 64
     assert backend.init_rollout_engine().max_batch_size == 64

@@ -21,7 +21,7 @@ from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 from transformers import PreTrainedTokenizerBase
 
-from rllm_torch.backends.torch_backend.forward import PolicyScorer, causal_lm, check_linear_head
+from rllm_torch.backends.torch_backend.forward import PolicyScorer, causal_lm, check_linear_head, check_shared_prompts
 from rllm_torch.backends.torch_backend.lora import (
     adapter_state,
     adapters_disabled,
@@ -85,10 +85,14 @@ class Actor:
             enable_gradient_checkpointing(self.base)
         self.model = apply_lora(self.base, lora, seed=self.settings.seed) if lora.r > 0 else self.base
         check_linear_head(self.model)
+        # a model that builds its own attention mask scores rows one by one (the summary says why)
+        self.unshared_reason = check_shared_prompts(self.model) if self.settings.share_prompts else None
+        self.share_prompts = bool(self.settings.share_prompts) and self.unshared_reason is None
         scoring = dict(
             temperature=config.rllm.rollout.temperature,
             chunk_tokens=self.settings.log_prob_chunk_tokens,
             autocast_dtype=compute_dtype,
+            share_prompts=self.share_prompts,
         )
         self.scorer = PolicyScorer(self.model, **scoring)
         self.ref_scorer = PolicyScorer(self.ref_model, **scoring) if self.ref_model is not None else self.scorer

@@ -132,7 +132,13 @@ class TorchBackend(BackendProtocol):
             if self.settings.critic.enable
             else None
         )
-        micro = MicroBatcher(self.settings, self.ranks, lora_r=config.model.lora.r, compute_dtype=self.compute_dtype)
+        micro = MicroBatcher(
+            self.settings,
+            self.ranks,
+            lora_r=config.model.lora.r,
+            compute_dtype=self.compute_dtype,
+            share_prompts=self.actor.share_prompts,
+        )
         self.passes = BatchPasses(self.actor, self.critic, micro, rllm.algorithm, self.device)
         self.updater = PolicyUpdater(self.actor, self.critic, micro, config, self.device)
         self.run_dir = Path(
@@ -202,6 +208,11 @@ class TorchBackend(BackendProtocol):
             f"log-probs in chunks of {chunk} tokens",
             f"sampling {self.rollout_batch_size} prompts per generate call",
             f"activation checkpointing {'on' if s.gradient_checkpointing else 'off'}",
+            "prompts shared by their rollouts (computed once)"
+            if self.actor.share_prompts
+            else f"prompts not shared ({self.actor.unshared_reason})"
+            if self.actor.unshared_reason
+            else "prompts not shared",
         ]
         if self.actor.lora:
             trainable = sum(p.numel() for p in self.actor.parameters)
@@ -242,7 +253,13 @@ class TorchBackend(BackendProtocol):
             self.optimizer.register_step_post_hook(lambda *_: vllm_engine.mark_stale())
         else:
             self.rollout_engine = TorchRolloutEngine(
-                self.model, self.tokenizer, train, val, autocast_dtype=self.compute_dtype, **common
+                self.model,
+                self.tokenizer,
+                train,
+                val,
+                autocast_dtype=self.compute_dtype,
+                share_prompts=self.actor.share_prompts,
+                **common,
             )
         return self.rollout_engine
 
@@ -267,6 +284,7 @@ class TorchBackend(BackendProtocol):
             seed=self.settings.seed + self.ranks.rank,
             apply_chat_template=self.apply_chat_template,
             autocast_dtype=self.compute_dtype,
+            share_prompts=self.actor.share_prompts,
         )
         if on_vllm:  # vLLM samples the training episodes, hf over the policy validates
             main.published_weights_only = True

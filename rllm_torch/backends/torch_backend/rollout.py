@@ -67,6 +67,8 @@ class BatchedRolloutEngine(RolloutEngine):
         apply_chat_template: format each prompt as a user message with the tokenizer's chat
             template (:func:`~rllm_torch.backends.torch_backend.tokenizer.encode_prompts`).
         autocast_dtype: sample under ``torch.autocast`` in this dtype (``backend.dtype``; None: off).
+        share_prompts: prefill each distinct prompt of a call once (``backend.share_prompts``; the
+            ``hf`` engine: :func:`sample_completions`).
 
     Raises (from ``generate``, to every waiting call):
         ConfigError: a prompt and ``max_new_tokens`` do not fit in the model's context.
@@ -84,9 +86,10 @@ class BatchedRolloutEngine(RolloutEngine):
         seed: int = 0,
         apply_chat_template: bool = False,
         autocast_dtype: torch.dtype | None = None,
+        share_prompts: bool = False,
     ) -> None:
         self.model, self.tokenizer, self.apply_chat_template = model, tokenizer, apply_chat_template
-        self.autocast_dtype = autocast_dtype
+        self.autocast_dtype, self.share_prompts = autocast_dtype, share_prompts
         self.train_params, self.val_params, self.max_batch_size = train_params, val_params, max_batch_size
         self.generator = torch.Generator(device=self._generator_device()).manual_seed(seed)
         self.validation = False
@@ -194,6 +197,7 @@ class TorchRolloutEngine(BatchedRolloutEngine):
                     temperature=params.temperature,
                     top_p=params.top_p,
                     generator=self.generator,
+                    share_prompts=self.share_prompts,
                 )
         finally:
             self.model.train(was_training)
