@@ -35,7 +35,7 @@ import time
 
 import torch
 import transformers
-from machine import cpu_flags, cpu_name
+from machine import cpu_name
 from results import add_write_results, results_path
 
 from rllm_torch.backends.torch_backend import sample_completions
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> None:
         "# Sampling on the real checkpoint against its floors",
         "",
         f"Run {datetime.datetime.now():%Y-%m-%d %H:%M} with `python benchmarks/bench_sampling.py --model-path $GGUF"
-        f"{' --write-results' if args.write_results else ''}` on {cpu_name()} ({cpu_flags()}), "
+        f"{' --write-results' if args.write_results else ''}` on {cpu_name()}, "
         f"{len(os.sched_getaffinity(0))} cores, {args.threads} torch threads; torch {torch.__version__}, "
         f"transformers {transformers.__version__}; load average {load:.2f} at the start.",
         "",

@@ -71,7 +71,7 @@ from typing import Any
 
 import torch
 import transformers
-from machine import cpu_flags, cpu_name
+from machine import cpu_name
 from trl_report import SIDES, STEP_KEYS, report, write_curves
 from trl_side import (
     EXPERIMENT,
@@ -295,7 +295,7 @@ def main(argv: list[str]) -> None:
         or f"Trainer against TRL's GRPOTrainer: task `{args.task}`" + (f", `{' '.join(args.set)}`" if args.set else ""),
         "date": f"{datetime.datetime.now():%Y-%m-%d %H:%M}",
         "command": f"python benchmarks/bench_trainer_vs_trl.py {flags}",
-        "machine": f"{cpu_name()} ({cpu_flags()}), {len(os.sched_getaffinity(0))} cores, {args.threads} torch "
+        "machine": f"{cpu_name()}, {len(os.sched_getaffinity(0))} cores, {args.threads} torch "
         f"thread(s) a side, one side at a time; load average {load[0]:.2f} at the start",
         "versions": versions(),
         "both": f"Both sides: the same {'model' if args.model_path else 'random model'} ({model}; config "

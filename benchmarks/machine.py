@@ -8,12 +8,14 @@ __all__ = ["cpu_name", "cpu_flags"]
 
 
 def cpu_name() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
+    """The CPU's model name (``/proc/cpuinfo``, else what ``platform`` knows) and the instruction sets
+    that decide its matmul speed (:func:`cpu_flags`), e.g. ``"AMD EPYC (avx2, no avx512f, ...)"``."""
     try:
         with open("/proc/cpuinfo") as info:
-            return next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
+            name = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
     except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
+        name = platform.processor() or platform.machine()
+    return f"{name} ({cpu_flags()})"
 
 
 FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
