@@ -42,6 +42,7 @@ from rllm_torch.backends.torch_backend.critic import Critic
 from rllm_torch.backends.torch_backend.data import TaskDataLoader
 from rllm_torch.backends.torch_backend.forward import causal_lm
 from rllm_torch.backends.torch_backend.logprobs import default_chunk_tokens
+from rllm_torch.backends.torch_backend.micro_batches import map_host_tensors
 from rllm_torch.backends.torch_backend.model import compute_dtype_summary, resolve_compute_dtype, resolve_device
 from rllm_torch.backends.torch_backend.passes import BatchPasses, MicroBatcher
 from rllm_torch.backends.torch_backend.pretrained import pretrained_dir
@@ -104,6 +105,8 @@ class TorchBackend(BackendProtocol):
             self.settings.device, local_rank=self.ranks.local_rank if self.ranks.distributed else None
         )
         pretrained = config.model.path is not None
+        if self.device.type == "cpu":  # the host heap keeps no freed activation pages (micro_batches.py)
+            map_host_tensors()
         self.compute_dtype = resolve_compute_dtype(self.settings.dtype, self.device, pretrained=pretrained)
         self.dtype_summary = compute_dtype_summary(self.settings.dtype, self.device, pretrained=pretrained)
         model_dir = (
