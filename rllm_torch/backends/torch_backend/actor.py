@@ -34,6 +34,7 @@ from rllm_torch.backends.torch_backend.micro_batches import release_host_memory
 from rllm_torch.backends.torch_backend.model import adamw, build_policy, enable_gradient_checkpointing
 from rllm_torch.core.errors import ConfigError, ModelNotFoundError, NonFiniteGradientError
 from rllm_torch.trainer.ranks import RunRanks
+from rllm_torch.trainer.runtime.stop import add_stop_points
 
 __all__ = ["Actor", "wrap_ddp"]
 
@@ -84,6 +85,7 @@ class Actor:
         if self.settings.gradient_checkpointing:
             enable_gradient_checkpointing(self.base)
         self.model = apply_lora(self.base, lora, seed=self.settings.seed) if lora.r > 0 else self.base
+        add_stop_points(self.base)  # a SIGTERM is honoured between two blocks (trainer/runtime/stop.py)
         check_linear_head(self.model)
         # a model that builds its own attention mask scores rows one by one (the summary says why)
         self.unshared_reason = check_shared_prompts(self.model) if self.settings.share_prompts else None

@@ -10,9 +10,11 @@ Where the request is honoured:
 
 * **inside a stage** (:class:`StopGuard`): the trainer marks the stages a request may abandon
   (a training step, a validation, the end-of-run export). Inside one, the work checks
-  :func:`stop_point` at safe places (each decoding step of the ``hf`` sampler, each micro-batch
-  of the log-prob passes, each micro-batch of the update before its first optimizer step, each
-  stage of a step, each file of the export), which raises :class:`StopRequested`. The guard then
+  :func:`stop_point` at safe places (each transformer block of a forward, and of a backward that
+  recomputes them under activation checkpointing: :func:`add_stop_points`; each decoding step of
+  the ``hf`` sampler, each micro-batch of the log-prob passes and of the update before its first
+  optimizer step, each stage of a step, each file of the export), which raises
+  :class:`StopRequested`. The guard then
   puts back what the stage changed of the run's state (the step counters, the rejection-sampling
   state, every random generator: a checkpoint taken now is the one taken before the stage, and a
   resumed run repeats the stage exactly), writes the checkpoint of the trained weights unless it
@@ -41,6 +43,7 @@ from typing import Any
 from rllm_torch.trainer.runtime.run_checkpoint import capture_rng_states, restore_rng_states
 
 __all__ = [
+    "add_stop_points",
     "StopSignals",
     "StopGuard",
     "StopRequested",
@@ -87,6 +90,26 @@ def stop_point() -> None:
     """
     if stop_requested():
         raise StopRequested
+
+
+def add_stop_points(model: Any) -> int:
+    """A :func:`stop_point` in each block of ``model`` (the modules of its longest ``ModuleList``: a
+    transformer's layers), as a forward pre-hook of the block's first submodule: a stop request is
+    then honoured between two blocks of a forward, and of a backward with activation checkpointing,
+    whose recomputation runs each block's forward again (``transformers`` checkpoints a layer's
+    ``forward``, so the layer's own hooks stay outside it; its submodules' run inside), not only
+    between micro-batches. Returns the number of blocks (0: no module list, nothing added).
+    """
+    from torch import nn
+
+    lists = [m for m in model.modules() if isinstance(m, nn.ModuleList)]
+    if not lists:
+        return 0
+    blocks = max(lists, key=len)
+    for block in blocks:
+        first = next(block.children(), block)
+        first.register_forward_pre_hook(lambda module, args: stop_point())
+    return len(blocks)
 
 
 class StopSignals:
