@@ -217,6 +217,7 @@ def run_pair(args: argparse.Namespace, overrides: list[str], model_dir: str, out
         results[side]["peak_rss_gib"] = peaks[side]
     if args.validate:  # the task's validation prompts, our validation, the same samples per model
         task = [f"task={args.task}", *[o for o in overrides if o.startswith(("task.", "seed=", "backend.seed="))]]
+        task += args.val_set
         before = validate(args.task, [*task, f"model.path={model_dir}"], out / "val_before", args.threads)
         finals = {"ours": out / "ours" / "checkpoints" / "final", "trl": out / "trl" / "final"}
         for side, final in finals.items():

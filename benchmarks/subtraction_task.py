@@ -4,9 +4,9 @@
 The recipe (``configs/smollm2.yaml``) names ``word_addition``; its defaults are checked on this
 task, which no setting was chosen on.
 
-    python benchmarks/subtraction_task.py /tmp/subtraction     # train.jsonl (4096 rows), val.jsonl (64)
-    rllm-torch-train --config-name smollm2 task=file task.train_path=/tmp/subtraction/train.jsonl \\
-        task.val_path=/tmp/subtraction/val.jsonl task.apply_chat_template=true \\
+    python benchmarks/subtraction_task.py /tmp/subtraction   # subtraction.jsonl (4096 rows), subtraction_val.jsonl (64)
+    rllm-torch-train --config-name smollm2 task=file task.train_path=/tmp/subtraction/subtraction.jsonl \\
+        task.val_path=/tmp/subtraction/subtraction_val.jsonl task.apply_chat_template=true \\
         task.reward_fn=rllm_torch.rollouts.word_addition:final_number_reward
 """
 
@@ -33,15 +33,16 @@ def subtraction_rows(count: int, seed: int) -> list[dict]:
 
 
 def write_task(directory: Path) -> list[str]:
-    """Write ``train.jsonl`` (seed 0) and ``val.jsonl`` (seed 1) into ``directory``; returns the
-    ``task=file`` overrides that train on them."""
+    """Write ``subtraction.jsonl`` (seed 0) and ``subtraction_val.jsonl`` (seed 1) into
+    ``directory`` (the data source is named after the first: ``val/subtraction/pass@1``); returns
+    the ``task=file`` overrides that train on them."""
     directory.mkdir(parents=True, exist_ok=True)
-    for name, count, seed in (("train", TRAIN_ROWS, 0), ("val", VAL_ROWS, 1)):
+    for name, count, seed in (("subtraction", TRAIN_ROWS, 0), ("subtraction_val", VAL_ROWS, 1)):
         lines = [json.dumps(row) for row in subtraction_rows(count, seed)]
         (directory / f"{name}.jsonl").write_text("\n".join(lines) + "\n")
     return [
-        f"task.train_path={directory / 'train.jsonl'}",
-        f"task.val_path={directory / 'val.jsonl'}",
+        f"task.train_path={directory / 'subtraction.jsonl'}",
+        f"task.val_path={directory / 'subtraction_val.jsonl'}",
         *OVERRIDES,
     ]
 
