@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from machine import cpu_name, instruction_sets  # noqa: E402
+from machine import cpu_name  # noqa: E402
 from results import add_write_results, results_path  # noqa: E402
 from train_runs import train_run  # noqa: E402
 
@@ -58,7 +58,7 @@ def write(results: list[dict], path: Path, started: dict) -> None:
     lines = [
         "# The default job and the estimators' experiments",
         "",
-        f"Machine: {cpu_name()} ({instruction_sets()}), {os.cpu_count()} cores, torch {torch.__version__}, Python {platform.python_version()}; "
+        f"Machine: {cpu_name()}, {os.cpu_count()} cores, torch {torch.__version__}, Python {platform.python_version()}; "
         f"load average {started['load']:.2f} when the runs started (above 1: other jobs shared the cores, and the times "
         "with them).",
         f"Command: `python benchmarks/default_runs.py {started['arguments']}` (each run: `rllm-torch-train "

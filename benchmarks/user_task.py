@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from machine import cpu_name, instruction_sets  # noqa: E402
+from machine import cpu_name  # noqa: E402
 from results import add_write_results, results_path  # noqa: E402
 from train_runs import train_run  # noqa: E402
 
@@ -75,7 +75,7 @@ def main() -> None:
     lines = [
         "# A task of a user's own: reverse-word with a partial-credit reward",
         "",
-        f"Machine: {cpu_name()} ({instruction_sets()}), {os.cpu_count()} cores, torch {torch.__version__}, Python {platform.python_version()}; "
+        f"Machine: {cpu_name()}, {os.cpu_count()} cores, torch {torch.__version__}, Python {platform.python_version()}; "
         f"load average {started['load']:.2f} at the start.",
         f"Command: `python benchmarks/user_task.py {started['arguments']}`; each run is `rllm-torch-train "
         f"{' '.join(task[:1] + ['task.train_path=words.jsonl'] + task[2:])} rllm.trainer.total_batches={args.steps} [setting]` "

@@ -10,6 +10,7 @@ also its MkDocs hook: a stale page stops ``mkdocs build``, naming the command).
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -65,8 +66,10 @@ def settings_page(current: str) -> str:
 
 
 def index_page() -> str:
-    """The README as the site's home page, its ``docs/`` links made relative to ``docs/``."""
-    return INDEX_HEAD + (ROOT / "README.md").read_text().replace("](docs/", "](")
+    """The README as the site's home page, its ``docs/`` links made relative to ``docs/`` and its
+    links to files outside the site (``benchmarks/RESULTS*.md``) written as their paths."""
+    readme = (ROOT / "README.md").read_text().replace("](docs/", "](")
+    return INDEX_HEAD + re.sub(r"\[[^\]]*\]\(((?:benchmarks|examples|tests)/[^)#]*)(?:#[^)]*)?\)", r"`\1`", readme)
 
 
 def pages() -> dict[Path, str]:

@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 ARCHITECTURES = ("gpt2", "llama")  # model.arch: a model built from scratch
-COMPUTE_DTYPES = ("float32", "bfloat16")  # backend.dtype
+COMPUTE_DTYPES = ("auto", "float32", "bfloat16")  # backend.dtype
 PARALLELISMS = ("ddp", "fsdp")  # backend.parallelism under torchrun
 ROLLOUT_ENGINES = ("hf", "vllm")  # backend.rollout.engine
 GROUP_SIGNAL_METRICS = ("reward", "is_correct")  # what a group without signal is judged by
@@ -460,8 +460,9 @@ class BackendConfig:
         resumable=True,
     )
     dtype: str = setting(
-        "float32",
-        "float32 | bfloat16 (bf16 compute under autocast, float32 weights and AdamW state)",
+        "auto",
+        "auto | float32 | bfloat16 (bf16 compute under autocast, float32 weights and AdamW state); auto: bfloat16 "
+        "for a model.path on a GPU or CPU with native bf16 (AMX, AVX-512 BF16), else float32",
         choices=COMPUTE_DTYPES,
     )
     micro_batch_tokens: int | None = setting(
@@ -473,8 +474,17 @@ class BackendConfig:
     log_prob_chunk_tokens: int | None = setting(
         None, "tokens per chunk of the output head's logits; None: 128 MiB of them", minimum=1, resumable=True
     )
-    gradient_checkpointing: bool = setting(
-        False, "recompute each block's activations in the backward (the model's own support)", resumable=True
+    gradient_checkpointing: bool | None = setting(
+        None,
+        "recompute each block's activations in the backward (the model's own support); None: on for a model.path, "
+        "off from scratch",
+        resumable=True,
+    )
+    share_prompts: bool | None = setting(
+        None,
+        "run each distinct prompt once: one prefill for its rollouts when sampling, one packed row per prompt in "
+        "the scoring forwards; None: on for a model.path, off from scratch",
+        resumable=True,
     )
     critic: CriticSection = field(default_factory=CriticSection)
     rollout: RolloutEngineSection = field(default_factory=RolloutEngineSection)

@@ -51,7 +51,7 @@ from rllm_torch.trainer.pipeline.validation import validation_pass_metrics
 from rllm_torch.trainer.protocol import BackendProtocol
 from rllm_torch.trainer.ranks import RunRanks
 from rllm_torch.trainer.runtime.run_checkpoint import RunCheckpointer
-from rllm_torch.trainer.runtime.stop import StopSignals, TrainingStopped
+from rllm_torch.trainer.runtime.stop import StopGuard, StopSignals, TrainingStopped
 from rllm_torch.trainer.schema import typed_run_config
 from rllm_torch.trainer.state import TrainerState
 from rllm_torch.trainer.step import TrainingStep
@@ -147,6 +147,15 @@ class UnifiedTrainer:
             self.backend, settings, self.ranks, self.agent_workflow_engine, self.traj_grouping_hook
         )
         self.tokenizer, self.val_history = getattr(self.backend, "tokenizer", None), []
+        # issue 43: a SIGTERM inside a step, a validation or the export abandons it and checkpoints (runtime/stop.py)
+        self.stop_guard = StopGuard(
+            stop_signals,
+            checkpoint=lambda state: self.checkpointer.save(state, self.val_history),
+            saved_step=lambda: self.checkpointer.saved_step,
+            newest=self.checkpointer.newest,
+            backend=self.backend,
+            distributed=self.ranks.distributed or settings.async_training.enable,
+        )
 
     # rLLM's UnifiedTrainer attributes
     @property
@@ -221,12 +230,16 @@ class UnifiedTrainer:
             return
         if trainer.val_before_train and resumed is None:
             await self._validate_async(state)
+        if resumed is not None and not trained and self._validation_due(state):  # stopped during it (issue 43)
+            await self._validate_async(state)
         if not trained:
             await self._train_steps(state, dataloader, plan)
+            self.stop_if_asked(state)  # a SIGTERM during the last step: its checkpoint before the end of the run
         if await self._validate_async(state) or self.checkpointer.saved_step != state.global_step:
             if state.global_step > 0:  # the final validation's metrics belong in the last checkpoint
                 self.checkpointer.save(state, self.val_history)
-        await self.backend.on_train_end(state)
+        with self.stop_guard.stage(state):  # a SIGTERM during the export: it is done again by the same command
+            await self.backend.on_train_end(state)
         if plan.note and self.ranks.is_main:
             print(f"trained {state.global_step} steps over {state.epoch + 1} epochs: {plan.note}", flush=True)
         if self.settings.dynamic_sampling.enable and state.global_step < plan.total_steps and self.ranks.is_main:
@@ -270,14 +283,19 @@ class UnifiedTrainer:
 
     async def end_step(self, state: TrainerState) -> None:
         """After a step's update: the slowest rank's timings, the log, validation and checkpoint when due."""
-        trainer = self.rllm_config.trainer
         await self.backend.on_batch_end(state)
         self.ranks.reduce_max_metrics(state.metrics)  # the slowest rank's timings
         self.logger.log(state.metrics, step=state.global_step)
-        if trainer.test_freq > 0 and state.global_step % trainer.test_freq == 0:
+        if self._validation_due(state):
             await self._validate_async(state)
         if self.checkpointer.due(state):
             self.checkpointer.save(state, self.val_history)
+
+    def _validation_due(self, state: TrainerState) -> bool:
+        """Whether ``state.global_step`` is a step to validate at (``test_freq``) not validated yet."""
+        test_freq = self.rllm_config.trainer.test_freq
+        step = state.global_step
+        return test_freq > 0 and step > 0 and step % test_freq == 0 and state.last_validation_step != step
 
     async def _train_steps(self, state: TrainerState, dataloader: Any, plan: StepPlan) -> None:
         """The one loop: each step takes its batch (waiting for it in async mode: its
@@ -296,14 +314,15 @@ class UnifiedTrainer:
                 waited = time.perf_counter() - start
                 if self.ranks.any(item is None):  # the data ran out (on some rank: every rank stops)
                     break
-                if item.epoch != epoch_started:
-                    state.epoch = epoch_started = item.epoch
-                    await self.backend.on_epoch_start(state)
-                state.reset_batch()
-                state.global_step += 1
-                source.take(item, state)
-                await self.backend.on_batch_start(state)
-                await self.training_step.run(item, state, source)
+                with self.stop_guard.stage(state):  # a SIGTERM inside: the step undone, the one before checkpointed
+                    if item.epoch != epoch_started:
+                        state.epoch = epoch_started = item.epoch
+                        await self.backend.on_epoch_start(state)
+                    state.reset_batch()
+                    state.global_step += 1
+                    source.take(item, state)
+                    await self.backend.on_batch_start(state)
+                    await self.training_step.run(item, state, source)
                 state.metrics |= source.step_metrics(state)
                 state.metrics["time/generate"] = state.metrics.get("time/generate", 0.0) + waited
                 weight_sync = state.metrics.get("time/weight_sync", 0.0)
@@ -319,6 +338,11 @@ class UnifiedTrainer:
             await source.stop()
 
     async def _validate_async(self, state: TrainerState, *, again: bool = False) -> dict[str, float]:
+        """:meth:`_validate_now`, abandoned by a SIGTERM (the trained weights checkpointed, runtime/stop.py)."""
+        with self.stop_guard.stage(state, self.val_history):
+            return await self._validate_now(state, again=again)
+
+    async def _validate_now(self, state: TrainerState, *, again: bool = False) -> dict[str, float]:
         """Validate once per step (``again``: even a step already validated): pass@1 / pass@n_val
         per data source, plus reward metrics, over every rank's share of the validation set;
         returns the metrics ({}: no validation ran)."""

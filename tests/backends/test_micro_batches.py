@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -100,11 +102,7 @@ def test_micro_batches_give_the_one_batch_gradient(dotlist):
 def test_release_host_memory_returns_the_freed_heap_to_the_operating_system_above_its_threshold():
     """400 freed 1 MiB tensors between live ones: the heap keeps their pages until released."""
 
-    def resident_mib() -> float:
-        return int(re.search(r"VmRSS:\s+(\d+)", Path("/proc/self/status").read_text()).group(1)) / 1024
-
-    del_me = torch.ones(2**18)
-    del del_me  # a freed mmapped block raises glibc's mmap threshold: 1 MiB blocks then come from the heap
+    micro_batches.map_host_tensors(32 * 2**20)  # glibc's own largest threshold: 1 MiB blocks come from the heap
     tensors = [torch.ones(2**18) for _ in range(800)]
     kept = tensors[1::2]  # every other block stays: the freed ones are holes, not the heap's top
     del tensors
@@ -114,3 +112,42 @@ def test_release_host_memory_returns_the_freed_heap_to_the_operating_system_abov
     assert micro_batches.release_host_memory(min_free_bytes=300 * 2**20)
     assert before - resident_mib() > 300
     assert len(kept) == 400
+    micro_batches.map_host_tensors()
+
+
+def resident_mib() -> float:
+    return int(re.search(r"VmRSS:\s+(\d+)", Path("/proc/self/status").read_text()).group(1)) / 1024
+
+
+MAPPED_FREE = """
+import re, sys
+from pathlib import Path
+import torch
+from rllm_torch.backends.torch_backend import micro_batches
+
+def resident_mib():
+    return int(re.search(r"VmRSS:\\s+(\\d+)", Path("/proc/self/status").read_text()).group(1)) / 1024
+
+micro_batches.map_host_tensors(int(sys.argv[1]))
+tensors = [torch.ones(2**20) for _ in range(200)]  # 4 MiB each
+kept = tensors[1::2]
+before = resident_mib()
+del tensors
+print(before - resident_mib(), len(kept))
+"""
+
+
+@pytest.mark.skipif(micro_batches._glibc() is None, reason="glibc's mallopt only")
+@pytest.mark.parametrize("mapped", [True, False], ids=["mapped", "heap"])
+def test_mapped_host_tensors_give_their_pages_back_when_freed_between_live_ones(mapped):
+    """The backward's pattern: blocks of a few MiB freed between others that stay (the gradients).
+    Mapped on their own (the torch backend's setting) their pages go back at once; from the heap
+    they stay resident (the step's peak grew by 1 GiB that way). In a process of its own: a heap
+    with free room (earlier tests') serves the blocks from it whatever the threshold."""
+    threshold = micro_batches.HOST_MMAP_THRESHOLD_BYTES if mapped else 32 * 2**20
+    done = subprocess.run(
+        [sys.executable, "-c", MAPPED_FREE, str(threshold)], capture_output=True, text=True, timeout=120, check=True
+    )
+    freed, kept = done.stdout.split()
+    assert (float(freed) > 300) is mapped, freed  # 100 blocks of 4 MiB freed
+    assert kept == "100"

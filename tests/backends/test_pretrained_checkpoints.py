@@ -19,8 +19,9 @@ from trainer_fakes import make_config
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rllm_torch.backends.torch_backend import pretrained
+from rllm_torch.backends.torch_backend.actor import Actor
 from rllm_torch.cli.train_command import run
-from rllm_torch.core.errors import ConfigError, ModelNotFoundError
+from rllm_torch.core.errors import CheckpointError, ConfigError, ModelNotFoundError
 from rllm_torch.trainer.model_defaults import FROM_SCRATCH, PRETRAINED
 from rllm_torch.trainer.resolvers import package_file
 
@@ -108,9 +109,66 @@ def test_a_gguf_model_path_trains_and_exports_a_plain_transformers_directory(ggu
     assert not torch.equal(exported.get_input_embeddings().weight, start)  # it trained
 
 
+def hand_converted(gguf: Path, directory: Path) -> Path:
+    """What a user does by hand (issue 43): the GGUF loader's model, its weights in a plain model of its
+    config, ``save_pretrained``: a loadable directory whose config.json keeps a gguf quantization_config."""
+    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    plain = type(loaded)(loaded.config)
+    plain.load_state_dict(loaded.state_dict())
+    plain.save_pretrained(directory)
+    AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(directory)
+    assert json.loads((directory / "config.json").read_text())["quantization_config"]["quant_method"] == "gguf"
+    return directory
+
+
+def test_a_hand_converted_directory_with_a_leftover_gguf_quantization_config_trains_and_exports_plainly(
+    gguf_file, tmp_path
+):
+    path, tensors = gguf_file
+    directory = hand_converted(path, tmp_path / "by-hand")
+    run(make_config(tmp_path / "run", f"model.path={directory}", "rllm.trainer.total_batches=1", *WORD_ADDITION))
+    final = tmp_path / "run" / "checkpoints" / "final"  # transformers refused to write it: "quantized with gguf"
+    assert "quantization_config" not in json.loads((final / "config.json").read_text())
+    exported = AutoModelForCausalLM.from_pretrained(final)
+    assert not getattr(exported, "is_quantized", False)
+    assert exported.get_input_embeddings().weight.shape == tensors["token_embd.weight"].shape
+
+
+def test_an_export_that_fails_says_so_in_one_error_after_the_checkpoint_is_safe_and_the_rerun_exports(
+    gguf_file, tmp_path, monkeypatch
+):
+    path, _ = gguf_file
+
+    def refused(self, directory):
+        raise ValueError("The model is quantized with gguf and is not serializable\n(more lines of transformers)")
+
+    monkeypatch.setattr(Actor, "save_pretrained", refused)
+    with pytest.raises(CheckpointError) as error:
+        gguf_run(tmp_path, path, "rllm.trainer.total_batches=2", "rllm.trainer.save_freq=0")
+    final = tmp_path / "run" / "checkpoints" / "final"
+    assert str(error.value) == (
+        f"exporting the model to {final} failed (ValueError: The model is quantized with gguf and is not "
+        "serializable); the run's checkpoints are intact and the same command writes it again. Free disk space (or "
+        "fix the path) first."
+    )
+    assert (tmp_path / "run" / "checkpoints" / "step_000002" / "manifest.json").is_file()  # every trained step kept
+    assert not final.exists() and not list(final.parent.glob(".tmp-*"))
+    monkeypatch.undo()
+    gguf_run(tmp_path, path, "rllm.trainer.total_batches=2", "rllm.trainer.save_freq=0")
+    assert (final / "model.safetensors").is_file()
+
+
 def test_an_explicit_learning_rate_wins_over_the_pretrained_default(gguf_file, tmp_path, capsys):
     path, _ = gguf_file
-    gguf_run(tmp_path, path, "backend.lr=0.0003", "backend.num_threads=1", "rllm.trainer.total_batches=1")
+    gguf_run(
+        tmp_path,
+        path,
+        "backend.lr=0.0003",
+        "backend.num_threads=1",
+        "backend.share_prompts=true",
+        "backend.gradient_checkpointing=true",
+        "rllm.trainer.total_batches=1",
+    )
     assert "defaults for a pretrained" not in capsys.readouterr().out  # nothing was left to a default
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["actor/lr"] for r in rows if "actor/loss" in r] == [0.0003]

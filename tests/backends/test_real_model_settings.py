@@ -86,8 +86,40 @@ def test_bf16_runs_on_any_cpu_and_the_summary_says_when_it_is_emulated(monkeypat
     memory = dict(backend.summary_rows())["memory"]
     assert memory.startswith("bfloat16 compute (float32 weights and AdamW state")
     assert ("emulated: this CPU has no AVX-512 BF16 or AMX" in memory) is not native
-    float32 = TorchBackend(tasks.backend_config())
+    float32 = TorchBackend(tasks.backend_config("backend.dtype=float32"))
     assert float32.compute_dtype is None and dict(float32.summary_rows())["memory"].startswith("float32,")
+
+
+@pytest.mark.parametrize(
+    ("amx", "avx512_bf16", "want", "reason"),
+    [
+        (True, False, torch.bfloat16, "this CPU has AMX"),
+        (False, True, torch.bfloat16, "this CPU has AVX-512 BF16"),
+        (False, False, None, "this CPU has no AVX-512 BF16 or AMX"),
+    ],
+    ids=["amx", "avx512-bf16", "neither"],
+)
+def test_auto_dtype_is_bf16_for_a_pretrained_model_where_the_cpu_computes_in_it_and_the_summary_says_why(
+    monkeypatch, tmp_path, amx, avx512_bf16, want, reason
+):
+    """The CPU's answer is made each way, so every branch runs on every machine (this project's CPU has neither)."""
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+    scratch = TorchBackend(tasks.backend_config())  # backend.dtype=auto, the default
+    assert scratch.compute_dtype is None
+    assert dict(scratch.summary_rows())["memory"].startswith(
+        "float32 (backend.dtype=auto: a model built from scratch),"
+    )
+    scratch.model.save_pretrained(tmp_path)
+    backend, metrics = _step(f"model.path={tmp_path}", "backend.lr=0.001", "backend.num_threads=1")
+    assert backend.compute_dtype is want
+    memory = dict(backend.summary_rows())["memory"]
+    words = "float32 (" if want is None else "bfloat16 compute (float32 weights and AdamW state; "
+    assert memory.startswith(f"{words}backend.dtype=auto: {reason})")
+    # bf16 compute, master weights and AdamW's moments in float32 (learning at 1e-5 needs them)
+    assert all(p.dtype == torch.float32 for p in backend.model.parameters())
+    assert all(v.dtype == torch.float32 for st in backend.optimizer.state.values() for v in st.values() if v.dim())
+    assert math.isfinite(metrics["actor/loss"]) and metrics["actor/grad_norm"] > 0
 
 
 def test_bf16_on_a_gpu_without_bf16_and_float16_are_start_up_errors(monkeypatch):
@@ -225,8 +257,9 @@ def test_the_memory_row_names_each_setting():
     rows = dict(backend.summary_rows())
     assert rows["defaults"] == "backend.lr=0.001, backend.num_threads=1 (defaults for a model built from scratch)"
     assert rows["memory"] == (
-        "float32, micro-batches of 16384 tokens, log-probs in chunks of 7 tokens, sampling 1024 prompts per "
-        "generate call, activation checkpointing off, no LoRA"
+        "float32 (backend.dtype=auto: a model built from scratch), micro-batches of 16384 tokens, log-probs in "
+        "chunks of 7 tokens, sampling 1024 prompts per generate call, activation checkpointing off, prompts not "
+        "shared, no LoRA"
     )
     backend.settings.rollout_batch_size = 64
     assert backend.init_rollout_engine().max_batch_size == 64

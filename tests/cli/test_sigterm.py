@@ -62,7 +62,7 @@ def test_sigterm_checkpoints_the_current_step_says_so_in_one_line_and_the_rerun_
         f"rllm-torch-train: stopped by SIGTERM after step {step}, checkpoint "
         f"{stopped / 'checkpoints' / f'step_{step:06d}'}; the same command continues from it (exit 143)"
     )
-    assert "SIGTERM received; stopping after the current step and its checkpoint" in err
+    assert "SIGTERM received; stopping: the trained weights are written first, within seconds" in err
 
     resumed = subprocess.run(command(stopped), capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S, env=ENV)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -71,14 +71,18 @@ def test_sigterm_checkpoints_the_current_step_says_so_in_one_line_and_the_rerun_
     assert_continues_exactly(stopped, whole, step)
 
 
-def test_a_second_sigterm_ends_the_run_at_once_keeping_the_checkpoints_it_had(tmp_path):
+def test_a_second_sigterm_does_not_cost_the_checkpoint_the_first_one_asked_for(tmp_path):
+    """A scheduler that signals again (or twice at once) still gets the trained weights and 143
+    (issue 43: the second signal used to end the process at once, losing every step since the last
+    periodic checkpoint)."""
     victim = subprocess.Popen(command(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV)
     wait_for_step(victim, tmp_path, 17)  # past the periodic checkpoint of step 16
     victim.send_signal(signal.SIGTERM)
     victim.send_signal(signal.SIGTERM)
-    victim.communicate(timeout=60)
-    assert victim.returncode in (-signal.SIGTERM, 143)
-    assert 16 in checkpoint_steps(tmp_path)
+    _, err = victim.communicate(timeout=60)
+    assert victim.returncode == 143, err[-3000:]
+    step = checkpoint_steps(tmp_path)[-1]
+    assert step > 16 and trained_steps(tmp_path) == step  # not the periodic one: every trained step is kept
 
 
 def test_sigterm_to_torchrun_stops_every_rank_at_the_same_step_with_its_checkpoint(tmp_path):

@@ -22,7 +22,7 @@ from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 from transformers import PreTrainedTokenizerBase
 
-from rllm_torch.backends.torch_backend.forward import PolicyScorer, causal_lm, check_linear_head
+from rllm_torch.backends.torch_backend.forward import PolicyScorer, causal_lm, check_linear_head, check_shared_prompts
 from rllm_torch.backends.torch_backend.lora import (
     adapter_state,
     adapters_disabled,
@@ -36,6 +36,7 @@ from rllm_torch.backends.torch_backend.optim_step import clipped_step
 from rllm_torch.core.errors import ConfigError, ModelNotFoundError
 from rllm_torch.core.losses import losses_need
 from rllm_torch.trainer.ranks import RunRanks
+from rllm_torch.trainer.runtime.stop import add_stop_points
 
 __all__ = ["Actor", "wrap_ddp"]
 
@@ -89,11 +90,16 @@ class Actor:
         if self.settings.gradient_checkpointing:
             enable_gradient_checkpointing(self.base)
         self.model = apply_lora(self.base, lora, seed=self.settings.seed) if lora.r > 0 else self.base
+        add_stop_points(self.base)  # a SIGTERM is honoured between two blocks (trainer/runtime/stop.py)
         check_linear_head(self.model)
+        # a model that builds its own attention mask scores rows one by one (the summary says why)
+        self.unshared_reason = check_shared_prompts(self.model) if self.settings.share_prompts else None
+        self.share_prompts = bool(self.settings.share_prompts) and self.unshared_reason is None
         scoring = dict(
             temperature=config.rllm.rollout.temperature,
             chunk_tokens=self.settings.log_prob_chunk_tokens,
             autocast_dtype=compute_dtype,
+            share_prompts=self.share_prompts,
         )
         self.scorer = PolicyScorer(self.model, **scoring)
         self.ref_scorer = PolicyScorer(self.ref_model, **scoring) if self.ref_model is not None else self.scorer

@@ -43,7 +43,8 @@ from rllm_torch.backends.torch_backend.critic import Critic
 from rllm_torch.backends.torch_backend.data import TaskDataLoader
 from rllm_torch.backends.torch_backend.forward import causal_lm
 from rllm_torch.backends.torch_backend.logprobs import default_chunk_tokens
-from rllm_torch.backends.torch_backend.model import bf16_supported, resolve_compute_dtype, resolve_device
+from rllm_torch.backends.torch_backend.micro_batches import map_host_tensors
+from rllm_torch.backends.torch_backend.model import compute_dtype_summary, resolve_compute_dtype, resolve_device
 from rllm_torch.backends.torch_backend.passes import BatchPasses, MicroBatcher
 from rllm_torch.backends.torch_backend.pretrained import pretrained_dir
 from rllm_torch.backends.torch_backend.rollout import SamplingParams, TorchRolloutEngine
@@ -67,6 +68,7 @@ from rllm_torch.trainer.pipeline.token_batch import build_token_batch
 from rllm_torch.trainer.protocol import BackendProtocol
 from rllm_torch.trainer.ranks import RunRanks
 from rllm_torch.trainer.runtime.checkpoint import directory_digests, directory_matches, replace_directory
+from rllm_torch.trainer.runtime.stop import StopRequested, stop_point
 from rllm_torch.trainer.schema import prompts_per_step
 from rllm_torch.trainer.state import TrainerState
 
@@ -126,7 +128,11 @@ class TorchBackend(BackendProtocol):
         self.device = resolve_device(
             self.settings.device, local_rank=self.ranks.local_rank if self.ranks.distributed else None
         )
-        self.compute_dtype = resolve_compute_dtype(self.settings.dtype, self.device)
+        pretrained = config.model.path is not None
+        if self.device.type == "cpu":  # the host heap keeps no freed activation pages (micro_batches.py)
+            map_host_tensors()
+        self.compute_dtype = resolve_compute_dtype(self.settings.dtype, self.device, pretrained=pretrained)
+        self.dtype_summary = compute_dtype_summary(self.settings.dtype, self.device, pretrained=pretrained)
         model_dir = (
             pretrained_dir(config.model.path, cache_dir=config.model.gguf_cache_dir) if config.model.path else None
         )
@@ -164,7 +170,13 @@ class TorchBackend(BackendProtocol):
             if self.settings.critic.enable
             else None
         )
-        micro = MicroBatcher(self.settings, self.ranks, lora_r=config.model.lora.r, compute_dtype=self.compute_dtype)
+        micro = MicroBatcher(
+            self.settings,
+            self.ranks,
+            lora_r=config.model.lora.r,
+            compute_dtype=self.compute_dtype,
+            share_prompts=self.actor.share_prompts,
+        )
         self.passes = BatchPasses(self.actor, self.critic, micro, rllm.algorithm, self.device)
         self.updater = PolicyUpdater(self.actor, self.critic, micro, config, self.device, algorithm_config)
         self.run_dir = Path(
@@ -223,16 +235,6 @@ class TorchBackend(BackendProtocol):
         """The update (:meth:`PolicyUpdater.update <rllm_torch.backends.torch_backend.update.PolicyUpdater.update>`)."""
         await self.updater.update(trainer_state)
 
-    def _dtype_summary(self) -> str:
-        if self.compute_dtype is None:
-            return "float32"
-        emulated = (
-            ""
-            if bf16_supported(self.device)
-            else ", emulated: this CPU has no AVX-512 BF16 or AMX, slower than float32"
-        )
-        return f"bfloat16 compute (float32 weights and AdamW state{emulated})"
-
     def summary_rows(self) -> list[tuple[str, str]]:
         """The start-up summary's ``defaults`` row (the settings left null and what they took,
         :func:`~rllm_torch.trainer.model_defaults.apply_model_defaults`; absent when every one was
@@ -242,11 +244,16 @@ class TorchBackend(BackendProtocol):
         vocab = causal_lm(self.model).get_output_embeddings().weight.shape[0]
         chunk = s.log_prob_chunk_tokens or default_chunk_tokens(vocab)
         parts = [
-            self._dtype_summary(),
+            self.dtype_summary,
             f"micro-batches of {s.micro_batch_tokens} tokens" if s.micro_batch_tokens else "no micro-batches",
             f"log-probs in chunks of {chunk} tokens",
             f"sampling {self.rollout_batch_size} prompts per generate call",
             f"activation checkpointing {'on' if s.gradient_checkpointing else 'off'}",
+            "prompts shared by their rollouts (computed once)"
+            if self.actor.share_prompts
+            else f"prompts not shared ({self.actor.unshared_reason})"
+            if self.actor.unshared_reason
+            else "prompts not shared",
         ]
         if self.actor.lora:
             trainable = sum(p.numel() for p in self.actor.parameters)
@@ -290,7 +297,13 @@ class TorchBackend(BackendProtocol):
             self.optimizer.register_step_post_hook(lambda *_: vllm_engine.mark_stale())
         else:
             self.rollout_engine = TorchRolloutEngine(
-                self.model, self.tokenizer, train, val, autocast_dtype=self.compute_dtype, **common
+                self.model,
+                self.tokenizer,
+                train,
+                val,
+                autocast_dtype=self.compute_dtype,
+                share_prompts=self.actor.share_prompts,
+                **common,
             )
         return self.rollout_engine
 
@@ -315,6 +328,7 @@ class TorchBackend(BackendProtocol):
             seed=self.settings.seed + self.ranks.rank,
             apply_chat_template=self.apply_chat_template,
             autocast_dtype=self.compute_dtype,
+            share_prompts=self.actor.share_prompts,
         )
         if on_vllm:  # vLLM samples the training episodes, hf over the policy validates
             main.published_weights_only = True
@@ -453,27 +467,37 @@ class TorchBackend(BackendProtocol):
         """Save the model (LoRA: adapters merged) and tokenizer to ``{run_dir}/checkpoints/{name}``
         (``save_pretrained``; rank 0 writes and returns the path; with FSDP every rank must call,
         to gather the weights). Written into ``.tmp-{name}-<pid>`` and renamed into place, replacing
-        an older one: a process stopped at any moment leaves the whole directory or none.
+        an older one: a process stopped at any moment leaves the whole directory or none. A stop
+        request (SIGTERM) between its files abandons it (:func:`~rllm_torch.trainer.runtime.stop.stop_point`).
 
         Raises:
-            CheckpointError: writing failed (e.g. a full disk); the temporary directory is removed.
+            CheckpointError: writing failed (a full disk, or a model ``save_pretrained`` refuses);
+                the temporary directory is removed, the run's checkpoints are intact.
         """
         path = self.run_dir / "checkpoints" / name
         tmp = path.with_name(f".tmp-{name}-{os.getpid()}")
         try:
             if self.ranks.is_main:
                 shutil.rmtree(tmp, ignore_errors=True)
+            stop_point()
             if not self.actor.save_pretrained(tmp):
                 return None
+            stop_point()
             self.tokenizer.save_pretrained(tmp)
             digests = directory_digests(tmp)
+            stop_point()
             replace_directory(tmp, path)
             path.with_name(f"{name}.sha256.json").write_text(json.dumps(digests))  # after: a kill leaves none
-        except OSError as exc:
+        except StopRequested:
             shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure: the export is missing, the checkpoints are not
+            shutil.rmtree(tmp, ignore_errors=True)
+            detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
             raise CheckpointError(
-                f"exporting the model to {path} failed: {exc.strerror or exc}; the run's checkpoints are intact and "
-                "the same command writes it again. Free disk space (or fix the path) first."
+                f"exporting the model to {path} failed ({detail.splitlines()[0] if detail else type(exc).__name__}); "
+                "the run's checkpoints are intact and the same command writes it again. Free disk space (or fix "
+                "the path) first."
             ) from exc
         return path
 

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from rllm_torch.backends.torch_backend.logprobs import chunked_token_log_probs
 from rllm_torch.backends.torch_backend.model import compute_autocast
+from rllm_torch.backends.torch_backend.shared_prompts import SHARED_ATTENTION, pack_rows
 from rllm_torch.core.errors import ConfigError
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "token_log_probs",
     "token_scores",
     "check_linear_head",
+    "check_shared_prompts",
     "on_real_columns",
     "PolicyScorer",
 ]
@@ -56,9 +58,14 @@ def token_scores(
     chunk_tokens: int | None = None,
     with_entropy: bool = False,
     with_sum_pi_squared: bool = False,
+    share_prompts: bool = False,
 ) -> TokenScores:
     """Log-prob of each token given the tokens before it under ``softmax(logits / temperature)``,
     and the entropy of that distribution, at ``positions``.
+
+    With ``share_prompts`` (and ``positions``), rows that begin with the same prompt run it once,
+    packed with their continuations (:mod:`~rllm_torch.backends.torch_backend.shared_prompts`);
+    the values and gradients are those of the rows, to float32 rounding (another summation order).
 
     Args:
         model: a ``transformers`` causal LM with a linear head (or a PEFT model around one).
@@ -74,15 +81,31 @@ def token_scores(
         :class:`TokenScores` on ``input_ids``' device, 0 outside ``positions``.
     """
     lm = causal_lm(model)
-    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    hidden_NTH = lm.base_model(
-        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
-    ).last_hidden_state
     wanted = attention_mask if positions is None else positions
     want_NT = wanted[:, 1:].bool() & attention_mask[:, 1:].bool()  # hidden t - 1 predicts token t
+    attention = getattr(lm.config, "_attn_implementation", None)
+    packed = (
+        pack_rows(input_ids, attention_mask, positions, eager=attention == "eager")
+        if share_prompts and positions is not None and attention in SHARED_ATTENTION
+        else None
+    )
+    if packed is not None:  # each distinct prompt once, its rollouts' continuations after it
+        hidden_GLH = lm.base_model(
+            input_ids=packed.input_ids,
+            attention_mask=packed.attention_mask,
+            position_ids=packed.position_ids,
+            use_cache=False,
+        ).last_hidden_state
+        hidden_MH = hidden_GLH[packed.rows, packed.columns]
+    else:
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        hidden_NTH = lm.base_model(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+        ).last_hidden_state
+        hidden_MH = hidden_NTH[:, :-1][want_NT]
     head = lm.get_output_embeddings()
     scored = chunked_token_log_probs(
-        hidden_NTH[:, :-1][want_NT],
+        hidden_MH,
         head.weight,
         input_ids[:, 1:][want_NT],
         bias=head.bias,
@@ -147,6 +170,33 @@ def check_linear_head(model: nn.Module) -> None:
         )
 
 
+def check_shared_prompts(model: nn.Module) -> str | None:
+    """Whether ``model`` scores rows packed by shared prompt (:func:`token_scores` with
+    ``share_prompts``) as it scores them one by one: None when it does (two rows with a common
+    prompt, compared in eval mode to 1e-4), else the reason it does not (an attention
+    implementation that builds its own mask, or another result)."""
+    lm = causal_lm(model)
+    attention = getattr(lm.config, "_attn_implementation", None)
+    if attention not in SHARED_ATTENTION:
+        return f"{type(lm).__name__} runs {attention} attention, which takes no block mask as given"
+    device = lm.get_output_embeddings().weight.device
+    vocab = lm.get_output_embeddings().weight.shape[0]
+    ids = torch.tensor([[2, 3, 4, 5, 6, 0], [2, 3, 4, 7, 8, 9]], device=device).remainder(vocab)
+    mask = torch.tensor([[1, 1, 1, 1, 1, 0], [1] * 6], device=device)
+    positions = torch.tensor([[0, 0, 0, 1, 1, 0], [0, 0, 0, 1, 1, 1]], device=device)
+    was_training = lm.training
+    lm.eval()
+    try:
+        with torch.no_grad():
+            rows = token_log_probs(lm, ids, mask, positions=positions)
+            packed = token_log_probs(lm, ids, mask, positions=positions, share_prompts=True)
+    finally:
+        lm.train(was_training)
+    if not torch.allclose(rows, packed, atol=1e-4, rtol=1e-4):
+        return f"{type(lm).__name__} scores rows packed by prompt differently from rows one by one"
+    return None
+
+
 def _real_width(attention_mask: Tensor) -> int:
     """Columns up to the longest real row of right-padded rows (at least 1; one host sync)."""
     return max(int(attention_mask.sum(-1).max()), 1) if attention_mask.shape[0] else attention_mask.shape[1]
@@ -172,6 +222,7 @@ class PolicyScorer(nn.Module):
         temperature: the sampling temperature the log-probs are taken at.
         chunk_tokens: tokens per head chunk (None: automatic).
         autocast_dtype: run the forward under ``torch.autocast`` in this dtype (None: off).
+        share_prompts: rows that begin with the same prompt run it once (:func:`token_scores`).
     """
 
     def __init__(
@@ -181,6 +232,7 @@ class PolicyScorer(nn.Module):
         temperature: float = 1.0,
         chunk_tokens: int | None = None,
         autocast_dtype: torch.dtype | None = None,
+        share_prompts: bool = False,
     ) -> None:
         super().__init__()
         if any(True for _ in policy.named_parameters(recurse=False)):
@@ -189,6 +241,7 @@ class PolicyScorer(nn.Module):
             self.add_module(name, child)
         object.__setattr__(self, "policy", policy)
         self.temperature, self.chunk_tokens, self.autocast_dtype = temperature, chunk_tokens, autocast_dtype
+        self.share_prompts = share_prompts
 
     def forward(
         self,
@@ -212,6 +265,7 @@ class PolicyScorer(nn.Module):
                 chunk_tokens=self.chunk_tokens,
                 with_entropy=with_entropy,
                 with_sum_pi_squared=with_sum_pi_squared,
+                share_prompts=self.share_prompts,
             )
         pad = (0, input_ids.shape[1] - width)
         return TokenScores(*(None if s is None else F.pad(s, pad) for s in scores))

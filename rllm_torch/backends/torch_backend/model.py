@@ -4,10 +4,19 @@ config with random weights."""
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    GPT2Config,
+    LlamaConfig,
+    PretrainedConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 from rllm_torch.backends.torch_backend.pretrained import pretrained_dir
 from rllm_torch.core.errors import ConfigError, ModelNotFoundError
@@ -18,6 +27,7 @@ __all__ = [
     "resolve_device",
     "resolve_compute_dtype",
     "bf16_supported",
+    "compute_dtype_summary",
     "enable_gradient_checkpointing",
     "compute_autocast",
     "adamw",
@@ -56,7 +66,9 @@ def build_policy(
             raise ModelNotFoundError(
                 f"{key}={str(path)!r}: no model there (expected a directory with config.json, as save_pretrained writes, or a .gguf file). Leave model.path unset to build a small random model."
             )
-        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32).train()
+        model = AutoModelForCausalLM.from_pretrained(
+            path, local_files_only=True, dtype=torch.float32, config=_plain_config(path)
+        ).train()
         rows = model.get_input_embeddings().num_embeddings
         if len(tokenizer) > rows:
             raise ConfigError(
@@ -101,6 +113,23 @@ def build_policy(
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config)
     return model.float().train()
+
+
+def _plain_config(path: Path) -> PretrainedConfig:
+    """``path``'s model config, less a GGUF ``quantization_config`` that a hand conversion left in
+    its ``config.json`` (``from_pretrained(dir, gguf_file=...)`` then ``save_pretrained`` of its
+    weights in a plain model): the weights there are plain tensors (GGUF's loader dequantises),
+    but the entry would make ``transformers`` refuse to save the trained model at the export."""
+    config = AutoConfig.from_pretrained(path, local_files_only=True)
+    quantization = getattr(config, "quantization_config", None)
+    method = (
+        quantization.get("quant_method")
+        if isinstance(quantization, dict)
+        else getattr(quantization, "quant_method", None)
+    )
+    if str(getattr(method, "value", method)).lower() == "gguf":
+        del config.quantization_config
+    return config
 
 
 def context_length(model: torch.nn.Module) -> int | None:
@@ -157,8 +186,22 @@ def bf16_supported(device: torch.device) -> bool:
     return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
 
 
-def resolve_compute_dtype(name: str, device: torch.device) -> torch.dtype | None:
-    """``backend.dtype``: None for ``float32`` (no autocast), ``torch.bfloat16`` for ``bfloat16``.
+def _native_bf16_reason(device: torch.device) -> str:
+    if device.type == "cuda":
+        return "this GPU computes in bfloat16" if bf16_supported(device) else "this GPU has no bfloat16"
+    if torch.cpu._is_amx_tile_supported():
+        return "this CPU has AMX"
+    if torch.cpu._is_avx512_bf16_supported():
+        return "this CPU has AVX-512 BF16"
+    return "this CPU has no AVX-512 BF16 or AMX"
+
+
+def resolve_compute_dtype(name: str, device: torch.device, *, pretrained: bool = False) -> torch.dtype | None:
+    """``backend.dtype``: None for ``float32`` (no autocast), ``torch.bfloat16`` for ``bfloat16``;
+    ``auto`` is bfloat16 for a pretrained model (``pretrained``: ``model.path`` is set) on a device
+    with native bf16 (:func:`bf16_supported`: a GPU that has it, a CPU with AMX or AVX-512 BF16),
+    float32 elsewhere and for a model built from scratch (the tiny default's exact numbers).
+    :func:`compute_dtype_summary` says which, and why.
 
     bfloat16 is compute only: the forwards run under ``torch.autocast`` (FSDP2: a
     ``MixedPrecisionPolicy`` with bf16 parameters and float32 gradient reduction) while the
@@ -166,10 +209,10 @@ def resolve_compute_dtype(name: str, device: torch.device) -> torch.dtype | None
     8-bit mantissa (what verl's FSDP workers and TRL's ``bf16=True`` do); log-probs, losses and
     the head's logits accumulate in float32.
 
-    On a CPU without AVX-512 BF16 or AMX, bfloat16 runs as PyTorch runs it there (its CPU kernels
-    emulate bf16 through float32: the same numbers to bf16's rounding, slower than float32), as
-    TRL's ``bf16=True`` does; the start-up summary says so (:func:`bf16_supported`). An explicit
-    setting is honoured rather than refused, and the result does not depend on the CPU's flags.
+    On a CPU without AVX-512 BF16 or AMX, an explicit ``bfloat16`` runs as PyTorch runs it there
+    (its CPU kernels emulate bf16 through float32: the same numbers to bf16's rounding, slower than
+    float32), as TRL's ``bf16=True`` does; the start-up summary says so. An explicit setting is
+    honoured rather than refused, and the result does not depend on the CPU's flags.
 
     Raises:
         ConfigError: an unknown name (float16 included: it needs loss scaling, which the trainer
@@ -178,6 +221,8 @@ def resolve_compute_dtype(name: str, device: torch.device) -> torch.dtype | None
     if name not in DTYPES:
         hint = " (float16 needs loss scaling; use bfloat16)" if name == "float16" else ""
         raise ConfigError(f"backend.dtype={name!r} is not one of {DTYPES}{hint}.")
+    if name == "auto":
+        return torch.bfloat16 if pretrained and bf16_supported(device) else None
     if name == "float32":
         return None
     if device.type == "cuda" and not bf16_supported(device):
@@ -186,6 +231,22 @@ def resolve_compute_dtype(name: str, device: torch.device) -> torch.dtype | None
             "is needed): set backend.dtype=float32."
         )
     return torch.bfloat16
+
+
+def compute_dtype_summary(name: str, device: torch.device, *, pretrained: bool = False) -> str:
+    """The start-up summary's words for :func:`resolve_compute_dtype`'s choice and, for ``auto``,
+    its reason: ``"float32 (backend.dtype=auto: this CPU has no AVX-512 BF16 or AMX)"``,
+    ``"bfloat16 compute (float32 weights and AdamW state; backend.dtype=auto: this CPU has AMX)"``;
+    an explicit bfloat16 on a CPU without native bf16 says it is emulated."""
+    dtype = resolve_compute_dtype(name, device, pretrained=pretrained)
+    if name == "auto":
+        reason = _native_bf16_reason(device) if pretrained else "a model built from scratch"
+        auto = f"backend.dtype=auto: {reason}"
+        return f"float32 ({auto})" if dtype is None else f"bfloat16 compute (float32 weights and AdamW state; {auto})"
+    if dtype is None:
+        return "float32"
+    emulated = "" if bf16_supported(device) else ", emulated: this CPU has no AVX-512 BF16 or AMX, slower than float32"
+    return f"bfloat16 compute (float32 weights and AdamW state{emulated})"
 
 
 def compute_autocast(device: torch.device | str, dtype: torch.dtype | None) -> AbstractContextManager:

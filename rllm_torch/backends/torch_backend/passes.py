@@ -15,6 +15,7 @@ from torch import Tensor
 from rllm_torch.backends.torch_backend.actor import Actor
 from rllm_torch.backends.torch_backend.critic import Critic
 from rllm_torch.backends.torch_backend.micro_batches import split_rows, stage_memory
+from rllm_torch.backends.torch_backend.shared_prompts import plan_shared_micro_batches, prompt_prefixes
 from rllm_torch.core.losses import (
     importance_weight_stats,
     kl_penalty,
@@ -23,6 +24,7 @@ from rllm_torch.core.losses import (
 )
 from rllm_torch.core.losses.rollout_rejection import parse_rollout_rs, rollout_rejection_mask
 from rllm_torch.trainer.ranks import RunRanks
+from rllm_torch.trainer.runtime.stop import stop_point
 from rllm_torch.trainer.state import TrainerState
 
 __all__ = ["BatchPasses", "MicroBatcher", "rollout_weights", "summarise_weights_over_ranks"]
@@ -40,15 +42,32 @@ class MicroBatcher:
         compute_dtype: the forwards' autocast dtype (None: float32).
     """
 
-    def __init__(self, settings: DictConfig, ranks: RunRanks, *, lora_r: int, compute_dtype: torch.dtype | None):
+    def __init__(
+        self,
+        settings: DictConfig,
+        ranks: RunRanks,
+        *,
+        lora_r: int,
+        compute_dtype: torch.dtype | None,
+        share_prompts: bool = False,
+    ):
         self.settings, self.ranks, self.lora_r, self.compute_dtype = settings, ranks, lora_r, compute_dtype
+        self.share_prompts = share_prompts
 
     def split(self, batch, rows: Tensor, *, collective: bool) -> list[Tensor]:
         """``rows`` in micro-batches of at most ``backend.micro_batch_tokens`` padded tokens
         (:func:`~rllm_torch.backends.torch_backend.micro_batches.split_rows`). ``collective``:
         the passes are collectives (training; FSDP forwards), so every rank gets the largest
-        count over the ranks (one all-reduce), padded with empty micro-batches."""
-        micro = split_rows(rows, batch.attention_mask, self.settings.micro_batch_tokens)
+        count over the ranks (one all-reduce), padded with empty micro-batches. With
+        ``share_prompts`` a prompt's rows stay together and the budget counts packed tokens
+        (:func:`~rllm_torch.backends.torch_backend.shared_prompts.plan_shared_micro_batches`)."""
+        budget = self.settings.micro_batch_tokens
+        if self.share_prompts and rows.numel():
+            ids, mask, scored = batch.input_ids[rows], batch.attention_mask[rows], batch.response_mask[rows]
+            plan = plan_shared_micro_batches(prompt_prefixes(ids, mask, scored), mask.sum(-1).tolist(), budget)
+            micro = [rows[torch.tensor(group, device=rows.device)] for group in plan]
+        else:
+            micro = split_rows(rows, batch.attention_mask, budget)
         if collective and self.ranks.distributed:
             count = int(self.ranks.reduce([float(len(micro))], op="max")[0])
             micro += [rows[:0]] * (count - len(micro))
@@ -128,6 +147,7 @@ class BatchPasses:
         log_probs = torch.zeros_like(batch.response_mask)
         squares = torch.zeros_like(batch.response_mask) if sum_pi_squared else None
         for rows in micro_batches:
+            stop_point()  # a SIGTERM: the step is abandoned here (trainer/runtime/stop.py)
             if rows.numel():
                 positions = batch.response_mask[rows] > 0
                 extra = {"with_sum_pi_squared": True} if sum_pi_squared else {}

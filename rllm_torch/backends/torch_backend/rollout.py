@@ -19,6 +19,7 @@ from rllm_torch.backends.torch_backend.micro_batches import stage_memory
 from rllm_torch.backends.torch_backend.model import check_context, compute_autocast, context_length
 from rllm_torch.backends.torch_backend.sampling import sample_completions
 from rllm_torch.backends.torch_backend.tokenizer import encode_prompts
+from rllm_torch.trainer.runtime.stop import StopRequested
 from rllm_torch.trainer.workflow import SAMPLED_VERSIONS, ModelOutput, RolloutEngine
 
 __all__ = ["TorchRolloutEngine", "BatchedRolloutEngine", "SamplingParams"]
@@ -66,6 +67,8 @@ class BatchedRolloutEngine(RolloutEngine):
         apply_chat_template: format each prompt as a user message with the tokenizer's chat
             template (:func:`~rllm_torch.backends.torch_backend.tokenizer.encode_prompts`).
         autocast_dtype: sample under ``torch.autocast`` in this dtype (``backend.dtype``; None: off).
+        share_prompts: prefill each distinct prompt of a call once (``backend.share_prompts``; the
+            ``hf`` engine: :func:`sample_completions`).
 
     Raises (from ``generate``, to every waiting call):
         ConfigError: a prompt and ``max_new_tokens`` do not fit in the model's context.
@@ -83,9 +86,10 @@ class BatchedRolloutEngine(RolloutEngine):
         seed: int = 0,
         apply_chat_template: bool = False,
         autocast_dtype: torch.dtype | None = None,
+        share_prompts: bool = False,
     ) -> None:
         self.model, self.tokenizer, self.apply_chat_template = model, tokenizer, apply_chat_template
-        self.autocast_dtype = autocast_dtype
+        self.autocast_dtype, self.share_prompts = autocast_dtype, share_prompts
         self.train_params, self.val_params, self.max_batch_size = train_params, val_params, max_batch_size
         self.generator = torch.Generator(device=self._generator_device()).manual_seed(seed)
         self.validation = False
@@ -148,7 +152,7 @@ class BatchedRolloutEngine(RolloutEngine):
             chunk = pending[start : start + self.max_batch_size]
             try:
                 outputs = self._sample([prompt for prompt, _ in chunk])
-            except Exception as exc:  # noqa: BLE001 - every waiting workflow gets the error
+            except (Exception, StopRequested) as exc:  # noqa: BLE001 - every waiting workflow gets the error
                 for _, future in chunk:
                     if not future.done():
                         future.set_exception(exc)
@@ -194,6 +198,7 @@ class TorchRolloutEngine(BatchedRolloutEngine):
                     temperature=params.temperature,
                     top_p=params.top_p,
                     generator=self.generator,
+                    share_prompts=self.share_prompts,
                 )
         finally:
             self.model.train(was_training)

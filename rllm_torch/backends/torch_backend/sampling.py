@@ -8,15 +8,17 @@ forward (:mod:`~rllm_torch.backends.torch_backend.forward`) does the same for ri
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
 from torch import Tensor
-from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
+from transformers import DynamicCache, GenerationConfig, LogitsProcessor, LogitsProcessorList
 
 from rllm_torch.backends.torch_backend.forward import causal_lm
+from rllm_torch.trainer.runtime.stop import stop_point
 
 __all__ = [
     "sample_completions",
@@ -132,6 +134,7 @@ class _Sampler(LogitsProcessor):
         self.logp: list[Tensor] = []
 
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        stop_point()  # a SIGTERM: sampling is abandoned between two tokens (trainer/runtime/stop.py)
         tokens_N, logp_N = sample_next_tokens(
             scores, temperature=self.temperature, top_p=self.top_p, generator=self.generator
         )
@@ -170,6 +173,41 @@ def _left_padded(prompts: list[list[int]], pad_token_id: int, device: torch.devi
     return ids_NT.to(device), mask_NT.to(device)
 
 
+def _cache_keyword(model: torch.nn.Module) -> str:
+    """The name a model's ``forward`` (and ``generate``) takes a KV cache by: ``cache`` from
+    ``transformers`` 5.2x on, ``past_key_values`` before (still accepted there, with a warning)."""
+    return "cache" if "cache" in inspect.signature(causal_lm(model).forward).parameters else "past_key_values"
+
+
+def _shared_prompt_cache(
+    model: torch.nn.Module, prompts: list[list[int]], pad_token_id: int, device: torch.device
+) -> tuple[Tensor, Tensor, DynamicCache] | None:
+    """The rows' left-padded ids and mask, and a KV cache of every column but the last, computed
+    once per distinct prompt and repeated for its rows (a step's ``n`` rollouts of one prompt share
+    its prefill: ``n`` times fewer prompt tokens through the model). None when no prompt repeats.
+
+    The prefill runs at the positions ``generate`` gives the same columns (counted over real tokens,
+    left padding at position 1, masked), so ``generate`` continues from the cache as from its own.
+    """
+    distinct: dict[tuple[int, ...], int] = {}
+    row_of_N = torch.tensor([distinct.setdefault(tuple(p), len(distinct)) for p in prompts], device=device)
+    if len(distinct) == len(prompts) or max(map(len, prompts)) < 2:
+        return None
+    ids_UT, mask_UT = _left_padded([list(p) for p in distinct], pad_token_id, device)
+    positions_UT = (mask_UT.cumsum(-1) - 1).masked_fill_(mask_UT == 0, 1)
+    cache = DynamicCache()
+    model(
+        input_ids=ids_UT[:, :-1],
+        attention_mask=mask_UT[:, :-1],
+        position_ids=positions_UT[:, :-1],
+        use_cache=True,
+        logits_to_keep=1,
+        **{_cache_keyword(model): cache},
+    )
+    cache.reorder_cache(row_of_N)  # each row's prompt's keys and values (index_select over the distinct ones)
+    return ids_UT[row_of_N], mask_UT[row_of_N], cache
+
+
 @torch.no_grad()
 def sample_completions(
     model: torch.nn.Module,
@@ -181,6 +219,8 @@ def sample_completions(
     temperature: float = 1.0,
     top_p: float = 1.0,
     generator: torch.Generator | None = None,
+    share_prompts: bool = False,
+    static_cache: bool | None = None,
 ) -> tuple[list[list[int]], list[list[float]], list[str]]:
     """Sample one completion per prompt, all prompts in one left-padded ``generate`` call.
 
@@ -192,13 +232,21 @@ def sample_completions(
     them. A row stops after it samples ``eos_token_id`` (kept in its response) or after
     ``max_new_tokens`` tokens. ``temperature=0`` is greedy decoding.
 
+    With ``share_prompts`` (and the dynamic cache of short responses), prompts that repeat (a step's
+    ``n`` rollouts of each task) are prefilled once and their keys and values repeated for each row
+    (:func:`_shared_prompt_cache`; ``benchmarks/bench_sampling.py`` measures it): the same
+    distribution, the logits equal to float32 rounding (another batch shape). ``static_cache``:
+    ``generate``'s preallocated cache (None: from 128 new tokens on; prompts are then not shared).
+
     Returns:
         ``(response_ids, logprobs, finish_reasons)`` per prompt: the sampled ids, their
         log-probs under ``softmax(logits / temperature)`` before the top-p cut (the
         distribution the trainer's loss uses; greedy: temperature 1), and ``"stop"`` or ``"length"``.
     """
     device = next(model.parameters()).device
-    ids_NT, mask_NT = _left_padded(prompts, pad_token_id, device)
+    static = max_new_tokens >= 128 if static_cache is None else static_cache
+    shared = None if static or not share_prompts else _shared_prompt_cache(model, prompts, pad_token_id, device)
+    ids_NT, mask_NT, cache = shared if shared is not None else (*_left_padded(prompts, pad_token_id, device), None)
     config = GenerationConfig(
         max_new_tokens=max_new_tokens,
         do_sample=False,  # greedy over the one-hot scores of the sampler's own draw
@@ -207,7 +255,7 @@ def sample_completions(
         # a preallocated cache for long responses: the dynamic cache's per-step concatenation
         # cost 3.3 s against 1.9 s for 32 x 256 new tokens (default model, CPU), while for fewer
         # tokens the static cache's set-up costs more than it saves (64 tokens: 0.56 s vs 0.48 s)
-        cache_implementation="static" if max_new_tokens >= 128 else None,
+        cache_implementation="static" if static else None,
     )
     sampler = _Sampler(temperature, top_p, generator)
     with _own_generation_defaults(model):
@@ -216,6 +264,7 @@ def sample_completions(
             attention_mask=mask_NT,
             generation_config=config,
             logits_processor=LogitsProcessorList([sampler]),
+            **({_cache_keyword(model): cache} if cache is not None else {}),
         )
     new_NS = sequences[:, ids_NT.shape[1] :]
     logp_NS = sampler.log_probs(new_NS.shape[0], new_NS.device)

@@ -12,6 +12,9 @@ the policy's, one per mini-batch; ``use_kl_loss`` adds the KL to the reference t
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 from omegaconf import DictConfig
 from torch import Tensor
@@ -37,6 +40,7 @@ from rllm_torch.core.losses import (
     run_registered_loss,
 )
 from rllm_torch.rllm.config import AlgorithmConfig
+from rllm_torch.trainer.runtime.stop import StopRequested, stop_point
 from rllm_torch.trainer.state import TrainerState
 
 __all__ = ["PolicyUpdater"]
@@ -139,7 +143,8 @@ class PolicyUpdater:
         modes = sorted({self.agg_mode_of(name) for name, _ in self._row_losses} - {self.loss_agg_mode})
         local_stats, grad_norms = [], []
         self._weight_stats.clear()
-        with stage_memory("updating the policy", self.micro.memory_advice()):
+        stepped = False  # before the first optimizer step a SIGTERM may abandon the update (nothing changed yet)
+        with stage_memory("updating the policy", self.micro.memory_advice()), self._abandonable():
             for _ in range(epochs):
                 order = torch.randperm(num_rows, device=self.device)
                 for rows in order.tensor_split(num_minis):  # this rank's part of each global mini-batch
@@ -150,6 +155,8 @@ class PolicyUpdater:
                     # no gradient to zero: the previous step (Actor.step) freed it
                     stats = {}
                     for i, micro_rows in enumerate(micro):
+                        if not stepped:
+                            stop_point()  # trainer/runtime/stop.py
                         last = i == len(micro) - 1
                         with gradient_sync(self.actor.train_model, last):
                             loss, micro_stats = self.micro_batch_loss(batch, micro_rows, normaliser, pinned)
@@ -165,7 +172,10 @@ class PolicyUpdater:
                                     world_size=ranks.world_size,
                                 )
                         stats = {k: stats.get(k, 0) + v for k, v in micro_stats.items()}
+                    if not stepped:
+                        stop_point()  # the whole gradient, not yet applied: still abandonable
                     grad_norms.append(self.actor.step())
+                    stepped = True
                     self.scheduler.step()
                     if self.critic is not None:
                         self.critic.step()
@@ -176,6 +186,17 @@ class PolicyUpdater:
         trainer_state.metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
         if self.critic is not None and (critic_norm := self.critic.take_grad_norm()) is not None:
             trainer_state.metrics["critic/grad_norm"] = critic_norm
+
+    @contextmanager
+    def _abandonable(self) -> Iterator[None]:
+        """An update abandoned by a stop request (before its first optimizer step) leaves no gradient behind."""
+        try:
+            yield
+        except StopRequested:
+            self.actor.optimizer.zero_grad(set_to_none=True)
+            if self.critic is not None:
+                self.critic.optimizer.zero_grad(set_to_none=True)
+            raise
 
     def row_losses(self, batch) -> list[tuple[str, Tensor | None]]:
         """The policy loss of each row of ``batch``: ``[(loss_fn, None)]`` when every group's role

@@ -13,6 +13,7 @@ import torch
 from rllm_torch.core.distributed import gather_objects
 from rllm_torch.rllm.types import Episode, TerminationReason
 from rllm_torch.trainer.ranks import RunRanks
+from rllm_torch.trainer.runtime.stop import stop_point
 
 __all__ = ["stage_timer", "workflow_metrics"]
 
@@ -20,7 +21,9 @@ __all__ = ["stage_timer", "workflow_metrics"]
 @contextmanager
 def stage_timer(metrics: dict[str, float], stage: str):
     """Time the block into ``metrics[f"time/{stage}"]`` (seconds), waiting for queued CUDA work
-    at both ends so a stage is not charged for the kernels of the one before."""
+    at both ends so a stage is not charged for the kernels of the one before. A stop request
+    abandons the step before the stage (:func:`~rllm_torch.trainer.runtime.stop.stop_point`)."""
+    stop_point()
     synchronize = torch.cuda.synchronize if torch.cuda.is_available() and torch.cuda.is_initialized() else None
     if synchronize:
         synchronize()
