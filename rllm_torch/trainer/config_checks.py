@@ -35,7 +35,7 @@ from rllm_torch.trainer.pipeline.dynamic_sampling import DynamicSamplingConfig
 from rllm_torch.trainer.pipeline.rejection_sampling import RejectionSamplingConfig
 from rllm_torch.trainer.pipeline.transform import TransformConfig
 from rllm_torch.trainer.rllm_settings import resolve_rllm_settings
-from rllm_torch.trainer.schema import TaskConfig, TrainConfig, prompts_per_step, typed_run_config
+from rllm_torch.trainer.schema import TASK_ONLY_KEYS, TaskConfig, TrainConfig, prompts_per_step, typed_run_config
 
 __all__ = [
     "RunSettings",
@@ -46,18 +46,6 @@ __all__ = [
     "check_estimator_call",
     "TASK_ONLY_KEYS",
 ]
-
-# Keys only some tasks read; any other task would silently ignore them.
-FILE_TASK_KEYS = ("train_path", "val_path", "prompt_key", "answer_key", "reward_fn")
-DIGIT_KEYS = ("min_digits", "max_digits")
-GUESS_KEYS = ("max_number", "max_turns", "turn_cost", "style")
-TASK_ONLY_KEYS = {
-    "file": FILE_TASK_KEYS,
-    "reverse": DIGIT_KEYS,
-    "word_addition": DIGIT_KEYS,
-    "guess": (*GUESS_KEYS, "env_latency_ms"),
-    "chain": ("env_latency_ms",),
-}
 
 
 @dataclass(frozen=True)

@@ -17,37 +17,34 @@ checkpointing, LoRA) in :mod:`.logprobs`, :mod:`.micro_batches` and :mod:`.actor
 (each samples its share of every step's prompts and trains a ``DistributedDataParallel`` or FSDP2
 copy on the global loss) in :mod:`.update`; the reference policy and the KL terms, the critic,
 and rollout correction in :mod:`.passes`, :mod:`.critic` and
-:mod:`~rllm_torch.core.losses.rollout_correction`; the vLLM engine in :mod:`.vllm_rollout`.
-
-**Length.** Longer than a module here should be (about 470 lines) because it implements the
-whole ``BackendProtocol`` (start-up, the sampling phases, the passes, the checkpoints and the
-export) as one class whose methods each hand over to a part; each part is its own module.
+:mod:`~rllm_torch.core.losses.rollout_correction`; the sampling engines in :mod:`.samplers`;
+the export in :mod:`.export`.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import os
-import shutil
 from collections.abc import Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import torch
 from omegaconf import DictConfig
 
-from rllm_torch.backends.torch_backend.actor import Actor, wrap_ddp
-from rllm_torch.backends.torch_backend.critic import Critic
+from rllm_torch.backends.torch_backend.actor import Actor
+from rllm_torch.backends.torch_backend.critic import critic_for
 from rllm_torch.backends.torch_backend.data import TaskDataLoader
+from rllm_torch.backends.torch_backend.export import export_complete, export_pretrained
 from rllm_torch.backends.torch_backend.forward import causal_lm
 from rllm_torch.backends.torch_backend.logprobs import default_chunk_tokens
 from rllm_torch.backends.torch_backend.micro_batches import map_host_tensors
 from rllm_torch.backends.torch_backend.model import compute_dtype_summary, resolve_compute_dtype, resolve_device
 from rllm_torch.backends.torch_backend.passes import BatchPasses, MicroBatcher
 from rllm_torch.backends.torch_backend.pretrained import pretrained_dir
-from rllm_torch.backends.torch_backend.rollout import SamplingParams, TorchRolloutEngine
+from rllm_torch.backends.torch_backend.rollout import TorchRolloutEngine
+from rllm_torch.backends.torch_backend.samplers import Samplers
 from rllm_torch.backends.torch_backend.sampling import default_rollout_batch_size
 from rllm_torch.backends.torch_backend.setup_checks import check_prompts
 from rllm_torch.backends.torch_backend.task_defaults import (
@@ -59,16 +56,12 @@ from rllm_torch.backends.torch_backend.task_defaults import (
 from rllm_torch.backends.torch_backend.tokenizer import has_saved_tokenizer, load_tokenizer, require_chat_template
 from rllm_torch.backends.torch_backend.update import PolicyUpdater
 from rllm_torch.backends.torch_backend.vllm_rollout import VllmRolloutEngine
-from rllm_torch.backends.torch_backend.vllm_setup import full_weights
-from rllm_torch.core.errors import CheckpointError
 from rllm_torch.rllm.config import AlgorithmConfig
 from rllm_torch.trainer.config_checks import typed_algorithm_config
 from rllm_torch.trainer.model_defaults import apply_model_defaults
 from rllm_torch.trainer.pipeline.token_batch import build_token_batch
 from rllm_torch.trainer.protocol import BackendProtocol
 from rllm_torch.trainer.ranks import RunRanks
-from rllm_torch.trainer.runtime.checkpoint import directory_digests, directory_matches, replace_directory
-from rllm_torch.trainer.runtime.stop import StopRequested, stop_point
 from rllm_torch.trainer.schema import prompts_per_step
 from rllm_torch.trainer.state import TrainerState
 
@@ -152,24 +145,7 @@ class TorchBackend(BackendProtocol):
         losses = algorithm_config.losses_in_use().values()
         self.actor = Actor(config, self.tokenizer, self.device, self.ranks, self.compute_dtype, losses)
         self.model = self.actor.model
-        self.rollout_engine = self.async_rollout_engine = None  # init_rollout_engine, init_async_rollout_engine
-        self.critic = (
-            Critic(
-                config.model,
-                self.actor.base,
-                self.settings.critic,
-                seed=self.settings.seed + 1,
-                # fsdp: refused by the run config's check
-                wrap=(lambda module: module)
-                if self.actor.sharded
-                else (lambda m: wrap_ddp(m, self.ranks, self.device)),
-                pad_token_id=self.tokenizer.pad_token_id,
-                autocast_dtype=self.compute_dtype,
-                gradient_checkpointing=self.settings.gradient_checkpointing,
-            )
-            if self.settings.critic.enable
-            else None
-        )
+        self.critic = critic_for(self.actor, config, self.ranks, self.device, self.tokenizer.pad_token_id)
         micro = MicroBatcher(
             self.settings,
             self.ranks,
@@ -181,6 +157,15 @@ class TorchBackend(BackendProtocol):
         self.updater = PolicyUpdater(self.actor, self.critic, micro, config, self.device, algorithm_config)
         self.run_dir = Path(
             rllm.trainer.default_local_dir or f"outputs/{rllm.trainer.project_name}/{rllm.trainer.experiment_name}"
+        )
+        self.samplers = Samplers(
+            self.actor,
+            self.tokenizer,
+            config,
+            self.ranks,
+            compute_dtype=self.compute_dtype,
+            max_batch_size=self.rollout_batch_size,
+            apply_chat_template=self.apply_chat_template,
         )
 
     @property
@@ -269,88 +254,27 @@ class TorchBackend(BackendProtocol):
         responses = f"at most {length.tokens} tokens ({length.source}{unset})"
         return [*defaults, ("memory", ", ".join(parts)), ("responses", responses)]
 
-    def init_rollout_engine(self, **kwargs: Any) -> TorchRolloutEngine:
-        r = self.config.rllm.rollout
-        train = SamplingParams(r.temperature, r.top_p, r.max_new_tokens)
-        val = SamplingParams(r.val_temperature, r.val_top_p, r.max_new_tokens)
-        common = dict(
-            max_batch_size=self.rollout_batch_size,
-            seed=self.settings.seed + self.ranks.rank,  # each rank its own rollouts
-            apply_chat_template=self.apply_chat_template,
-        )
-        engine = self.settings.rollout
-        if engine.engine == "vllm":  # issue 18: a colocated vLLM engine, synced after optimizer steps
-            self.rollout_engine = VllmRolloutEngine(
-                self.model,
-                self.tokenizer,
-                train,
-                val,
-                max_model_len=engine.max_model_len,
-                gpu_memory_utilization=engine.gpu_memory_utilization,
-                kv_cache_memory_bytes=engine.kv_cache_memory_bytes,
-                enforce_eager=engine.enforce_eager,
-                dtype=engine.dtype or ("bfloat16" if self.compute_dtype == torch.bfloat16 else None),
-                distributed=self.ranks.distributed,
-                **common,
-            )
-            vllm_engine = self.rollout_engine  # the engine, also when async training makes it the sampler
-            self.optimizer.register_step_post_hook(lambda *_: vllm_engine.mark_stale())
-        else:
-            self.rollout_engine = TorchRolloutEngine(
-                self.model,
-                self.tokenizer,
-                train,
-                val,
-                autocast_dtype=self.compute_dtype,
-                share_prompts=self.actor.share_prompts,
-                **common,
-            )
-        return self.rollout_engine
+    @property
+    def rollout_engine(self) -> TorchRolloutEngine | VllmRolloutEngine | None:
+        """The main sampling engine (None before :meth:`init_rollout_engine`)."""
+        return self.samplers.main
+
+    @property
+    def async_rollout_engine(self) -> TorchRolloutEngine | VllmRolloutEngine | None:
+        """Async training's sampler (None before :meth:`init_async_rollout_engine`)."""
+        return self.samplers.async_sampler
+
+    def init_rollout_engine(self, **kwargs: Any) -> TorchRolloutEngine | VllmRolloutEngine:
+        """The main engine (:meth:`Samplers.build <.samplers.Samplers.build>`)."""
+        return self.samplers.build()
 
     def init_async_rollout_engine(self) -> TorchRolloutEngine | VllmRolloutEngine:
-        """Async training's sampler, at policy version 0 until :meth:`publish_weights`, sampling
-        with training's settings and the rank's one sampling generator (the checkpoint's).
-
-        ``hf``: an engine over its own copy of the policy (the policy's weights' memory once more).
-        ``vllm``: the vLLM engine itself, which holds its own weights already (it then takes only
-        the published ones); validation, which samples the current policy, gets an ``hf`` engine
-        over the policy in its place."""
-        main = self.rollout_engine
-        on_vllm = isinstance(main, VllmRolloutEngine)
-        # hf: as it is, requires_grad too (sampling runs under no_grad, and a frozen copy takes
-        # other kernels: its log-probs then differ from the policy's in the last bits)
-        hf = TorchRolloutEngine(
-            self.model if on_vllm else copy.deepcopy(self.model),
-            self.tokenizer,
-            main.train_params,
-            main.val_params,
-            max_batch_size=main.max_batch_size,
-            seed=self.settings.seed + self.ranks.rank,
-            apply_chat_template=self.apply_chat_template,
-            autocast_dtype=self.compute_dtype,
-            share_prompts=self.actor.share_prompts,
-        )
-        if on_vllm:  # vLLM samples the training episodes, hf over the policy validates
-            main.published_weights_only = True
-            self.rollout_engine, engine = hf, main
-        else:  # the copy samples with the run's one generator (the checkpoint's)
-            hf.generator, engine = main.generator, hf
-        engine.version = 0
-        engine.sync_in_flight = bool(self.config.rllm.async_training.partial_rollout)
-        self.async_rollout_engine = engine
-        return engine
+        """Async training's sampler (:meth:`Samplers.build_async <.samplers.Samplers.build_async>`)."""
+        return self.samplers.build_async()
 
     def publish_weights(self, version: int) -> None:
-        """Stage the policy's weights as ``version`` in the async sampler, which takes them between
-        batches (or, with ``partial_rollout``, at its next sampling call): copies of the trainable
-        parameters for the ``hf`` sampler (with LoRA only the adapters: the frozen base is its
-        already); for vLLM every weight by the base model's names, LoRA merged
-        (:func:`~rllm_torch.backends.torch_backend.vllm_setup.full_weights`)."""
-        if isinstance(self.async_rollout_engine, VllmRolloutEngine):
-            weights = {name: tensor.clone() for name, tensor in full_weights(self.model)}
-        else:
-            weights = {name: p.detach().clone() for name, p in self.model.named_parameters() if p.requires_grad}
-        self.async_rollout_engine.stage_weights(weights, version)
+        """The policy's weights staged in the async sampler (:meth:`Samplers.publish <.samplers.Samplers.publish>`)."""
+        self.samplers.publish(version)
 
     def get_dataloader(self, dataset: list[dict], trainer_state: TrainerState) -> TaskDataLoader:
         """Training batches of ``prompts_per_step`` prompts; while the trainer validates
@@ -396,15 +320,8 @@ class TorchBackend(BackendProtocol):
             rollout.greedy = False
 
     def _sampling_weights(self, rollout: Any = None) -> AbstractContextManager:
-        """The weights a sampling phase runs on. The vLLM engine holds its own copy: it is synced
-        here if an optimizer step changed the policy (under FSDP one parameter at a time, every
-        rank together); async training's sampler takes its staged weights. The main ``hf`` engine
-        runs on the policy itself: under FSDP, gathered whole for the phase (:meth:`Actor.sampling_weights`).
-        ``rollout``: the engine of the phase (None: the main one)."""
-        rollout = rollout if rollout is not None else self.rollout_engine
-        rollout.sync_weights()  # a no-op for the main hf engine
-        own_weights = isinstance(rollout, VllmRolloutEngine) or rollout is not self.rollout_engine
-        return nullcontext() if own_weights else self.actor.sampling_weights()
+        """The weights a sampling phase runs on (:meth:`Samplers.weights <.samplers.Samplers.weights>`)."""
+        return self.samplers.weights(rollout)
 
     def transform_to_backend_batch(self, trainer_state: TrainerState):
         return build_token_batch(
@@ -440,66 +357,26 @@ class TorchBackend(BackendProtocol):
     def load_sharded_state_dict(self, state: dict[str, Any]) -> None:
         self.actor.load_sharded_state_dict(state)
 
-    def _training_sampler(self) -> TorchRolloutEngine | VllmRolloutEngine:
-        """The engine that samples the training episodes (async training with vLLM: its sampler)."""
-        return (
-            self.async_rollout_engine
-            if isinstance(self.async_rollout_engine, VllmRolloutEngine)
-            else self.rollout_engine
-        )
-
     def rank_state_dict(self) -> dict[str, Any]:
         """This rank's sampling generator (the training episodes')."""
-        return {"rollout_generator": self._training_sampler().generator.get_state()}
+        return {"rollout_generator": self.samplers.training.generator.get_state()}
 
     def load_rank_state_dict(self, state: dict[str, Any]) -> None:
-        self._training_sampler().generator.set_state(state["rollout_generator"])
+        self.samplers.training.generator.set_state(state["rollout_generator"])
 
     def shutdown(self) -> None:
-        """Release the vLLM engine (the sampler's, in async training) at the end of the run, not
-        whenever the garbage collector gets to it: vLLM's process-wide parallel state goes with it,
-        which a later engine in the same process (a second run) would otherwise lose mid-run."""
-        for engine in {id(e): e for e in (self.rollout_engine, self.async_rollout_engine)}.values():
-            if isinstance(engine, VllmRolloutEngine) and engine.llm is not None:
-                engine.shutdown()
+        """Release the vLLM engines (:meth:`Samplers.shutdown <.samplers.Samplers.shutdown>`)."""
+        self.samplers.shutdown()
 
     def save_checkpoint(self, name: str) -> Path | None:
         """Save the model (LoRA: adapters merged) and tokenizer to ``{run_dir}/checkpoints/{name}``
-        (``save_pretrained``; rank 0 writes and returns the path; with FSDP every rank must call,
-        to gather the weights). Written into ``.tmp-{name}-<pid>`` and renamed into place, replacing
-        an older one: a process stopped at any moment leaves the whole directory or none. A stop
-        request (SIGTERM) between its files abandons it (:func:`~rllm_torch.trainer.runtime.stop.stop_point`).
+        (:func:`~rllm_torch.backends.torch_backend.export.export_pretrained`; rank 0 writes and
+        returns the path; with FSDP every rank must call, to gather the weights).
 
         Raises:
-            CheckpointError: writing failed (a full disk, or a model ``save_pretrained`` refuses);
-                the temporary directory is removed, the run's checkpoints are intact.
+            CheckpointError: writing failed; the run's checkpoints are intact.
         """
-        path = self.run_dir / "checkpoints" / name
-        tmp = path.with_name(f".tmp-{name}-{os.getpid()}")
-        try:
-            if self.ranks.is_main:
-                shutil.rmtree(tmp, ignore_errors=True)
-            stop_point()
-            if not self.actor.save_pretrained(tmp):
-                return None
-            stop_point()
-            self.tokenizer.save_pretrained(tmp)
-            digests = directory_digests(tmp)
-            stop_point()
-            replace_directory(tmp, path)
-            path.with_name(f"{name}.sha256.json").write_text(json.dumps(digests))  # after: a kill leaves none
-        except StopRequested:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        except Exception as exc:  # noqa: BLE001 - any failure: the export is missing, the checkpoints are not
-            shutil.rmtree(tmp, ignore_errors=True)
-            detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
-            raise CheckpointError(
-                f"exporting the model to {path} failed ({detail.splitlines()[0] if detail else type(exc).__name__}); "
-                "the run's checkpoints are intact and the same command writes it again. Free disk space (or fix "
-                "the path) first."
-            ) from exc
-        return path
+        return export_pretrained(self.actor, self.tokenizer, self.run_dir / "checkpoints" / name, self.ranks.is_main)
 
     async def on_train_end(self, trainer_state: TrainerState) -> None:
         """Export the trained model as ``checkpoints/final`` (``model.path=`` loads it; rank 0
@@ -510,5 +387,4 @@ class TorchBackend(BackendProtocol):
         """``checkpoints/final`` holds every file of the export, each of the size and SHA-256 that
         ``checkpoints/final.sha256.json`` records (written after the export was renamed into place);
         other ranks: True."""
-        final = self.run_dir / "checkpoints" / "final"
-        return not self.ranks.is_main or directory_matches(final, final.with_name("final.sha256.json"))
+        return not self.ranks.is_main or export_complete(self.run_dir / "checkpoints" / "final")

@@ -20,14 +20,16 @@ import torch.nn.functional as F
 from torch import Tensor
 from transformers import AutoModelForTokenClassification, PreTrainedModel
 
+from rllm_torch.backends.torch_backend.actor import Actor, wrap_ddp
 from rllm_torch.backends.torch_backend.forward import on_real_columns
 from rllm_torch.backends.torch_backend.model import adamw, compute_autocast, enable_gradient_checkpointing
 from rllm_torch.backends.torch_backend.optim_step import clipped_step
 from rllm_torch.backends.torch_backend.pretrained import pretrained_dir
 from rllm_torch.core.errors import ConfigError
 from rllm_torch.core.losses import clipped_value_loss
+from rllm_torch.trainer.ranks import RunRanks
 
-__all__ = ["Critic", "build_critic", "token_values"]
+__all__ = ["Critic", "build_critic", "critic_for", "token_values"]
 
 
 def build_critic(model_config: Any, policy: PreTrainedModel, *, seed: int = 0) -> PreTrainedModel:
@@ -181,3 +183,22 @@ class Critic:
             )
         self.model.load_state_dict(state["critic"])
         self.optimizer.load_state_dict(state["critic_optimizer"])
+
+
+def critic_for(actor: Actor, config: Any, ranks: RunRanks, device: torch.device, pad_token_id: int) -> Critic | None:
+    """The value model of ``actor``'s policy when ``backend.critic.enable`` (else None): its
+    architecture, seeded ``backend.seed + 1``, wrapped in DDP over ``ranks`` on ``device`` (FSDP is
+    refused by the run config's check), in the policy's compute dtype and activation checkpointing."""
+    settings = config.backend
+    if not settings.critic.enable:
+        return None
+    return Critic(
+        config.model,
+        actor.base,
+        settings.critic,
+        seed=settings.seed + 1,
+        wrap=(lambda module: module) if actor.sharded else (lambda module: wrap_ddp(module, ranks, device)),
+        pad_token_id=pad_token_id,
+        autocast_dtype=actor.compute_dtype,
+        gradient_checkpointing=settings.gradient_checkpointing,
+    )
