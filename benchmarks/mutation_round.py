@@ -141,8 +141,8 @@ MUTANTS: list[Mutant] = [
         "M13",
         "a map entry's role is ignored: every role runs the default estimator",
         "rllm_torch/rllm/plan.py",
-        "            name = registered_name(self.config.estimator_for(role))",
-        "            name = registered_name(self.config.estimator)",
+        "            name = registered_name(self.algorithm_config.estimator_for(role))",
+        "            name = registered_name(self.algorithm_config.estimator)",
         ("tests/rllm/test_rllm_conformance.py", "tests/rllm/test_collect.py"),
     ),
     # --- per-role maps (issue 44's class: combinations of the maps) ---

@@ -7,6 +7,7 @@ each declared once with :func:`~rllm_torch.rllm.settings.setting`. The backend r
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from rllm_torch.rllm.settings import setting
 
@@ -24,18 +25,31 @@ PARALLELISMS = ("ddp", "fsdp")  # backend.parallelism under torchrun
 ROLLOUT_ENGINES = ("hf", "vllm")  # backend.rollout.engine
 
 
-@dataclass
-class CriticSection:
-    enable: bool = setting(False, "a value model (the policy's architecture with a one-output head) for gae")
-    lr: float | None = setting(
+# The policy's AdamW (backend.*) and the critic's (backend.critic.*) take the same three settings.
+def learning_rate() -> Any:
+    return setting(
         None,
-        "None: 1e-3 for a model built from scratch, 1e-5 for a pretrained model.path",
+        "AdamW's learning rate; None: 1e-3 for a model built from scratch, 1e-5 for a pretrained model.path",
         minimum=0,
         exclusive_minimum=True,
         resumable=True,
     )
-    weight_decay: float = setting(0.0, "the critic's AdamW weight decay", minimum=0)
-    grad_clip: float = setting(1.0, "the critic's gradient-norm clip", minimum=0, exclusive_minimum=True)
+
+
+def weight_decay() -> Any:
+    return setting(0.0, "AdamW's weight decay", minimum=0)
+
+
+def grad_clip() -> Any:
+    return setting(1.0, "the gradient-norm clip before each optimizer step", minimum=0, exclusive_minimum=True)
+
+
+@dataclass
+class CriticSection:
+    enable: bool = setting(False, "a value model (the policy's architecture with a one-output head) for gae")
+    lr: float | None = learning_rate()
+    weight_decay: float = weight_decay()
+    grad_clip: float = grad_clip()
     cliprange_value: float = setting(
         0.5, "clip of the value update around the old values (PPO's value clipping)", minimum=0, exclusive_minimum=True
     )
@@ -81,15 +95,9 @@ class RolloutEngineSection:
 class BackendConfig:
     name: str = setting("torch", "the training backend")
     device: str = setting("auto", "auto | cpu | cuda | cuda:N")
-    lr: float | None = setting(
-        None,
-        "None: 1e-3 for a model built from scratch, 1e-5 for a pretrained model.path",
-        minimum=0,
-        exclusive_minimum=True,
-        resumable=True,
-    )
-    weight_decay: float = setting(0.0, "AdamW's weight decay", minimum=0)
-    grad_clip: float = setting(1.0, "gradient-norm clip", minimum=0, exclusive_minimum=True)
+    lr: float | None = learning_rate()
+    weight_decay: float = weight_decay()
+    grad_clip: float = grad_clip()
     ppo_epochs: int = setting(1, "passes over each batch", minimum=1)
     mini_batch_size: int | None = setting(
         None, "rows (one per step) per optimizer step; None: the whole batch", minimum=1
