@@ -93,9 +93,16 @@ WARMUP_STEPS = 5  # excluded from the per-step statistics (first sampling and up
 STAGES = ("generate", "transform", "log_probs", "advantages", "update")  # ours' parts of time/step
 
 
-def run_side(name: str, command: list[str], out: Path, threads: int = 1) -> tuple[float, float]:
+def run_side(name: str, command: list[str], out: Path, threads: int = 1, reuse: bool = False) -> tuple[float, float]:
     """Run one side's subprocess (``threads`` torch threads), its output into ``<out>/<name>.log``;
-    returns its wall time (s) and peak resident memory (GiB: the process's ``ru_maxrss``, from ``wait4``)."""
+    returns its wall time (s) and peak resident memory (GiB: the process's ``ru_maxrss``, from ``wait4``),
+    also recorded in ``<out>/<name>.run.json``. ``reuse``: a run recorded there with the same command
+    is not run again (its numbers are read back)."""
+    record = out / f"{name}.run.json"
+    if reuse and record.is_file() and (done := json.loads(record.read_text()))["command"] == command:
+        print(f"{SIDES[name]}: reused {record}", flush=True)
+        return done["wall_s"], done["peak_gib"]
+    shutil.rmtree(out / name, ignore_errors=True)  # a previous run's: ours would refuse to start over its checkpoints
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
     log = out / f"{name}.log"
     print(f"{SIDES[name]}: {' '.join(command)}", flush=True)
@@ -114,6 +121,7 @@ def run_side(name: str, command: list[str], out: Path, threads: int = 1) -> tupl
         raise RuntimeError(f"{SIDES[name]} failed (exit {process.returncode}); end of {log}:\n{tail}")
     peak = usage.ru_maxrss / 2**20  # Linux: KiB
     print(f"{SIDES[name]}: {wall:.1f} s, peak RSS {peak:.2f} GiB", flush=True)
+    record.write_text(json.dumps({"command": command, "wall_s": wall, "peak_gib": peak}) + "\n")
     return wall, peak
 
 
@@ -195,8 +203,6 @@ def trl_settings(run_dir: Path) -> str:
 def run_pair(args: argparse.Namespace, overrides: list[str], model_dir: str, out: Path) -> dict[str, Any]:
     """Ours, then TRL, on ``overrides`` (plus the model), into ``out``; the two final models
     validated by our trainer with ``--validate`` (and the initial one, for the pass@1 before)."""
-    for side in SIDES:  # a previous run's directories: ours would refuse to start over its checkpoints
-        shutil.rmtree(out / side, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
     overrides = [*overrides, f"model.path={model_dir}"]
     walls, peaks = {}, {}
@@ -204,13 +210,13 @@ def run_pair(args: argparse.Namespace, overrides: list[str], model_dir: str, out
     if config_name(args.task) != "train":
         ours += ["--config-name", config_name(args.task)]
     ours += [*overrides, f"hydra.run.dir={out / 'ours'}"]
-    walls["ours"], peaks["ours"] = run_side("ours", ours, out, args.threads)
+    walls["ours"], peaks["ours"] = run_side("ours", ours, out, args.threads, args.reuse)
     spec = {"task": args.task, "overrides": overrides, "model_dir": model_dir, "out": str(out), "steps": args.steps}
     spec["threads"], spec["config"] = args.threads, args.config
     spec["trl_args"] = {k: json.loads(v) for k, v in (item.split("=", 1) for item in args.trl_set)}
     (out / "trl_spec.json").write_text(json.dumps(spec, indent=1) + "\n")
     trl = [sys.executable, __file__, "--trl-worker", str(out / "trl_spec.json")]
-    walls["trl"], peaks["trl"] = run_side("trl", trl, out, args.threads)
+    walls["trl"], peaks["trl"] = run_side("trl", trl, out, args.threads, args.reuse)
     curves = {side: read_steps(out / side / "metrics.jsonl") for side in SIDES}
     results = {side: summarize(curves[side], walls[side], warmup_steps(args.steps)) for side in SIDES}
     for side in SIDES:
@@ -249,6 +255,12 @@ def main(argv: list[str]) -> None:
     )
     parser.add_argument(
         "--seeds", type=int, nargs="*", default=None, help="one pair of runs per seed (seed=S backend.seed=S)"
+    )
+    parser.add_argument(
+        "--val-set", nargs="*", default=[], metavar="KEY=VALUE", help="more overrides of the --validate runs only"
+    )
+    parser.add_argument(
+        "--reuse", action="store_true", help="a side already run into --out with the same command is not run again"
     )
     parser.add_argument("--title", default=None, help="the results section's title")
     parser.add_argument("--config", default=None, help="an experiment config of configs/ (default: the task's)")
