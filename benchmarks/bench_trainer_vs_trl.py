@@ -163,7 +163,10 @@ def validate(task: str, overrides: list[str], run_dir: Path, threads: int) -> di
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     subprocess.run(command, env=env, check=True, capture_output=True, timeout=3600)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return {k: v for row in rows for k, v in row.items() if k.startswith("val/") and "/pass@" in k}
+    found = {k: v for row in rows for k, v in row.items() if k.startswith("val/") and "/pass@" in k}
+    if not found:
+        raise RuntimeError(f"the validation in {run_dir} gave no pass@k: no validation prompts ({' '.join(overrides)})")
+    return found
 
 
 def git_revision() -> str:
@@ -222,7 +225,12 @@ def run_pair(args: argparse.Namespace, overrides: list[str], model_dir: str, out
     for side in SIDES:
         results[side]["peak_rss_gib"] = peaks[side]
     if args.validate:  # the task's validation prompts, our validation, the same samples per model
-        task = [f"task={args.task}", *[o for o in overrides if o.startswith(("task.", "seed=", "backend.seed="))]]
+        # the training runs' task settings but task.val_size=0 (no validation while training)
+        kept = ("task.", "seed=", "backend.seed=")
+        task = [
+            f"task={args.task}",
+            *[o for o in overrides if o.startswith(kept) and not o.startswith("task.val_size=")],
+        ]
         task += args.val_set
         before = validate(args.task, [*task, f"model.path={model_dir}"], out / "val_before", args.threads)
         finals = {"ours": out / "ours" / "checkpoints" / "final", "trl": out / "trl" / "final"}
