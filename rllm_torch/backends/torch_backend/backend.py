@@ -164,7 +164,6 @@ class TorchBackend(BackendProtocol):
             config,
             self.ranks,
             compute_dtype=self.compute_dtype,
-            max_batch_size=self.rollout_batch_size,
             apply_chat_template=self.apply_chat_template,
         )
 
@@ -266,7 +265,7 @@ class TorchBackend(BackendProtocol):
 
     def init_rollout_engine(self, **kwargs: Any) -> TorchRolloutEngine | VllmRolloutEngine:
         """The main engine (:meth:`Samplers.build <.samplers.Samplers.build>`)."""
-        return self.samplers.build()
+        return self.samplers.build(self.rollout_batch_size)
 
     def init_async_rollout_engine(self) -> TorchRolloutEngine | VllmRolloutEngine:
         """Async training's sampler (:meth:`Samplers.build_async <.samplers.Samplers.build_async>`)."""

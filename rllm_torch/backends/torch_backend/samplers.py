@@ -33,7 +33,6 @@ class Samplers:
             ``rllm.async_training.partial_rollout``).
         ranks: the run's processes (rank ``r`` samples with seed ``backend.seed + r``).
         compute_dtype: the policy's compute dtype (``hf``: autocast; ``vllm``: its dtype by default).
-        max_batch_size: prompts per sampling call.
         apply_chat_template: prompts go through the tokenizer's chat template.
     """
 
@@ -45,42 +44,41 @@ class Samplers:
         ranks: RunRanks,
         *,
         compute_dtype: torch.dtype,
-        max_batch_size: int,
         apply_chat_template: bool,
     ) -> None:
         self.actor, self.tokenizer, self.config, self.ranks = actor, tokenizer, config, ranks
         self.compute_dtype, self.apply_chat_template = compute_dtype, apply_chat_template
-        self.max_batch_size = max_batch_size
         self.main: TorchRolloutEngine | VllmRolloutEngine | None = None
         self.async_sampler: TorchRolloutEngine | VllmRolloutEngine | None = None
 
-    def _hf(self, model: torch.nn.Module, train: SamplingParams, val: SamplingParams) -> TorchRolloutEngine:
+    def _hf(self, model: torch.nn.Module, train: SamplingParams, val: SamplingParams, size: int) -> TorchRolloutEngine:
         return TorchRolloutEngine(
             model,
             self.tokenizer,
             train,
             val,
-            max_batch_size=self.max_batch_size,
+            max_batch_size=size,
             seed=self.config.backend.seed + self.ranks.rank,  # each rank its own rollouts
             apply_chat_template=self.apply_chat_template,
             autocast_dtype=self.compute_dtype,
             share_prompts=self.actor.share_prompts,
         )
 
-    def build(self) -> TorchRolloutEngine | VllmRolloutEngine:
-        """The main engine, with ``rllm.rollout``'s training and validation sampling settings."""
+    def build(self, max_batch_size: int) -> TorchRolloutEngine | VllmRolloutEngine:
+        """The main engine, with ``rllm.rollout``'s training and validation sampling settings and
+        ``max_batch_size`` prompts per sampling call."""
         r, engine = self.config.rllm.rollout, self.config.backend.rollout
         train = SamplingParams(r.temperature, r.top_p, r.max_new_tokens)
         val = SamplingParams(r.val_temperature, r.val_top_p, r.max_new_tokens)
         if engine.engine != "vllm":
-            self.main = self._hf(self.actor.model, train, val)
+            self.main = self._hf(self.actor.model, train, val, max_batch_size)
             return self.main
         self.main = vllm_engine = VllmRolloutEngine(  # issue 18: colocated, synced after optimizer steps
             self.actor.model,
             self.tokenizer,
             train,
             val,
-            max_batch_size=self.max_batch_size,
+            max_batch_size=max_batch_size,
             seed=self.config.backend.seed + self.ranks.rank,
             apply_chat_template=self.apply_chat_template,
             max_model_len=engine.max_model_len,
@@ -105,9 +103,8 @@ class Samplers:
         on_vllm = isinstance(main, VllmRolloutEngine)
         # hf: as it is, requires_grad too (sampling runs under no_grad, and a frozen copy takes
         # other kernels: its log-probs then differ from the policy's in the last bits)
-        hf = self._hf(
-            self.actor.model if on_vllm else copy.deepcopy(self.actor.model), main.train_params, main.val_params
-        )
+        model = self.actor.model if on_vllm else copy.deepcopy(self.actor.model)
+        hf = self._hf(model, main.train_params, main.val_params, main.max_batch_size)
         if on_vllm:  # vLLM samples the training episodes, hf over the policy validates
             main.published_weights_only = True
             self.main, engine = hf, main
