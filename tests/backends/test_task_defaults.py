@@ -108,17 +108,31 @@ def test_answers_longer_than_the_limit_with_most_responses_cut_and_none_correct_
 @pytest.mark.parametrize(
     ("limit", "answer", "batch"),
     [
-        (2, ("7", 1), episodes(64, cut=58)),  # the default task: answers fit; a model from scratch rarely stops
+        (2, ("7", 1), episodes(64, cut=58, reward=0.25)),  # the default task: answers fit, some score
         (2, ("dcba", 4), episodes(64, cut=20)),  # most responses stopped
         (2, ("dcba", 4), episodes(64, cut=52, correct_cut=1, reward=1.0)),  # a cut response can be right
     ],
     ids=["answers fit", "few cut", "a cut one correct"],
 )
-def test_no_warning_when_the_length_is_not_what_keeps_the_reward_at_zero(limit, answer, batch):
-    assert watch_warnings(LengthLimitWatch(limit, answer), [batch] * 4) == []
+def test_no_length_warning_when_the_length_is_not_what_keeps_the_reward_at_zero(limit, answer, batch):
+    said = watch_warnings(LengthLimitWatch(limit, answer), [batch] * 4)
+    assert [m for m in said if "max_new_tokens" in m] == []
 
 
 def test_tasks_without_answers_warn_when_every_response_is_cut_and_every_reward_is_0():
     said = watch_warnings(LengthLimitWatch(4, None), [episodes(16, cut=16)] * 4)
     assert len(said) == 1 and "every reward was 0" in said[0]
     assert watch_warnings(LengthLimitWatch(4, None), [episodes(16, cut=16, reward=0.5)] * 4) == []
+
+
+def test_no_reward_at_all_in_the_watched_steps_is_said_once_whatever_the_length():
+    """Answers that fit, few responses cut, every reward 0 (an exact match the policy never hits):
+    nothing trains, and the warning says so once instead of the run going on at reward 0."""
+    said = watch_warnings(LengthLimitWatch(6, ("eeb", 3)), [episodes(64, cut=30)] * 10)
+    assert said == [
+        "every reward of the first 4 training steps was 0 (256 responses): a group whose rewards are all equal has "
+        "no advantage, so nothing trains until some response scores. Check task.reward_fn on a known answer; an "
+        "exact-match reward on answers the policy cannot write yet gives no signal, a partial-credit one does "
+        "(docs/training.md)."
+    ]
+    assert watch_warnings(LengthLimitWatch(6, ("eeb", 3)), [episodes(64, cut=30, reward=1.0)] * 4) == []

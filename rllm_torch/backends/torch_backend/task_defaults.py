@@ -172,8 +172,8 @@ class LengthLimitWatch:
     """Watches the first :attr:`steps` training batches of episodes and warns once when most of
     their responses ended at ``rllm.rollout.max_new_tokens``, none of those was correct, and the
     length is what keeps them from it: the longest answer has more tokens than the limit, or (tasks
-    without answers) every reward was 0. Answers that fit are left to learning: a model from
-    scratch ends few responses early, and scores nothing, whatever the limit.
+    without answers) every reward was 0. Otherwise, when no response of those batches scored at
+    all, it warns once that nothing trains (the reward, not the length, is then the question).
 
     Args:
         max_new_tokens: the run's response length.
@@ -203,7 +203,7 @@ class LengthLimitWatch:
         too_long = self.longest_answer is not None and self.longest_answer[1] > self.max_new_tokens
         unknown = self.longest_answer is None and self.rewarded == 0  # no answers to measure, no reward at all
         if share < 0.5 or self.cut_correct or not (too_long or unknown):
-            return None
+            return self._no_reward()
         why = (
             f"the longest answer ({self.longest_answer[0]!r}) has {self.longest_answer[1]} tokens"
             if too_long
@@ -215,4 +215,17 @@ class LengthLimitWatch:
             f"{'twice' if ANSWER_MARGIN == 2 else f'{ANSWER_MARGIN} x'} the longest answer's tokens)"
         )
         warnings.warn(message, UserWarning, stacklevel=2)
+        return message
+
+    def _no_reward(self) -> str | None:
+        """The warning when no response of the watched batches scored, the length not being the cause."""
+        if self.rewarded:
+            return None
+        message = (
+            f"every reward of the first {self.steps} training steps was 0 ({self.episodes} responses): a group whose "
+            "rewards are all equal has no advantage, so nothing trains until some response scores. Check "
+            "task.reward_fn on a known answer; an exact-match reward on answers the policy cannot write yet gives "
+            "no signal, a partial-credit one does (docs/training.md)."
+        )
+        warnings.warn(message, UserWarning, stacklevel=3)
         return message
