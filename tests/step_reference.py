@@ -8,13 +8,27 @@ Each run is a few steps of a tiny configuration covering one path of the step: t
 to change the numbers, saying why in its commit) with::
 
     python tests/step_reference.py --write
+
+Portable numerics. float32 kernels round differently from one CPU to the next (MKL's and oneDNN's
+code paths and ATen's vector width are chosen at run time from the CPU's instruction sets), and
+three training steps amplify a last-bit difference: the default job's third grad norm is
+0.820707 on an AMD EPYC (AVX2), 0.820760 on an Intel Xeon with AVX-512 and AMX, 0.820697 on the
+same Xeon with MKL held to AVX2. So the runs are recorded and checked in a child process whose every
+CPU-dispatching library is held to its portable code path (:data:`PORTABLE_NUMERICS`: ATen's
+``default`` kernels, MKL's conditional numerical reproducibility in ``COMPATIBLE,STRICT`` mode,
+oneDNN at SSE4.1, one thread): the same instructions on every x86-64 CPU, hence the same bits, and
+the comparison is exact on every machine. (On the Xeon the held route gives the same bits whatever
+MKL, oneDNN or ATen would otherwise pick: ``MKL_ENABLE_INSTRUCTIONS=AVX2`` or no oneDNN cap change
+nothing.)
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
+import subprocess
 import sys
 from pathlib import Path
 
@@ -70,6 +84,16 @@ RUNS: dict[str, tuple[str, ...]] = {
 #: test checks what the schedule cannot change: the rows and their keys, each step's groups, the bound.
 TIMING_DEPENDENT = frozenset({"async_staleness_2"})
 
+#: Environment that holds every CPU-dispatching library to its portable code path (read when the
+#: libraries load, so set before the child process starts): see the module docstring.
+PORTABLE_NUMERICS = {
+    "ATEN_CPU_CAPABILITY": "default",
+    "MKL_CBWR": "COMPATIBLE,STRICT",
+    "ONEDNN_MAX_CPU_ISA": "SSE41",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+}
+
 #: Metrics that measure the machine, not the computation.
 VOLATILE_PREFIXES = ("time/", "memory/", "perf/")
 
@@ -114,17 +138,41 @@ def run_reference(name: str, run_dir: Path) -> dict:
     }
 
 
-def write_reference(root: Path) -> None:
-    """Record every run of :data:`RUNS` into :data:`DATA`."""
-    out = {"machine": machine(), "runs": {name: run_reference(name, root / name) for name in RUNS}}
-    DATA.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+def portable_runs(root: Path, *, timeout: float = 900) -> dict:
+    """Every run of :data:`RUNS`, made in a child process under :data:`PORTABLE_NUMERICS` (run
+    directories under ``root``): ``{"machine": ..., "runs": {name: run_reference(...)}}``.
+
+    Raises:
+        subprocess.CalledProcessError / TimeoutExpired: the child failed or ran past ``timeout`` s.
+    """
+    out = root / "step_reference.json"
+    subprocess.run(
+        [sys.executable, __file__, "--runs", str(root), str(out)],
+        env={**os.environ, **PORTABLE_NUMERICS},
+        check=True,
+        timeout=timeout,
+    )
+    return json.loads(out.read_text())
+
+
+def _runs_here(root: Path, out: Path) -> None:
+    import torch
+
+    if torch.backends.cpu.get_cpu_capability() != "DEFAULT":  # the environment was not read: refuse to record
+        sys.exit(f"step_reference: ATen runs its {torch.backends.cpu.get_cpu_capability()} kernels, not the portable ones")
+    torch.set_num_threads(1)
+    runs = {name: run_reference(name, root / name) for name in RUNS}
+    out.write_text(json.dumps({"machine": machine(), "runs": runs}, indent=1, sort_keys=True) + "\n")
 
 
 if __name__ == "__main__":
     import tempfile
 
-    if sys.argv[1:] != ["--write"]:
+    if sys.argv[1:2] == ["--runs"] and len(sys.argv) == 4:
+        _runs_here(Path(sys.argv[2]), Path(sys.argv[3]))
+    elif sys.argv[1:] == ["--write"]:
+        with tempfile.TemporaryDirectory() as tmp:
+            DATA.write_text(json.dumps(portable_runs(Path(tmp)), indent=1, sort_keys=True) + "\n")
+        print(f"wrote {DATA}")
+    else:
         sys.exit("usage: python tests/step_reference.py --write")
-    with tempfile.TemporaryDirectory() as tmp:
-        write_reference(Path(tmp))
-    print(f"wrote {DATA}")
