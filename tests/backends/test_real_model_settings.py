@@ -16,7 +16,6 @@ from trainer_fakes import make_config
 from transformers import AutoModelForCausalLM, GPTNeoXJapaneseConfig
 
 from rllm_torch.backends.torch_backend import TorchBackend, token_log_probs
-from rllm_torch.backends.torch_backend import model as policy_module
 from rllm_torch.backends.torch_backend.model import build_policy, enable_gradient_checkpointing
 from rllm_torch.cli.train_command import run
 from rllm_torch.core.errors import ConfigError, OutOfMemoryError
@@ -73,61 +72,6 @@ def test_bf16_trains_in_bf16_with_float32_weights_and_optimizer_state(arch):
         sum(a[k].square().sum() for k in b) * sum(b[k].square().sum() for k in b)
     )
     assert cosine > 0.999
-
-
-@pytest.mark.parametrize("native", [True, False], ids=["native-bf16-cpu", "cpu-without-bf16"])
-def test_bf16_runs_on_any_cpu_and_the_summary_says_when_it_is_emulated(monkeypatch, native):
-    """bf16 on a CPU is what PyTorch makes of it there, whatever the CPU's flags; the check of
-    the flags is made to answer each way, so both branches run on every machine."""
-    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native)
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
-    backend = TorchBackend(tasks.backend_config("backend.dtype=bfloat16"))
-    assert backend.compute_dtype == torch.bfloat16
-    memory = dict(backend.summary_rows())["memory"]
-    assert memory.startswith("bfloat16 compute (float32 weights and AdamW state")
-    assert ("emulated: this CPU has no AVX-512 BF16 or AMX" in memory) is not native
-    float32 = TorchBackend(tasks.backend_config("backend.dtype=float32"))
-    assert float32.compute_dtype is None and dict(float32.summary_rows())["memory"].startswith("float32,")
-
-
-@pytest.mark.parametrize(
-    ("amx", "avx512_bf16", "want", "reason"),
-    [
-        (True, False, torch.bfloat16, "this CPU has AMX"),
-        (False, True, torch.bfloat16, "this CPU has AVX-512 BF16"),
-        (False, False, None, "this CPU has no AVX-512 BF16 or AMX"),
-    ],
-    ids=["amx", "avx512-bf16", "neither"],
-)
-def test_auto_dtype_is_bf16_for_a_pretrained_model_where_the_cpu_computes_in_it_and_the_summary_says_why(
-    monkeypatch, tmp_path, amx, avx512_bf16, want, reason
-):
-    """The CPU's answer is made each way, so every branch runs on every machine (this project's CPU has neither)."""
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
-    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
-    scratch = TorchBackend(tasks.backend_config())  # backend.dtype=auto, the default
-    assert scratch.compute_dtype is None
-    assert dict(scratch.summary_rows())["memory"].startswith(
-        "float32 (backend.dtype=auto: a model built from scratch),"
-    )
-    scratch.model.save_pretrained(tmp_path)
-    backend, metrics = _step(f"model.path={tmp_path}", "backend.lr=0.001", "backend.num_threads=1")
-    assert backend.compute_dtype is want
-    memory = dict(backend.summary_rows())["memory"]
-    words = "float32 (" if want is None else "bfloat16 compute (float32 weights and AdamW state; "
-    assert memory.startswith(f"{words}backend.dtype=auto: {reason})")
-    # bf16 compute, master weights and AdamW's moments in float32 (learning at 1e-5 needs them)
-    assert all(p.dtype == torch.float32 for p in backend.model.parameters())
-    assert all(v.dtype == torch.float32 for st in backend.optimizer.state.values() for v in st.values() if v.dim())
-    assert math.isfinite(metrics["actor/loss"]) and metrics["actor/grad_norm"] > 0
-
-
-def test_bf16_on_a_gpu_without_bf16_and_float16_are_start_up_errors(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: False)
-    with pytest.raises(ConfigError, match="backend.dtype=bfloat16 but this CUDA GPU has no bfloat16 support"):
-        policy_module.resolve_compute_dtype("bfloat16", torch.device("cuda"))
-    with pytest.raises(ConfigError, match="float16 needs loss scaling; use bfloat16"):
-        TorchBackend(tasks.backend_config("backend.dtype=float16"))
 
 
 @pytest.mark.parametrize("arch", [[], LLAMA], ids=["gpt2", "llama"])
@@ -221,7 +165,7 @@ def test_a_lora_run_trains_logs_its_memory_settings_and_exports_a_plain_model(tm
     )
     run(config)
     out = capsys.readouterr().out
-    assert "memory" in out and "bfloat16 compute" in out and "micro-batches of 64 tokens" in out
+    assert "precision" in out and "bfloat16 compute" in out and "micro-batches of 64 tokens" in out
     assert "activation checkpointing on" in out and "LoRA r=8 alpha=16 on all-linear" in out
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "actor/loss" in r] == [1, 2]
@@ -256,8 +200,9 @@ def test_the_memory_row_names_each_setting():
     backend = TorchBackend(OmegaConf.merge(tasks.backend_config(), {"backend": {"log_prob_chunk_tokens": 7}}))
     rows = dict(backend.summary_rows())
     assert rows["defaults"] == "backend.lr=0.001, backend.num_threads=1 (defaults for a model built from scratch)"
+    assert rows["precision"] == "float32 (backend.dtype=auto: a model built from scratch)"
     assert rows["memory"] == (
-        "float32 (backend.dtype=auto: a model built from scratch), micro-batches of 16384 tokens, log-probs in "
+        "micro-batches of 16384 tokens, log-probs in "
         "chunks of 7 tokens, sampling 1024 prompts per generate call, activation checkpointing off, prompts not "
         "shared, no LoRA"
     )

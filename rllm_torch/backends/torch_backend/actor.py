@@ -31,8 +31,15 @@ from rllm_torch.backends.torch_backend.lora import (
     load_adapter_state,
     save_merged,
 )
-from rllm_torch.backends.torch_backend.model import adamw, build_policy, enable_gradient_checkpointing
+from rllm_torch.backends.torch_backend.model import adamw, build_policy, context_length, enable_gradient_checkpointing
 from rllm_torch.backends.torch_backend.optim_step import clipped_step
+from rllm_torch.backends.torch_backend.precision import (
+    PhaseProbe,
+    Precision,
+    ProbeShapes,
+    choose_precision,
+    measure_phases,
+)
 from rllm_torch.core.errors import ConfigError, ModelNotFoundError
 from rllm_torch.core.losses import losses_need
 from rllm_torch.trainer.ranks import RunRanks
@@ -57,7 +64,10 @@ class Actor:
         tokenizer: the policy's tokenizer (vocabulary size, pad token).
         device: where the model lives.
         ranks: the run's processes.
-        compute_dtype: ``backend.dtype``'s autocast dtype (None: float32).
+        losses: the losses in use (a loss that needs ``logp_ref`` gets a reference policy).
+        probe_shapes: the run's shapes, timed in float32 and bfloat16 when ``backend.dtype`` asks
+            for a measurement (:mod:`~rllm_torch.backends.torch_backend.precision`); the result is
+            :attr:`precision` (each phase's dtype) and :attr:`compute_dtype` (the update's).
 
     Raises:
         ConfigError / ModelNotFoundError: a bad model, reference, LoRA, checkpointing or
@@ -70,11 +80,12 @@ class Actor:
         tokenizer: PreTrainedTokenizerBase,
         device: torch.device,
         ranks: RunRanks,
-        compute_dtype: torch.dtype | None,
         losses: Iterable[str] = (),
+        *,
+        probe_shapes: ProbeShapes,
     ) -> None:
         self.config, self.settings, self.tokenizer = config, config.backend, tokenizer
-        self.device, self.ranks, self.compute_dtype = device, ranks, compute_dtype
+        self.device, self.ranks = device, ranks
         self.parallelism = self.settings.parallelism
         self.sharded = ranks.distributed and self.parallelism == "fsdp"
         self.base = build_policy(config.model, tokenizer, seed=self.settings.seed).to(device)
@@ -98,15 +109,17 @@ class Actor:
         scoring = dict(
             temperature=config.rllm.rollout.temperature,
             chunk_tokens=self.settings.log_prob_chunk_tokens,
-            autocast_dtype=compute_dtype,
             share_prompts=self.share_prompts,
         )
         self.scorer = PolicyScorer(self.model, **scoring)
+        self.precision = self._choose_precision(probe_shapes)
+        self.compute_dtype = self.scorer.autocast_dtype = self.precision.update
+        scoring["autocast_dtype"] = self.compute_dtype
         self.ref_scorer = PolicyScorer(self.ref_model, **scoring) if self.ref_model is not None else self.scorer
         if self.sharded:
             from rllm_torch.backends.torch_backend.sharding import shard_policy
 
-            self.train_model = shard_policy(self.scorer, causal_lm(self.model), ranks, param_dtype=compute_dtype)
+            self.train_model = shard_policy(self.scorer, causal_lm(self.model), ranks, param_dtype=self.compute_dtype)
             with torch.no_grad():  # FSDP2 takes the module of the first forward as its root: the scorer,
                 self.dummy_loss()  # not the bare model that sampling runs (every rank builds it together)
             self.train_model.reshard()  # the root keeps its gathered weights after a forward
@@ -114,6 +127,26 @@ class Actor:
             self.train_model = wrap_ddp(self.scorer, ranks, device)
         self.parameters = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = adamw(self.parameters, lr=self.settings.lr, weight_decay=self.settings.weight_decay)
+
+    def _choose_precision(self, shapes: ProbeShapes) -> Precision:
+        """Each phase's dtype for ``backend.dtype`` (:func:`~.precision.choose_precision`), timing
+        ``shapes`` on this policy and its scorer when the setting asks for a measurement."""
+
+        def score(input_ids: Tensor, attention_mask: Tensor, dtype: torch.dtype | None) -> Tensor:
+            self.scorer.autocast_dtype = dtype
+            return self.scorer(input_ids, attention_mask).log_probs
+
+        def probe() -> PhaseProbe:
+            return measure_phases(
+                self.model,
+                score,
+                shapes.within(context_length(self.model)),
+                vocab_size=len(self.tokenizer),
+                process_group=self.ranks.process_group if self.ranks.distributed else None,
+            )
+
+        pretrained = self.config.model.path is not None
+        return choose_precision(self.settings.dtype, self.device, pretrained=pretrained, probe=probe)
 
     @property
     def lora(self) -> bool:

@@ -40,7 +40,8 @@ from rllm_torch.backends.torch_backend.export import export_complete, export_pre
 from rllm_torch.backends.torch_backend.forward import causal_lm
 from rllm_torch.backends.torch_backend.logprobs import default_chunk_tokens
 from rllm_torch.backends.torch_backend.micro_batches import map_host_tensors
-from rllm_torch.backends.torch_backend.model import compute_dtype_summary, resolve_compute_dtype, resolve_device
+from rllm_torch.backends.torch_backend.model import resolve_device
+from rllm_torch.backends.torch_backend.precision import probe_shapes
 from rllm_torch.backends.torch_backend.passes import BatchPasses, MicroBatcher
 from rllm_torch.backends.torch_backend.pretrained import pretrained_dir
 from rllm_torch.backends.torch_backend.rollout import TorchRolloutEngine
@@ -121,11 +122,8 @@ class TorchBackend(BackendProtocol):
         self.device = resolve_device(
             self.settings.device, local_rank=self.ranks.local_rank if self.ranks.distributed else None
         )
-        pretrained = config.model.path is not None
         if self.device.type == "cpu":  # the host heap keeps no freed activation pages (micro_batches.py)
             map_host_tensors()
-        self.compute_dtype = resolve_compute_dtype(self.settings.dtype, self.device, pretrained=pretrained)
-        self.dtype_summary = compute_dtype_summary(self.settings.dtype, self.device, pretrained=pretrained)
         model_dir = (
             pretrained_dir(config.model.path, cache_dir=config.model.gguf_cache_dir) if config.model.path else None
         )
@@ -143,8 +141,9 @@ class TorchBackend(BackendProtocol):
         self.length_watch = LengthLimitWatch(self.response_length.tokens, self.response_length.longest_answer)
         self.apply_chat_template = bool(config.task.apply_chat_template)
         losses = algorithm_config.losses_in_use().values()
-        self.actor = Actor(config, self.tokenizer, self.device, self.ranks, self.compute_dtype, losses)
-        self.model = self.actor.model
+        shapes = probe_shapes(config, len(self.tokenizer), self.response_length.tokens)
+        self.actor = Actor(config, self.tokenizer, self.device, self.ranks, losses, probe_shapes=shapes)
+        self.model, self.precision, self.compute_dtype = self.actor.model, self.actor.precision, self.actor.compute_dtype
         self.critic = critic_for(self.actor, config, self.ranks, self.device, self.tokenizer.pad_token_id)
         micro = MicroBatcher(
             self.settings,
@@ -163,7 +162,7 @@ class TorchBackend(BackendProtocol):
             self.tokenizer,
             config,
             self.ranks,
-            compute_dtype=self.compute_dtype,
+            compute_dtype=self.precision.sampling,
             apply_chat_template=self.apply_chat_template,
         )
 
@@ -228,7 +227,6 @@ class TorchBackend(BackendProtocol):
         vocab = causal_lm(self.model).get_output_embeddings().weight.shape[0]
         chunk = s.log_prob_chunk_tokens or default_chunk_tokens(vocab)
         parts = [
-            self.dtype_summary,
             f"micro-batches of {s.micro_batch_tokens} tokens" if s.micro_batch_tokens else "no micro-batches",
             f"log-probs in chunks of {chunk} tokens",
             f"sampling {self.rollout_batch_size} prompts per generate call",
@@ -251,7 +249,9 @@ class TorchBackend(BackendProtocol):
         length = self.response_length
         unset = "" if length.source.startswith("rllm.rollout.") else "; rllm.rollout.max_new_tokens sets another"
         responses = f"at most {length.tokens} tokens ({length.source}{unset})"
-        return [*defaults, ("memory", ", ".join(parts)), ("responses", responses)]
+        precision = [("precision", self.precision.summary)]
+        warning = [("warning", self.precision.warning)] if self.precision.warning else []
+        return [*defaults, *precision, *warning, ("memory", ", ".join(parts)), ("responses", responses)]
 
     @property
     def rollout_engine(self) -> TorchRolloutEngine | VllmRolloutEngine | None:

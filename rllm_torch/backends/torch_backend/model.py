@@ -25,9 +25,6 @@ from rllm_torch.trainer.schema import ARCHITECTURES, COMPUTE_DTYPES
 __all__ = [
     "build_policy",
     "resolve_device",
-    "resolve_compute_dtype",
-    "bf16_supported",
-    "compute_dtype_summary",
     "enable_gradient_checkpointing",
     "compute_autocast",
     "adamw",
@@ -178,79 +175,8 @@ def resolve_device(name: str, *, local_rank: int | None = None) -> torch.device:
     return device
 
 
-def bf16_supported(device: torch.device) -> bool:
-    """Whether ``device`` computes in bfloat16 natively: a CUDA GPU that says so, or a CPU with
-    AVX-512 BF16 or AMX (elsewhere PyTorch emulates it on the CPU, correct but slower than float32)."""
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
-
-
-def _native_bf16_reason(device: torch.device) -> str:
-    if device.type == "cuda":
-        return "this GPU computes in bfloat16" if bf16_supported(device) else "this GPU has no bfloat16"
-    if torch.cpu._is_amx_tile_supported():
-        return "this CPU has AMX"
-    if torch.cpu._is_avx512_bf16_supported():
-        return "this CPU has AVX-512 BF16"
-    return "this CPU has no AVX-512 BF16 or AMX"
-
-
-def resolve_compute_dtype(name: str, device: torch.device, *, pretrained: bool = False) -> torch.dtype | None:
-    """``backend.dtype``: None for ``float32`` (no autocast), ``torch.bfloat16`` for ``bfloat16``;
-    ``auto`` is bfloat16 for a pretrained model (``pretrained``: ``model.path`` is set) on a device
-    with native bf16 (:func:`bf16_supported`: a GPU that has it, a CPU with AMX or AVX-512 BF16),
-    float32 elsewhere and for a model built from scratch (the tiny default's exact numbers).
-    :func:`compute_dtype_summary` says which, and why.
-
-    bfloat16 is compute only: the forwards run under ``torch.autocast`` (FSDP2: a
-    ``MixedPrecisionPolicy`` with bf16 parameters and float32 gradient reduction) while the
-    weights, gradients and AdamW state stay float32, so small updates are not lost to bf16's
-    8-bit mantissa (what verl's FSDP workers and TRL's ``bf16=True`` do); log-probs, losses and
-    the head's logits accumulate in float32.
-
-    On a CPU without AVX-512 BF16 or AMX, an explicit ``bfloat16`` runs as PyTorch runs it there
-    (its CPU kernels emulate bf16 through float32: the same numbers to bf16's rounding, slower than
-    float32), as TRL's ``bf16=True`` does; the start-up summary says so. An explicit setting is
-    honoured rather than refused, and the result does not depend on the CPU's flags.
-
-    Raises:
-        ConfigError: an unknown name (float16 included: it needs loss scaling, which the trainer
-            does not do), or bfloat16 on a CUDA GPU without bf16 (compute capability below 8.0).
-    """
-    if name not in DTYPES:
-        hint = " (float16 needs loss scaling; use bfloat16)" if name == "float16" else ""
-        raise ConfigError(f"backend.dtype={name!r} is not one of {DTYPES}{hint}.")
-    if name == "auto":
-        return torch.bfloat16 if pretrained and bf16_supported(device) else None
-    if name == "float32":
-        return None
-    if device.type == "cuda" and not bf16_supported(device):
-        raise ConfigError(
-            "backend.dtype=bfloat16 but this CUDA GPU has no bfloat16 support (compute capability 8.0 or newer "
-            "is needed): set backend.dtype=float32."
-        )
-    return torch.bfloat16
-
-
-def compute_dtype_summary(name: str, device: torch.device, *, pretrained: bool = False) -> str:
-    """The start-up summary's words for :func:`resolve_compute_dtype`'s choice and, for ``auto``,
-    its reason: ``"float32 (backend.dtype=auto: this CPU has no AVX-512 BF16 or AMX)"``,
-    ``"bfloat16 compute (float32 weights and AdamW state; backend.dtype=auto: this CPU has AMX)"``;
-    an explicit bfloat16 on a CPU without native bf16 says it is emulated."""
-    dtype = resolve_compute_dtype(name, device, pretrained=pretrained)
-    if name == "auto":
-        reason = _native_bf16_reason(device) if pretrained else "a model built from scratch"
-        auto = f"backend.dtype=auto: {reason}"
-        return f"float32 ({auto})" if dtype is None else f"bfloat16 compute (float32 weights and AdamW state; {auto})"
-    if dtype is None:
-        return "float32"
-    emulated = "" if bf16_supported(device) else ", emulated: this CPU has no AVX-512 BF16 or AMX, slower than float32"
-    return f"bfloat16 compute (float32 weights and AdamW state{emulated})"
-
-
 def compute_autocast(device: torch.device | str, dtype: torch.dtype | None) -> AbstractContextManager:
-    """``torch.autocast`` to ``dtype`` on ``device``'s type (:func:`resolve_compute_dtype`), or a
+    """``torch.autocast`` to ``dtype`` on ``device``'s type (:mod:`~.precision` chooses it), or a
     no-op for None (float32)."""
     if dtype is None:
         return nullcontext()

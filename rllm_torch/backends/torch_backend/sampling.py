@@ -24,6 +24,7 @@ __all__ = [
     "sample_completions",
     "sample_next_tokens",
     "default_rollout_batch_size",
+    "cache_keyword",
     "ROLLOUT_LOGITS_BYTES",
     "MAX_ROLLOUT_BATCH_SIZE",
 ]
@@ -173,7 +174,7 @@ def _left_padded(prompts: list[list[int]], pad_token_id: int, device: torch.devi
     return ids_NT.to(device), mask_NT.to(device)
 
 
-def _cache_keyword(model: torch.nn.Module) -> str:
+def cache_keyword(model: torch.nn.Module) -> str:
     """The name a model's ``forward`` (and ``generate``) takes a KV cache by: ``cache`` from
     ``transformers`` 5.2x on, ``past_key_values`` before (still accepted there, with a warning)."""
     return "cache" if "cache" in inspect.signature(causal_lm(model).forward).parameters else "past_key_values"
@@ -202,7 +203,7 @@ def _shared_prompt_cache(
         position_ids=positions_UT[:, :-1],
         use_cache=True,
         logits_to_keep=1,
-        **{_cache_keyword(model): cache},
+        **{cache_keyword(model): cache},
     )
     cache.reorder_cache(row_of_N)  # each row's prompt's keys and values (index_select over the distinct ones)
     return ids_UT[row_of_N], mask_UT[row_of_N], cache
@@ -264,7 +265,7 @@ def sample_completions(
             attention_mask=mask_NT,
             generation_config=config,
             logits_processor=LogitsProcessorList([sampler]),
-            **({_cache_keyword(model): cache} if cache is not None else {}),
+            **({cache_keyword(model): cache} if cache is not None else {}),
         )
     new_NS = sequences[:, ids_NT.shape[1] :]
     logp_NS = sampler.log_probs(new_NS.shape[0], new_NS.device)

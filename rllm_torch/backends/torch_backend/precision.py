@@ -1,0 +1,304 @@
+"""``backend.dtype``: the compute dtype of each phase (sampling, update), chosen by measuring.
+
+Whether bfloat16 pays is a property of the machine and the shapes, not of a CPU flag: on an Intel
+Xeon with AVX-512 BF16 and no AMX, bf16 matmuls ran at 0.44-0.75x float32's rate and the
+SmolLM2 recipe ten times slower under bf16 autocast; on a Xeon with AMX the same recipe's
+decoding and update ran faster in bf16; an AMD EPYC without either emulates bf16 through float32.
+So ``backend.dtype=auto`` times the run's own shapes in both dtypes at start-up
+(:func:`measure_phases`: a decoding step at the sampling batch, a training micro-batch's forward
+and backward through the policy's scorer) and :func:`choose_precision` picks per phase, with the
+rule written once (:func:`choose_dtype`): bfloat16 only where it measured faster by
+:data:`BF16_MARGIN` on a CPU, or at least as fast on a GPU (where bf16 also halves activation
+memory); a dtype that measured slower is never the default. The start-up summary states the
+ratios and the probe's own cost.
+
+bfloat16 is compute only: forwards run under ``torch.autocast`` (FSDP2: a ``MixedPrecisionPolicy``
+with bf16 parameters) while weights, gradients and AdamW state stay float32 (what verl's FSDP
+workers and TRL's ``bf16=True`` do).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from rllm_torch.backends.torch_backend.forward import causal_lm
+from rllm_torch.backends.torch_backend.model import DTYPES, compute_autocast
+from rllm_torch.backends.torch_backend.sampling import cache_keyword, default_rollout_batch_size
+from rllm_torch.core.errors import ConfigError
+
+__all__ = [
+    "BF16_MARGIN",
+    "PhaseTimings",
+    "PhaseProbe",
+    "ProbeShapes",
+    "Precision",
+    "choose_dtype",
+    "choose_precision",
+    "measure_phases",
+    "probe_shapes",
+]
+
+#: On a CPU, bfloat16 is chosen for a phase only when float32 takes at least this many times as
+#: long: below it, run-to-run noise (about 10% on a shared 2-core machine) could flip the choice.
+BF16_MARGIN = 1.15
+
+
+@dataclass(frozen=True)
+class PhaseTimings:
+    """Seconds of one probe call of a phase in each dtype (medians)."""
+
+    float32: float
+    bfloat16: float
+
+    @property
+    def speedup(self) -> float:
+        """float32's time over bfloat16's: above 1, bfloat16 is faster."""
+        return self.float32 / self.bfloat16 if self.bfloat16 > 0 else math.inf
+
+    def words(self) -> str:
+        """``"bf16 1.9x faster"``, ``"bf16 2.3x slower"``, ``"bf16 as fast"``."""
+        s = self.speedup
+        if round(s, 2) == 1.0:
+            return "bf16 as fast as float32"
+        return f"bf16 {s:.2f}x faster" if s > 1 else f"bf16 {1 / s:.2f}x slower"
+
+
+@dataclass(frozen=True)
+class PhaseProbe:
+    """What :func:`measure_phases` measured: each phase's timings and the probe's own wall time (s)."""
+
+    sampling: PhaseTimings
+    update: PhaseTimings
+    seconds: float
+
+
+@dataclass(frozen=True)
+class ProbeShapes:
+    """The run's shapes the probe times.
+
+    Args:
+        sampling_rows: rows of one decoding step (prompts per sampling call x rollouts).
+        context_tokens: tokens already in each row's cache at that step.
+        update_rows, update_tokens: a training micro-batch of ``update_rows`` rows of
+            ``update_tokens`` tokens.
+    """
+
+    sampling_rows: int
+    context_tokens: int
+    update_rows: int
+    update_tokens: int
+
+    def within(self, context: int | None) -> ProbeShapes:
+        """These shapes in a model of ``context`` positions (None: no limit known): rows no longer
+        than it, the same number of tokens per micro-batch."""
+        if context is None:
+            return self
+        tokens = min(self.update_tokens, context)
+        budget = self.update_rows * self.update_tokens
+        return ProbeShapes(self.sampling_rows, min(self.context_tokens, context - 1), max(1, budget // tokens), tokens)
+
+
+#: Tokens in each row's cache at the timed decoding step: a decoding step's cost is its weights'
+#: matmuls over the rows (attention over a short cache is a small part), and a short cache keeps
+#: the untimed prefill that builds it cheap.
+PROBE_CONTEXT_TOKENS = 16
+#: Tokens of the timed training micro-batch: the matmuls' widths are the model's own, this sets
+#: their height (enough to run at the machine's rate) and bounds the probe's cost to seconds.
+PROBE_UPDATE_TOKENS = 512
+#: A row of the timed micro-batch: the responses' length plus a typical chat prompt's.
+PROBE_PROMPT_TOKENS = 96
+
+
+def probe_shapes(config: object, vocab_size: int, response_tokens: int) -> ProbeShapes:
+    """The shapes :func:`measure_phases` times for a run: a decoding step of one sampling call's
+    rows (``data.train_batch_size`` prompts, at most ``backend.rollout_batch_size`` or its default,
+    x ``rllm.rollout.n``) and a micro-batch of :data:`PROBE_UPDATE_TOKENS` tokens (at most
+    ``backend.micro_batch_tokens``) in rows of :data:`PROBE_PROMPT_TOKENS` + ``response_tokens``."""
+    backend = config.backend
+    prompts = min(config.data.train_batch_size, backend.rollout_batch_size or default_rollout_batch_size(vocab_size))
+    budget = min(PROBE_UPDATE_TOKENS, backend.micro_batch_tokens or PROBE_UPDATE_TOKENS)
+    row = min(PROBE_PROMPT_TOKENS + response_tokens, budget)
+    return ProbeShapes(prompts * config.rllm.rollout.n, PROBE_CONTEXT_TOKENS, max(1, budget // row), row)
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The compute dtype of each phase (None: float32, no autocast) and the start-up summary's
+    words for it; ``warning``: an explicit ``bfloat16`` that measured slower here (else None)."""
+
+    sampling: torch.dtype | None
+    update: torch.dtype | None
+    summary: str
+    warning: str | None = None
+
+
+def choose_dtype(timings: PhaseTimings, *, device_type: str, margin: float = BF16_MARGIN) -> torch.dtype | None:
+    """bfloat16 (``torch.bfloat16``) or float32 (None) for a phase that measured ``timings``: on a
+    GPU bf16 where it is at least as fast; elsewhere only where float32 takes at least ``margin``
+    times as long. Never a dtype that measured slower."""
+    needed = 1.0 if device_type == "cuda" else margin
+    return torch.bfloat16 if timings.speedup >= needed else None
+
+
+def _name(dtype: torch.dtype | None) -> str:
+    return "float32" if dtype is None else "bfloat16"
+
+
+def choose_precision(
+    setting: str,
+    device: torch.device,
+    *,
+    pretrained: bool,
+    probe: Callable[[], PhaseProbe],
+) -> Precision:
+    """The phases' dtypes for ``backend.dtype=setting``.
+
+    ``float32``: float32 everywhere, nothing measured. ``auto``: float32 for a model built from
+    scratch (the tiny default's exact numbers, nothing measured); for a pretrained model
+    (``pretrained``), each phase as :func:`choose_dtype` decides from ``probe()``. ``bfloat16``:
+    bfloat16 everywhere, honoured; on a CPU it is measured too, and a phase where it measured slower
+    is named in :attr:`Precision.warning` with its ratio.
+
+    Args:
+        setting: ``backend.dtype``.
+        device: where the policy computes.
+        pretrained: ``model.path`` is set.
+        probe: measures both phases (:func:`measure_phases` bound to the run's model and shapes;
+            tests inject timings).
+
+    Raises:
+        ConfigError: an unknown name (float16 included: it needs loss scaling, which the trainer
+            does not do), or bfloat16 on a CUDA GPU without bf16 (compute capability below 8.0).
+    """
+    if setting not in DTYPES:
+        hint = " (float16 needs loss scaling; use bfloat16)" if setting == "float16" else ""
+        raise ConfigError(f"backend.dtype={setting!r} is not one of {DTYPES}{hint}.")
+    if setting == "bfloat16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise ConfigError(
+            "backend.dtype=bfloat16 but this CUDA GPU has no bfloat16 support (compute capability 8.0 or newer "
+            "is needed): set backend.dtype=float32."
+        )
+    if setting == "float32" or (setting == "auto" and not pretrained):
+        reason = "" if setting == "float32" else " (backend.dtype=auto: a model built from scratch)"
+        return Precision(None, None, f"float32{reason}")
+    if setting == "bfloat16" and device.type == "cuda":
+        return Precision(torch.bfloat16, torch.bfloat16, "bfloat16 compute (float32 weights and AdamW state)")
+    measured = probe()
+    phases = {"sampling": measured.sampling, "update": measured.update}
+    cost = f"probe {measured.seconds:.1f} s"
+    if setting == "bfloat16":
+        slower = [f"{phase} {t.words()}" for phase, t in phases.items() if t.speedup < 1.0]
+        warning = (
+            f"backend.dtype=bfloat16 measured slower than float32 here ({', '.join(slower)}); honoured as set. "
+            "backend.dtype=auto picks each phase's faster dtype."
+            if slower
+            else None
+        )
+        ratios = "; ".join(f"{phase}: {t.words()}" for phase, t in phases.items())
+        summary = f"bfloat16 compute (float32 weights and AdamW state; measured {ratios}; {cost})"
+        return Precision(torch.bfloat16, torch.bfloat16, summary, warning)
+    chosen = {phase: choose_dtype(t, device_type=device.type) for phase, t in phases.items()}
+    words = "; ".join(f"{phase} {_name(chosen[phase])} ({t.words()})" for phase, t in phases.items())
+    weights = ", float32 weights and AdamW state" if any(chosen.values()) else ""
+    summary = f"backend.dtype=auto measured on this {'GPU' if device.type == 'cuda' else 'CPU'}: {words}{weights}; {cost}"
+    return Precision(chosen["sampling"], chosen["update"], summary)
+
+
+def _median_times(calls: dict[str, Callable[[], None]], repeats: int, synchronize: Callable[[], None]) -> dict:
+    """Each call's median wall time over ``repeats`` timed rounds after one warm-up round, the
+    calls alternating within a round so that a change of load hits every one alike."""
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for round_ in range(repeats + 1):
+        for name, call in calls.items():
+            synchronize()
+            start = time.perf_counter()
+            call()
+            synchronize()
+            if round_:
+                times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def measure_phases(
+    model: nn.Module,
+    score: Callable[[torch.Tensor, torch.Tensor, torch.dtype | None], torch.Tensor],
+    shapes: ProbeShapes,
+    *,
+    vocab_size: int,
+    repeats: int = 2,
+    process_group: object | None = None,
+) -> PhaseProbe:
+    """Time the run's two phases in float32 and under bfloat16 autocast on ``model``'s device.
+
+    Sampling: one decoding step of ``shapes.sampling_rows`` rows over a cache of
+    ``shapes.context_tokens`` tokens (the model's own forward with ``past_key_values``, in eval
+    mode, without gradients). Update: ``score(input_ids, attention_mask, dtype)``'s sum, forward and
+    backward, on ``shapes.update_rows x shapes.update_tokens`` tokens (the scorer the update runs,
+    with activation checkpointing and LoRA as configured). One warm-up round, then ``repeats``
+    rounds with the dtypes alternating; medians. Random token ids from a generator of its own and
+    the global RNG state restored, so the run's numbers do not depend on the probe; gradients are
+    dropped afterwards. With ``process_group`` (a run over many processes) the timings are averaged
+    over the ranks, so every rank makes the same choice.
+
+    Returns:
+        :class:`PhaseProbe` with the probe's own wall time in ``seconds``.
+    """
+    start = time.perf_counter()
+    device = next(model.parameters()).device
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    generator = torch.Generator().manual_seed(0)
+    high = max(int(vocab_size), 1)
+    decode_ids = torch.randint(0, high, (shapes.sampling_rows, 1), generator=generator).to(device)
+    context = torch.randint(0, high, (shapes.sampling_rows, shapes.context_tokens), generator=generator).to(device)
+    rows = torch.randint(0, high, (shapes.update_rows, shapes.update_tokens), generator=generator).to(device)
+    mask = torch.ones_like(rows)
+    was_training = model.training
+    caches = {}
+    body = causal_lm(model).base_model  # the decoder without the head: the cache without [R, T, V] logits
+    keyword = cache_keyword(model)
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        model.eval()
+        with torch.no_grad():
+            for dtype in (None, torch.bfloat16):  # each dtype's cache, built once outside the timing
+                with compute_autocast(device, dtype):
+                    caches[dtype] = body(context, use_cache=True).past_key_values
+
+        def decode(dtype: torch.dtype | None) -> Callable[[], None]:
+            def call() -> None:
+                with torch.no_grad(), compute_autocast(device, dtype):
+                    model(decode_ids, use_cache=True, **{keyword: caches[dtype]})
+                caches[dtype].crop(-1)  # the step appended a token: the next starts alike
+
+            return call
+
+        sampling = _median_times({"float32": decode(None), "bfloat16": decode(torch.bfloat16)}, repeats, sync)
+        caches.clear()
+        model.train(was_training)
+
+        def update(dtype: torch.dtype | None) -> Callable[[], None]:
+            def call() -> None:
+                score(rows, mask, dtype).sum().backward()
+                model.zero_grad(set_to_none=True)
+
+            return call
+
+        training = _median_times({"float32": update(None), "bfloat16": update(torch.bfloat16)}, repeats, sync)
+    times = [sampling["float32"], sampling["bfloat16"], training["float32"], training["bfloat16"]]
+    if process_group is not None:
+        import torch.distributed as dist
+
+        total = torch.tensor(times, dtype=torch.float64, device=device)
+        dist.all_reduce(total, group=process_group)
+        times = (total / dist.get_world_size(process_group)).tolist()
+    return PhaseProbe(
+        sampling=PhaseTimings(times[0], times[1]),
+        update=PhaseTimings(times[2], times[3]),
+        seconds=time.perf_counter() - start,
+    )

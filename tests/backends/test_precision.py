@@ -1,0 +1,171 @@
+"""``backend.dtype``: each phase's dtype chosen from measured timings (never from the CPU's flags).
+
+The decision is tested with injected timings, so every branch runs on every machine; the probe
+itself is run for real on a small saved model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import trainer_rank_tasks as tasks
+
+from rllm_torch.backends.torch_backend import TorchBackend
+from rllm_torch.backends.torch_backend import actor as actor_module
+from rllm_torch.backends.torch_backend.precision import (
+    BF16_MARGIN,
+    PhaseProbe,
+    PhaseTimings,
+    ProbeShapes,
+    choose_dtype,
+    choose_precision,
+    measure_phases,
+)
+from rllm_torch.core.errors import ConfigError
+
+CPU, GPU = torch.device("cpu"), torch.device("cuda")
+FASTER, SLOWER, EQUAL = PhaseTimings(2.3, 1.0), PhaseTimings(1.0, 2.3), PhaseTimings(1.0, 1.0)
+
+
+def _probe(sampling: PhaseTimings, update: PhaseTimings):
+    return lambda: PhaseProbe(sampling, update, seconds=3.2)
+
+
+def _never():
+    raise AssertionError("nothing should be measured here")
+
+
+@pytest.mark.parametrize(
+    ("timings", "cpu", "gpu"),
+    [
+        (FASTER, torch.bfloat16, torch.bfloat16),
+        (SLOWER, None, None),
+        (EQUAL, None, torch.bfloat16),  # a GPU keeps bf16 where it is as fast (and halves activations)
+        (PhaseTimings(1.10, 1.0), None, torch.bfloat16),  # 1.10x: within a CPU's noise
+        (PhaseTimings(BF16_MARGIN, 1.0), torch.bfloat16, torch.bfloat16),
+        (PhaseTimings(0.99, 1.0), None, None),  # slower by 1%: never the default
+    ],
+    ids=["faster", "slower", "equal", "within-margin", "at-margin", "barely-slower"],
+)
+def test_a_phase_takes_bf16_only_where_it_measured_faster(timings, cpu, gpu):
+    assert choose_dtype(timings, device_type="cpu") is cpu
+    assert choose_dtype(timings, device_type="cuda") is gpu
+
+
+@pytest.mark.parametrize(
+    ("sampling", "update", "want"),
+    [
+        (FASTER, SLOWER, (torch.bfloat16, None)),
+        (SLOWER, FASTER, (None, torch.bfloat16)),
+        (SLOWER, SLOWER, (None, None)),
+        (FASTER, FASTER, (torch.bfloat16, torch.bfloat16)),
+        (EQUAL, EQUAL, (None, None)),
+    ],
+)
+def test_auto_chooses_each_phase_from_its_own_timings(sampling, update, want):
+    precision = choose_precision("auto", CPU, pretrained=True, probe=_probe(sampling, update))
+    assert (precision.sampling, precision.update) == want and precision.warning is None
+
+
+def test_the_summary_states_each_phase_its_ratio_and_the_probe_cost():
+    precision = choose_precision("auto", CPU, pretrained=True, probe=_probe(FASTER, PhaseTimings(1.0, 2.5)))
+    assert precision.summary == (
+        "backend.dtype=auto measured on this CPU: sampling bfloat16 (bf16 2.30x faster); "
+        "update float32 (bf16 2.50x slower), float32 weights and AdamW state; probe 3.2 s"
+    )
+    neither = choose_precision("auto", CPU, pretrained=True, probe=_probe(SLOWER, EQUAL)).summary
+    assert neither == (
+        "backend.dtype=auto measured on this CPU: sampling float32 (bf16 2.30x slower); "
+        "update float32 (bf16 as fast as float32); probe 3.2 s"
+    )
+
+
+def test_nothing_is_measured_for_float32_or_a_model_built_from_scratch():
+    scratch = choose_precision("auto", CPU, pretrained=False, probe=_never)
+    assert (scratch.sampling, scratch.update) == (None, None)
+    assert scratch.summary == "float32 (backend.dtype=auto: a model built from scratch)"
+    plain = choose_precision("float32", CPU, pretrained=True, probe=_never)
+    assert (plain.sampling, plain.update, plain.summary) == (None, None, "float32")
+
+
+def test_an_explicit_bf16_that_measured_slower_is_honoured_with_one_warning_naming_the_ratio():
+    precision = choose_precision("bfloat16", CPU, pretrained=True, probe=_probe(SLOWER, FASTER))
+    assert (precision.sampling, precision.update) == (torch.bfloat16, torch.bfloat16)
+    assert precision.warning == (
+        "backend.dtype=bfloat16 measured slower than float32 here (sampling bf16 2.30x slower); honoured as set. "
+        "backend.dtype=auto picks each phase's faster dtype."
+    )
+    assert "\n" not in precision.warning
+    faster = choose_precision("bfloat16", CPU, pretrained=False, probe=_probe(FASTER, FASTER))
+    assert faster.warning is None and "sampling: bf16 2.30x faster" in faster.summary
+
+
+def test_a_gpu_measures_the_same_way_and_an_explicit_bf16_there_is_not_measured(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
+    auto = choose_precision("auto", GPU, pretrained=True, probe=_probe(EQUAL, SLOWER))
+    assert (auto.sampling, auto.update) == (torch.bfloat16, None)
+    assert auto.summary.startswith("backend.dtype=auto measured on this GPU: sampling bfloat16 (bf16 as fast")
+    explicit = choose_precision("bfloat16", GPU, pretrained=True, probe=_never)
+    assert (explicit.sampling, explicit.update) == (torch.bfloat16, torch.bfloat16)
+
+
+def test_bf16_on_a_gpu_without_bf16_and_float16_are_start_up_errors(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: False)
+    with pytest.raises(ConfigError, match="backend.dtype=bfloat16 but this CUDA GPU has no bfloat16 support"):
+        choose_precision("bfloat16", GPU, pretrained=True, probe=_never)
+    with pytest.raises(ConfigError, match="float16 needs loss scaling; use bfloat16"):
+        choose_precision("float16", CPU, pretrained=True, probe=_never)
+    with pytest.raises(ConfigError, match="float16 needs loss scaling; use bfloat16"):
+        TorchBackend(tasks.backend_config("backend.dtype=float16"))
+
+
+@pytest.fixture(scope="module")
+def saved_model(tmp_path_factory):
+    """A small Llama-shaped model saved with save_pretrained: a ``model.path`` as a user gives one."""
+    path = tmp_path_factory.mktemp("pretrained")
+    TorchBackend(tasks.backend_config("model.arch=llama")).model.save_pretrained(path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("sampling", "update"), [(FASTER, SLOWER), (SLOWER, FASTER)], ids=["sample-bf16", "update-bf16"]
+)
+def test_the_backend_samples_and_updates_in_the_dtypes_chosen_for_each(monkeypatch, saved_model, sampling, update):
+    measured = []
+    monkeypatch.setattr(
+        actor_module, "measure_phases", lambda *a, **k: measured.append(a[2]) or PhaseProbe(sampling, update, 1.0)
+    )
+    backend = TorchBackend(tasks.backend_config(f"model.path={saved_model}", "backend.num_threads=1"))
+    want_sampling = torch.bfloat16 if sampling is FASTER else None
+    want_update = torch.bfloat16 if update is FASTER else None
+    assert (backend.precision.sampling, backend.precision.update) == (want_sampling, want_update)
+    assert backend.actor.scorer.autocast_dtype is want_update and backend.compute_dtype is want_update
+    assert backend.init_rollout_engine().autocast_dtype is want_sampling
+    rows = dict(backend.summary_rows())
+    assert rows["precision"] == backend.precision.summary and "warning" not in rows
+    (shapes,) = measured  # the run's own shapes: one sampling call's rows x rollouts
+    config = backend.config
+    assert shapes.sampling_rows == config.data.train_batch_size * config.rllm.rollout.n
+
+
+def test_the_probe_times_both_phases_and_leaves_the_model_and_the_random_state_as_they_were(saved_model):
+    backend = TorchBackend(tasks.backend_config(f"model.path={saved_model}", "backend.dtype=float32"))
+    model = backend.model
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    torch.manual_seed(123)
+    state = torch.random.get_rng_state()
+    calls = []
+
+    def score(ids, mask, dtype):
+        calls.append((tuple(ids.shape), dtype, torch.is_grad_enabled()))
+        backend.actor.scorer.autocast_dtype = dtype
+        return backend.actor.scorer(ids, mask).log_probs
+
+    probe = measure_phases(model, score, ProbeShapes(6, 4, 2, 8), vocab_size=len(backend.tokenizer), repeats=2)
+    for timings in (probe.sampling, probe.update):
+        assert timings.float32 > 0 and timings.bfloat16 > 0
+    assert probe.seconds >= probe.update.float32 + probe.update.bfloat16
+    # one warm-up and two timed rounds, the dtypes alternating, with gradients
+    assert calls == [((2, 8), None, True), ((2, 8), torch.bfloat16, True)] * 3
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert model.training and all(p.grad is None for p in model.parameters())
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
