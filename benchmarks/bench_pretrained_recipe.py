@@ -52,7 +52,22 @@ def run(run_dir: Path, overrides: list[str]) -> dict:
     if os.waitstatus_to_exitcode(status):
         raise RuntimeError(f"the run failed; see {run_dir.parent / f'{run_dir.name}.log'}")
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return {"rows": rows, "wall_s": wall, "peak_gib": usage.ru_maxrss / 2**20, "load": (load, os.getloadavg()[0])}
+    precision = precision_row(run_dir.parent / f"{run_dir.name}.log")
+    return {
+        "rows": rows,
+        "wall_s": wall,
+        "peak_gib": usage.ru_maxrss / 2**20,
+        "load": (load, os.getloadavg()[0]),
+        "precision": precision,
+    }
+
+
+def precision_row(log: Path) -> str:
+    """The start-up summary's ``precision`` row of a run's log: the dtypes the run computed in."""
+    for line in log.read_text().splitlines():
+        if line.strip().startswith("precision"):
+            return line.strip().removeprefix("precision").strip()
+    return "(no precision row)"
 
 
 def validation_cells(rows: list[dict]) -> tuple[list[int], dict[int, str]]:
@@ -96,8 +111,9 @@ def main(argv: list[str] | None = None) -> None:
         f"Overrides: `{' '.join(overrides) or '(none: the command as printed)'}`; seed S adds `seed=S backend.seed=S`.",
         "",
         "| run | " + " | ".join(f"val pass@1 (pass@2), step {s}" for s in steps) + " | wall time (whole command) "
-        "| s / step, mean | sampling s (median) | update s (median) | peak RSS | load before, after |",
-        "|---|" + "---|" * len(steps) + "---|---|---|---|---|---|",
+        "| s / step, mean | sampling s (median) | update s (median) | peak RSS | load before, after | dtypes (start-up "
+        "summary) |",
+        "|---|" + "---|" * len(steps) + "---|---|---|---|---|---|---|",
     ]
     for seed, result in runs.items():
         _, cells = validation_cells(result["rows"])
@@ -109,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
             + f" | {minutes} min {seconds} s | {statistics.fmean(r['time/step'] for r in trained):.1f} | "
             f"{statistics.median(r['time/generate'] for r in trained):.1f} | "
             f"{statistics.median(r['time/update'] for r in trained):.1f} | {result['peak_gib']:.2f} GiB | "
-            f"{result['load'][0]:.2f}, {result['load'][1]:.2f} |"
+            f"{result['load'][0]:.2f}, {result['load'][1]:.2f} | {result['precision']} |"
         )
     text = "\n".join(lines) + "\n"
     target = results_path("RESULTS_pretrained.md", args.write_results)

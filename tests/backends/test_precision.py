@@ -160,7 +160,7 @@ def test_the_probe_times_both_phases_and_leaves_the_model_and_the_random_state_a
         backend.actor.scorer.autocast_dtype = dtype
         return backend.actor.scorer(ids, mask).log_probs
 
-    probe = measure_phases(model, score, ProbeShapes(6, 4, 2, 8), vocab_size=len(backend.tokenizer), repeats=(3, 2))
+    probe = measure_phases(model, score, ProbeShapes(6, 4, 2, 8), vocab_size=len(backend.tokenizer), repeats=(2, 2))
     for timings in (probe.sampling, probe.update):
         assert timings.float32 > 0 and timings.bfloat16 > 0
     assert probe.seconds >= probe.update.float32 + probe.update.bfloat16

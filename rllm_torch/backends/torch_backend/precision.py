@@ -109,6 +109,11 @@ class ProbeShapes:
 #: matmuls over the rows (attention over a short cache is a small part), and a short cache keeps
 #: the untimed prefill that builds it cheap.
 PROBE_CONTEXT_TOKENS = 16
+#: Decoding steps per timed sampling call, in one autocast region as ``generate`` runs them:
+#: autocast casts each weight once per region, so a call of one step would charge bf16 a cast
+#: per step (it measured bf16 1.2x slower than float32 that way on a Xeon with AMX, where the
+#: recipe's sampling ran 1.3x faster in bf16).
+PROBE_DECODE_STEPS = 8
 #: Tokens of the timed training micro-batch: the matmuls' widths are the model's own, this sets
 #: their height (enough to run at the machine's rate) and bounds the probe's cost to seconds.
 PROBE_UPDATE_TOKENS = 256
@@ -232,19 +237,19 @@ def measure_phases(
     shapes: ProbeShapes,
     *,
     vocab_size: int,
-    repeats: tuple[int, int] = (4, 1),
+    repeats: tuple[int, int] = (1, 1),
     process_group: object | None = None,
 ) -> PhaseProbe:
     """Time the run's two phases in float32 and under bfloat16 autocast on ``model``'s device.
 
-    Sampling: one decoding step of ``shapes.sampling_rows`` rows over a cache of
-    ``shapes.context_tokens`` tokens (the model's own forward with ``past_key_values``, in eval
-    mode, without gradients). Update: ``score(input_ids, attention_mask, dtype)``'s sum, forward and
+    Sampling: :data:`PROBE_DECODE_STEPS` decoding steps of ``shapes.sampling_rows`` rows over a
+    cache of ``shapes.context_tokens`` tokens (the model's own forward with its KV cache, in eval
+    mode, without gradients, in one autocast region). Update: ``score(input_ids, attention_mask, dtype)``'s sum, forward and
     backward, on ``shapes.update_rows x shapes.update_tokens`` tokens (the scorer the update runs,
     with activation checkpointing and LoRA as configured). One warm-up round (bf16's first call
     builds its kernels), then ``repeats`` (sampling, update) rounds with the dtypes alternating;
-    medians. On SmolLM2 and 2 CPU cores that is about 10 s: a decoding step takes 0.2 s, a
-    256-token forward and backward 1.5-2 s. Random token ids from a generator of its own and
+    medians. On SmolLM2 and 2 CPU cores that is about 12 s: a decoding step of 64 rows takes
+    0.15-0.2 s, a 256-token forward and backward 1.5-2 s. Random token ids from a generator of its own and
     the global RNG state restored, so the run's numbers do not depend on the probe; gradients are
     dropped afterwards. With ``process_group`` (a run over many processes) the timings are averaged
     over the ranks, so every rank makes the same choice.
@@ -273,10 +278,11 @@ def measure_phases(
                     caches[dtype] = body(context, use_cache=True).past_key_values
 
         def decode(dtype: torch.dtype | None) -> Callable[[], None]:
-            def call() -> None:
+            def call() -> None:  # in one autocast region, as generate runs: the weights cast once
                 with torch.no_grad(), compute_autocast(device, dtype):
-                    model(decode_ids, use_cache=True, **{keyword: caches[dtype]})
-                caches[dtype].crop(-1)  # the step appended a token: the next starts alike
+                    for _ in range(PROBE_DECODE_STEPS):
+                        model(decode_ids, use_cache=True, **{keyword: caches[dtype]})
+                caches[dtype].crop(-PROBE_DECODE_STEPS)  # the steps appended tokens: the next call starts alike
 
             return call
 
