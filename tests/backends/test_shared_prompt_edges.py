@@ -213,7 +213,8 @@ def test_a_model_the_check_turns_down_is_scored_planned_and_sampled_row_by_row(t
     )
     actor = backend.actor
     assert actor.unshared_reason == "MistralForCausalLM scores rows packed by prompt differently from rows one by one"
-    assert not actor.share_prompts and "prompts not shared (MistralForCausalLM" in dict(backend.summary_rows())["memory"]
+    assert not actor.share_prompts
+    assert "prompts not shared (MistralForCausalLM" in dict(backend.summary_rows())["memory"]
     with torch.no_grad():
         scores = actor.scorer(ids, mask, scored > 0).log_probs
     torch.testing.assert_close(scores.double(), want, rtol=0, atol=2e-5)  # each row as it is

@@ -41,7 +41,8 @@ def advantages(kept: list[TrajectoryGroup]) -> dict[str, list[float]]:
     return {g.group_id: [t.steps[0].advantage for t in g.trajectories] for g in kept}
 
 
-# grpo (population std, epsilon 1e-6) of (1, 0): mean 0.5, std 0.5: +-0.5 / (0.5 + 1e-6); of (1, 0.5): +-0.25 / (0.25 + 1e-6)
+# grpo (population std, epsilon 1e-6) of (1, 0): mean 0.5, std 0.5: +-0.5 / (0.5 + 1e-6);
+# of (1, 0.5): mean 0.75, std 0.25: +-0.25 / (0.25 + 1e-6)
 GRPO_SOLVER = 0.5 / (0.5 + 1e-6)
 GRPO_JUDGE = 0.25 / (0.25 + 1e-6)
 
