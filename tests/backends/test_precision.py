@@ -201,7 +201,9 @@ def test_measurements_are_kept_per_machine_model_and_shapes_and_reused(tmp_path)
 
 
 def test_the_key_names_the_machine_the_model_and_the_shapes(saved_model):
-    backend = TorchBackend(tasks.backend_config(f"model.path={saved_model}", "backend.dtype=float32"))
+    backend = TorchBackend(
+        tasks.backend_config(f"model.path={saved_model}", "backend.dtype=float32", "backend.gradient_checkpointing=false")
+    )
     model, cpu = backend.model, torch.device("cpu")
     key = probe_key(model, cpu, ProbeShapes(64, 16, 2, 128))
     assert f"torch {torch.__version__}" in key and "LlamaForCausalLM" in key and "threads" in key
