@@ -176,6 +176,12 @@ class BackendConfig:
         "(on a CPU by 1.15x), else float32; float32 from scratch",
         choices=COMPUTE_DTYPES,
     )
+    dtype_cache: str | None = setting(
+        "~/.cache/rllm_torch/dtype_probe.json",
+        "where backend.dtype's measurements are kept, one per machine, torch version, model and shapes, so later "
+        "runs there choose alike without measuring; null: measure at every start",
+        resumable=True,
+    )
     micro_batch_tokens: int | None = setting(
         16384,
         "padded tokens per forward/backward (gradient accumulation); None: no limit",

@@ -20,6 +20,8 @@ from rllm_torch.backends.torch_backend.precision import (
     choose_precision,
     measure_phases,
 )
+from rllm_torch.backends.torch_backend.model import enable_gradient_checkpointing
+from rllm_torch.backends.torch_backend.probe_cache import cached_probe, probe_key
 from rllm_torch.core.errors import ConfigError
 
 CPU, GPU = torch.device("cpu"), torch.device("cuda")
@@ -27,7 +29,7 @@ FASTER, SLOWER, EQUAL = PhaseTimings(2.3, 1.0), PhaseTimings(1.0, 2.3), PhaseTim
 
 
 def _probe(sampling: PhaseTimings, update: PhaseTimings):
-    return lambda: PhaseProbe(sampling, update, seconds=3.2)
+    return lambda: PhaseProbe(sampling, update, seconds=3.2, source="probe 3.2 s")
 
 
 def _never():
@@ -132,9 +134,11 @@ def saved_model(tmp_path_factory):
 def test_the_backend_samples_and_updates_in_the_dtypes_chosen_for_each(monkeypatch, saved_model, sampling, update):
     measured = []
     monkeypatch.setattr(
-        actor_module, "measure_phases", lambda *a, **k: measured.append(a[2]) or PhaseProbe(sampling, update, 1.0)
+        actor_module, "measure_phases", lambda *a, **k: measured.append(a[2]) or PhaseProbe(sampling, update, 1.0, "")
     )
-    backend = TorchBackend(tasks.backend_config(f"model.path={saved_model}", "backend.num_threads=1"))
+    backend = TorchBackend(
+        tasks.backend_config(f"model.path={saved_model}", "backend.num_threads=1", "backend.dtype_cache=null")
+    )
     want_sampling = torch.bfloat16 if sampling is FASTER else None
     want_update = torch.bfloat16 if update is FASTER else None
     assert (backend.precision.sampling, backend.precision.update) == (want_sampling, want_update)
@@ -169,3 +173,46 @@ def test_the_probe_times_both_phases_and_leaves_the_model_and_the_random_state_a
     assert torch.equal(torch.random.get_rng_state(), state)
     assert model.training and all(p.grad is None for p in model.parameters())
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+
+def test_measurements_are_kept_per_machine_model_and_shapes_and_reused(tmp_path):
+    """The second run of the same model and shapes on the same machine measures nothing and chooses
+    alike; other shapes measure anew; a cut-off file is measured over; no file, every time."""
+    cache, calls = tmp_path / "cache" / "dtype.json", []
+
+    def measure(timings):
+        return lambda: calls.append(timings) or PhaseProbe(timings, timings, 2.0, "probe 2.0 s")
+
+    first = cached_probe(cache, "machine A; shapes 64", measure(FASTER))
+    assert first.source == f"probe 2.0 s, kept in {cache}" and calls == [FASTER]
+    again = cached_probe(cache, "machine A; shapes 64", measure(SLOWER))
+    assert calls == [FASTER] and (again.sampling, again.update) == (FASTER, FASTER)
+    assert again.source.startswith("as measured 20") and again.source.endswith(f", kept in {cache}")
+    other = cached_probe(cache, "machine A; shapes 8", measure(SLOWER))
+    assert calls == [FASTER, SLOWER] and other.update == SLOWER
+    assert cached_probe(cache, "machine A; shapes 64", measure(EQUAL)).update == FASTER  # both entries kept
+    cache.write_text('{"machine A; shapes 64": {"sampling": [1.0')  # a write cut short
+    assert cached_probe(cache, "machine A; shapes 64", measure(EQUAL)).update == EQUAL and calls[-1] == EQUAL
+    assert cached_probe(None, "machine A; shapes 64", measure(SLOWER)).update == SLOWER and calls[-1] == SLOWER
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    unkept = cached_probe(blocked / "dtype.json", "k", measure(FASTER))
+    assert unkept.update == FASTER and unkept.source.startswith("probe 2.0 s; not kept (")
+
+
+def test_the_key_names_the_machine_the_model_and_the_shapes(saved_model):
+    backend = TorchBackend(
+        tasks.backend_config(f"model.path={saved_model}", "backend.dtype=float32", "backend.gradient_checkpointing=false")
+    )
+    model, cpu = backend.model, torch.device("cpu")
+    key = probe_key(model, cpu, ProbeShapes(64, 16, 2, 128))
+    assert f"torch {torch.__version__}" in key and "LlamaForCausalLM" in key and "threads" in key
+    assert key != probe_key(model, cpu, ProbeShapes(32, 16, 2, 128))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads + 1)
+        assert key != probe_key(model, cpu, ProbeShapes(64, 16, 2, 128))
+    finally:
+        torch.set_num_threads(threads)
+    enable_gradient_checkpointing(model)
+    assert key != probe_key(model, cpu, ProbeShapes(64, 16, 2, 128))

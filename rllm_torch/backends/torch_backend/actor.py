@@ -40,6 +40,7 @@ from rllm_torch.backends.torch_backend.precision import (
     choose_precision,
     measure_phases,
 )
+from rllm_torch.backends.torch_backend.probe_cache import cached_probe, probe_key
 from rllm_torch.core.errors import ConfigError, ModelNotFoundError
 from rllm_torch.core.losses import losses_need
 from rllm_torch.trainer.ranks import RunRanks
@@ -130,20 +131,23 @@ class Actor:
 
     def _choose_precision(self, shapes: ProbeShapes) -> Precision:
         """Each phase's dtype for ``backend.dtype`` (:func:`~.precision.choose_precision`), timing
-        ``shapes`` on this policy and its scorer when the setting asks for a measurement."""
+        ``shapes`` on this policy and its scorer when the setting asks for a measurement, or taking
+        the timings kept in ``backend.dtype_cache`` (:mod:`~.probe_cache`)."""
 
         def score(input_ids: Tensor, attention_mask: Tensor, dtype: torch.dtype | None) -> Tensor:
             self.scorer.autocast_dtype = dtype
             return self.scorer(input_ids, attention_mask).log_probs
 
+        shapes = shapes.within(context_length(self.model))
+
         def probe() -> PhaseProbe:
-            return measure_phases(
-                self.model,
-                score,
-                shapes.within(context_length(self.model)),
-                vocab_size=len(self.tokenizer),
-                process_group=self.ranks.process_group if self.ranks.distributed else None,
+            key = probe_key(self.model, self.device, shapes)
+            measured = cached_probe(
+                self.settings.dtype_cache,
+                key,
+                lambda: measure_phases(self.model, score, shapes, vocab_size=len(self.tokenizer)),
             )
+            return measured.averaged(self.ranks.process_group if self.ranks.distributed else None)
 
         pretrained = self.config.model.path is not None
         return choose_precision(self.settings.dtype, self.device, pretrained=pretrained, probe=probe)

@@ -72,11 +72,30 @@ class PhaseTimings:
 
 @dataclass(frozen=True)
 class PhaseProbe:
-    """What :func:`measure_phases` measured: each phase's timings and the probe's own wall time (s)."""
+    """What :func:`measure_phases` measured: each phase's timings, the probe's own wall time (s)
+    and where the timings come from, in the start-up summary's words (``"probe 9.8 s"``; kept
+    timings: :func:`~.probe_cache.cached_probe`)."""
 
     sampling: PhaseTimings
     update: PhaseTimings
     seconds: float
+    source: str = ""
+
+    def averaged(self, process_group: object | None) -> PhaseProbe:
+        """These timings averaged over the ranks of ``process_group`` (a collective: every rank
+        calls it), so that every rank chooses alike; itself for None (one process)."""
+        if process_group is None:
+            return self
+        import torch.distributed as dist
+
+        times = [self.sampling.float32, self.sampling.bfloat16, self.update.float32, self.update.bfloat16]
+        total = torch.tensor(times, dtype=torch.float64)
+        if dist.get_backend(process_group) == "nccl":
+            total = total.cuda()
+        dist.all_reduce(total, group=process_group)
+        mean = (total / dist.get_world_size(process_group)).tolist()
+        source = f"{self.source}, averaged over {dist.get_world_size(process_group)} ranks"
+        return PhaseProbe(PhaseTimings(*mean[:2]), PhaseTimings(*mean[2:]), self.seconds, source)
 
 
 @dataclass(frozen=True)
@@ -197,7 +216,7 @@ def choose_precision(
         return Precision(torch.bfloat16, torch.bfloat16, "bfloat16 compute (float32 weights and AdamW state)")
     measured = probe()
     phases = {"sampling": measured.sampling, "update": measured.update}
-    cost = f"probe {measured.seconds:.1f} s"
+    cost = measured.source
     if setting == "bfloat16":
         slower = [f"{phase} {t.words()}" for phase, t in phases.items() if t.speedup < 1.0]
         warning = (
@@ -238,7 +257,6 @@ def measure_phases(
     *,
     vocab_size: int,
     repeats: tuple[int, int] = (1, 1),
-    process_group: object | None = None,
 ) -> PhaseProbe:
     """Time the run's two phases in float32 and under bfloat16 autocast on ``model``'s device.
 
@@ -251,8 +269,7 @@ def measure_phases(
     medians. On SmolLM2 and 2 CPU cores that is about 12 s: a decoding step of 64 rows takes
     0.15-0.2 s, a 256-token forward and backward 1.5-2 s. Random token ids from a generator of its own and
     the global RNG state restored, so the run's numbers do not depend on the probe; gradients are
-    dropped afterwards. With ``process_group`` (a run over many processes) the timings are averaged
-    over the ranks, so every rank makes the same choice.
+    dropped afterwards.
 
     Returns:
         :class:`PhaseProbe` with the probe's own wall time in ``seconds``.
@@ -298,15 +315,10 @@ def measure_phases(
             return call
 
         training = _median_times({"float32": update(None), "bfloat16": update(torch.bfloat16)}, repeats[1], sync)
-    times = [sampling["float32"], sampling["bfloat16"], training["float32"], training["bfloat16"]]
-    if process_group is not None:
-        import torch.distributed as dist
-
-        total = torch.tensor(times, dtype=torch.float64, device=device)
-        dist.all_reduce(total, group=process_group)
-        times = (total / dist.get_world_size(process_group)).tolist()
+    seconds = time.perf_counter() - start
     return PhaseProbe(
-        sampling=PhaseTimings(times[0], times[1]),
-        update=PhaseTimings(times[2], times[3]),
-        seconds=time.perf_counter() - start,
+        sampling=PhaseTimings(sampling["float32"], sampling["bfloat16"]),
+        update=PhaseTimings(training["float32"], training["bfloat16"]),
+        seconds=seconds,
+        source=f"probe {seconds:.1f} s",
     )

@@ -1,0 +1,114 @@
+"""The dtype probe's timings kept per machine (``backend.dtype_cache``), so that later runs of
+the same model and shapes on the same machine choose the same dtypes without measuring again: a
+run is reproducible on its machine, and a restart costs nothing.
+
+One JSON file maps a key to its timings. The key names everything the timings depend on: the CPU
+(or GPU) model, torch's thread count and version, the libraries' instruction-set caps when set
+(:data:`LIBRARY_CAPS`), the model's class and size (LoRA: the trained parameters), the probe's
+shapes and activation checkpointing. Another machine, torch, model or batch measures anew; deleting
+the file (or ``backend.dtype_cache=null``) measures at every start.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import tempfile
+from collections.abc import Callable
+from dataclasses import astuple
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from rllm_torch.backends.torch_backend.forward import causal_lm
+from rllm_torch.backends.torch_backend.precision import PhaseProbe, PhaseTimings, ProbeShapes
+
+__all__ = ["probe_key", "cached_probe", "LIBRARY_CAPS"]
+
+#: Environment variables that hold PyTorch's CPU libraries to fewer instruction sets (and so change
+#: the timings): part of the key when set.
+LIBRARY_CAPS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR")
+
+
+def _processor(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        with open("/proc/cpuinfo") as info:
+            return next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
+def _checkpointing(lm: nn.Module) -> bool:
+    """Whether activation checkpointing is on (``transformers`` 5.x's name, else the older one)."""
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
+        if hasattr(type(lm), name):
+            return bool(getattr(lm, name))
+    return False
+
+
+def probe_key(model: nn.Module, device: torch.device, shapes: ProbeShapes) -> str:
+    """What the timings of ``model`` at ``shapes`` on ``device`` depend on, as one string."""
+    lm = causal_lm(model)
+    config = getattr(lm, "config", None)
+    size = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    parts = [
+        _processor(device),
+        f"{torch.get_num_threads()} threads" if device.type == "cpu" else device.type,
+        f"torch {torch.__version__}",
+        *(f"{name}={os.environ[name]}" for name in LIBRARY_CAPS if name in os.environ),
+        type(lm).__name__,
+        f"{size} parameters, {trainable} trained",
+        f"vocab {getattr(config, 'vocab_size', '?')}",
+        f"checkpointing {_checkpointing(lm)}",
+        "shapes " + "x".join(map(str, astuple(shapes))),
+    ]
+    return "; ".join(parts)
+
+
+def _read(path: Path) -> dict:
+    try:
+        entries = json.loads(path.read_text())
+    except (OSError, ValueError):  # no file yet, or one cut short: measure and write it anew
+        return {}
+    return entries if isinstance(entries, dict) else {}
+
+
+def cached_probe(path: str | os.PathLike | None, key: str, measure: Callable[[], PhaseProbe]) -> PhaseProbe:
+    """The timings kept under ``key`` in the file ``path`` (``~`` expanded), else ``measure()``'s,
+    kept there for the next run. ``path`` None: always ``measure()``. The returned probe's
+    ``source`` says which (a cache that cannot be written is said too, and the run goes on)."""
+    if path is None:
+        return measure()
+    file = Path(path).expanduser()
+    entry = _read(file).get(key)
+    if isinstance(entry, dict):
+        try:
+            return PhaseProbe(
+                PhaseTimings(*map(float, entry["sampling"])),
+                PhaseTimings(*map(float, entry["update"])),
+                seconds=0.0,
+                source=f"as measured {entry['measured']}, kept in {path}",
+            )
+        except (KeyError, TypeError, ValueError):
+            pass  # an entry of another form: measured again below, and replaced
+    probe = measure()
+    entries = _read(file)
+    entries[key] = {
+        "sampling": [probe.sampling.float32, probe.sampling.bfloat16],
+        "update": [probe.update.float32, probe.update.bfloat16],
+        "measured": f"{datetime.datetime.now():%Y-%m-%d %H:%M}",
+    }
+    try:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=file.parent, delete=False, suffix=".tmp") as out:
+            json.dump(entries, out, indent=1, sort_keys=True)
+        os.replace(out.name, file)  # whole or not at all: a run beside this one reads either file
+    except OSError as exc:
+        return PhaseProbe(probe.sampling, probe.update, probe.seconds, f"{probe.source}; not kept ({exc.strerror})")
+    return PhaseProbe(probe.sampling, probe.update, probe.seconds, f"{probe.source}, kept in {path}")
