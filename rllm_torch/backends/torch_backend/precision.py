@@ -235,15 +235,16 @@ def choose_precision(
     return Precision(chosen["sampling"], chosen["update"], summary)
 
 
-def _median_times(calls: dict[str, Callable[[], None]], repeats: int, synchronize: Callable[[], None]) -> dict:
-    """Each call's median wall time over ``repeats`` timed rounds after one warm-up round, the
-    calls alternating within a round so that a change of load hits every one alike."""
+def _median_times(calls: dict[str, Callable[[bool], None]], repeats: int, synchronize: Callable[[], None]) -> dict:
+    """Each call's median wall time over ``repeats`` timed rounds of ``call(False)`` after one
+    warm-up round of ``call(True)`` (the first call builds the kernels; a call may do less work
+    then), the calls alternating within a round so that a change of load hits every one alike."""
     times: dict[str, list[float]] = {name: [] for name in calls}
     for round_ in range(repeats + 1):
         for name, call in calls.items():
             synchronize()
             start = time.perf_counter()
-            call()
+            call(round_ == 0)
             synchronize()
             if round_:
                 times[name].append(time.perf_counter() - start)
@@ -294,21 +295,23 @@ def measure_phases(
                 with compute_autocast(device, dtype):
                     caches[dtype] = body(context, use_cache=True).past_key_values
 
-        def decode(dtype: torch.dtype | None) -> Callable[[], None]:
-            def call() -> None:  # in one autocast region, as generate runs: the weights cast once
+        def decode(dtype: torch.dtype | None) -> Callable[[bool], None]:
+            def call(warm_up: bool) -> None:  # in one autocast region, as generate runs: the weights cast once
+                steps = 1 if warm_up else PROBE_DECODE_STEPS  # one step builds the kernels
                 with torch.no_grad(), compute_autocast(device, dtype):
-                    for _ in range(PROBE_DECODE_STEPS):
+                    for _ in range(steps):
                         model(decode_ids, use_cache=True, **{keyword: caches[dtype]})
-                caches[dtype].crop(-PROBE_DECODE_STEPS)  # the steps appended tokens: the next call starts alike
+                caches[dtype].crop(-steps)  # the steps appended tokens: the next call starts alike
 
             return call
 
-        sampling = _median_times({"float32": decode(None), "bfloat16": decode(torch.bfloat16)}, repeats[0], sync)
+        decoding = {"float32": decode(None), "bfloat16": decode(torch.bfloat16)}
+        sampling = _median_times(decoding, repeats[0], sync)
         caches.clear()
         model.train(was_training)
 
-        def update(dtype: torch.dtype | None) -> Callable[[], None]:
-            def call() -> None:
+        def update(dtype: torch.dtype | None) -> Callable[[bool], None]:
+            def call(warm_up: bool) -> None:  # the same micro-batch warms up: kernels are built per shape
                 score(rows, mask, dtype).sum().backward()
                 model.zero_grad(set_to_none=True)
 
