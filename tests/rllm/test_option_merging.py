@@ -109,6 +109,24 @@ def test_compat_rllm_gives_rllms_singleton_rule_but_the_users_own_option_wins():
     assert mine[0].item() != pytest.approx(0.0)  # the two rules really differ here
 
 
+def test_compat_rllm_in_a_run_config_gives_rllms_rule_unless_the_run_sets_the_option(tmp_path):
+    """The run config's schema lists every built-in's options; the one compat sets must not count
+    as the user's own (it did: compat=rllm changed nothing in a run)."""
+    name, groups = "reinforce_plus_plus_baseline", [[1.0], [1.0, 0.0]]
+    batch = GroupedRewards.from_groups(groups)
+    option = f"rllm.algorithm.estimator_options.{name}.singleton_baseline"
+    cases = [
+        (("rllm.algorithm.compat=rllm",), False),  # rLLM's code: the singleton centred on itself
+        (("rllm.algorithm.compat=rllm", f"{option}=zero"), True),  # the run's own option wins
+        ((), True),  # ours
+        ((f"{option}=mean",), False),
+    ]
+    for overrides, singleton_zero in cases:
+        settings = check_run_config(make_config(tmp_path, f"rllm.algorithm.adv_estimator={name}", *overrides))
+        adv, _ = compute_advantages(batch, name, algorithm_config=settings.algorithm_config)
+        assert adv.tolist() == pytest.approx(_rpp_by_hand(groups, singleton_zero), rel=1e-9), overrides
+
+
 @pytest.mark.parametrize("given", ["section", "whole"])
 def test_the_trainers_map_and_the_configs_map_naming_one_role_two_ways_stop_with_a_config_error(given):
     algorithm = {"adv_estimator": "grpo", "estimator_map": {"judge": "rloo", "solver": "grpo"}}
