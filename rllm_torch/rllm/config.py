@@ -342,10 +342,13 @@ class AlgorithmConfig:
 
     def estimator_call_kwargs(self, estimator: rLLMAdvantageEstimator | str) -> dict[str, Any]:
         """The options this config gives ``estimator``: the run-wide ones, with ``compat="rllm"``
-        rLLM's (:data:`RLLM_COMPAT_ESTIMATOR_OPTIONS`), then its own ``estimator_options`` entry."""
+        rLLM's (:data:`RLLM_COMPAT_ESTIMATOR_OPTIONS`), then its own ``estimator_options`` entry
+        (where one of the options ``compat`` sets is None, as the run config's schema lists it,
+        it is not set: ``compat`` decides, else the estimator's default)."""
         name = estimator.value if isinstance(estimator, Enum) else estimator
-        compat = RLLM_COMPAT_ESTIMATOR_OPTIONS.get(name, {}) if self.compat == "rllm" else {}
-        return self.estimator_kwargs | compat | dict(self.estimator_options.get(name, {}))
+        by_compat = RLLM_COMPAT_ESTIMATOR_OPTIONS.get(name, {})
+        own = {k: v for k, v in self.estimator_options.get(name, {}).items() if not (v is None and k in by_compat)}
+        return self.estimator_kwargs | (by_compat if self.compat == "rllm" else {}) | own
 
     def loss_fn_for(self, role: str) -> str:
         """The policy loss of a group role: ``loss_fn_map[role]``, else ``loss_fn``, else ``"ppo"``."""

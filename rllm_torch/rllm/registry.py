@@ -27,7 +27,7 @@ from rllm_torch.core.errors import (
     EstimatorRegistrationError,
     UnknownEstimatorError,
 )
-from rllm_torch.rllm.config import BATCH_INPUTS, RUN_OPTIONS
+from rllm_torch.rllm.config import BATCH_INPUTS, RLLM_COMPAT_ESTIMATOR_OPTIONS, RUN_OPTIONS
 
 __all__ = [
     "register_rllm_adv_estimator",
@@ -299,13 +299,15 @@ def builtin_estimator_options() -> dict[str, dict[str, object]]:
     """``{built-in name: {option: default}}`` of the built-ins that take options beyond the
     run-wide ones and the batch's inputs (:data:`BATCH_INPUTS`), read from their signatures:
     what the typed run config lists under ``rllm.algorithm.estimator_options``, so each can be
-    set without Hydra's ``+``."""
+    set without Hydra's ``+``. An option ``compat="rllm"`` sets (:data:`RLLM_COMPAT_ESTIMATOR_OPTIONS`)
+    is listed as None, "not set": the run's ``compat`` then decides it, and a value the run gives wins."""
     out = {}
     for name in _BUILTINS:
         entry = _REGISTRY[name]
         parameters = inspect.signature(entry.tensor_fn or entry.fn).parameters.values()
+        by_compat = RLLM_COMPAT_ESTIMATOR_OPTIONS.get(name, {})
         own = {
-            p.name: p.default
+            p.name: None if p.name in by_compat else p.default
             for p in parameters
             if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in (*RUN_OPTIONS, *BATCH_INPUTS)
         }

@@ -169,7 +169,7 @@ def check_alphabet(tasks: Sequence[dict], tokenizer: PreTrainedTokenizerBase, *,
 
 
 class LengthLimitWatch:
-    """Watches the first :attr:`steps` training batches of episodes and warns once when most of
+    """Watches the first :attr:`steps` training batches of episodes and warns once when half or more of
     their responses ended at ``rllm.rollout.max_new_tokens``, none of those was correct, and the
     length is what keeps them from it: the longest answer has more tokens than the limit, or (tasks
     without answers) every reward was 0. Otherwise, when no response of those batches scored at
