@@ -1,6 +1,8 @@
-"""Ctrl-C at any moment of ``rllm-torch-train`` ends in one line and exit status 130: while it
-starts (:func:`interrupted_while_starting`: nothing was written), and once the run began
-(:func:`interrupted`: what the same command then does). A library may catch the
+"""Ctrl-C at any moment of ``rllm-torch-train``'s start-up ends in one line and exit status 130: while it
+starts (:func:`interrupted_while_starting`: nothing was written), and once the run began, before its
+steps (:func:`interrupted`: what the same command then does). Once the steps began, a Ctrl-C asks
+for a stop as SIGTERM does (the trained weights checkpointed, :mod:`rllm_torch.trainer.runtime.stop`),
+and a second one ends here at once (:func:`interrupted` with ``again``). A library may catch the
 ``KeyboardInterrupt`` and raise an error of its own (``transformers``' lazy imports raise
 ``ModuleNotFoundError``): :func:`watch_ctrl_c` remembers the signal, so that error ends as a
 Ctrl-C too (:func:`ctrl_c_received`)."""
@@ -60,9 +62,11 @@ def interrupted_while_starting(program: str) -> None:
     sys.exit(INTERRUPTED_EXIT_STATUS)
 
 
-def interrupted(config: Any) -> None:
+def interrupted(config: Any, *, again: bool = False) -> None:
     """Ctrl-C's end of a run (rank 0 says it): remove the run directory if still empty, one line
-    saying what the same command does, exit status 130."""
+    saying what the same command does, exit status 130. ``again``: a second Ctrl-C cut short the
+    stop the first one asked for; the line says what is lost (what was trained since the newest
+    checkpoint)."""
     from hydra.core.hydra_config import HydraConfig
 
     from rllm_torch.cli.run_directory import remove_empty_run_dir, resume_point
@@ -73,7 +77,14 @@ def interrupted(config: Any) -> None:
         run_dir = config.rllm.trainer.default_local_dir or hydra_dir
         remove_empty_run_dir(run_dir)
         remove_empty_run_dir(hydra_dir)
-        print(f"rllm-torch-train: interrupted; the same command {resume_point(run_dir)}", file=sys.stderr, flush=True)
+        where = resume_point(run_dir)
+        what = (
+            "interrupted again before the checkpoint was written: what was trained since the newest checkpoint is "
+            f"lost; the same command {where}"
+            if again
+            else f"interrupted; the same command {where}"
+        )
+        print(f"rllm-torch-train: {what}", file=sys.stderr, flush=True)
     sys.exit(INTERRUPTED_EXIT_STATUS)
 
 

@@ -9,8 +9,10 @@ Starting the same command again continues the run from its newest checkpoint; on
 may use a run directory (:mod:`~rllm_torch.cli.run_directory`).
 
 Exit status: 0 trained (or already complete); 2 a configuration, data, checkpoint or run-directory
-error (one block, no traceback); 130 interrupted by Ctrl-C (SIGINT: at once, from the newest checkpoint); 143
-stopped by SIGTERM after the current step and its checkpoint (a second SIGTERM: at once).
+error (one block, no traceback); 143 stopped by SIGTERM, 130 by Ctrl-C (SIGINT), each with the trained weights
+checkpointed first, within seconds (a second SIGTERM changes nothing; a second Ctrl-C ends the run at once, losing what
+was trained since the newest checkpoint; a Ctrl-C during the start-up, before the steps, ends it at once: nothing is
+trained yet).
 
 Under ``torchrun`` (``torchrun --nproc_per_node=N -m rllm_torch.train ...``, or the
 ``rllm-torch-train`` script) the N processes are one run: see :mod:`rllm_torch.trainer.ranks`.
@@ -23,6 +25,7 @@ import importlib
 import logging
 import os
 import random
+import signal
 import sys
 import time
 from pathlib import Path
@@ -55,7 +58,7 @@ from rllm_torch.rollouts.task import Task
 from rllm_torch.trainer.config_checks import RunSettings, check_run_config
 from rllm_torch.trainer.protocol import BackendProtocol
 from rllm_torch.trainer.ranks import RunRanks, init_run_ranks, shutdown, torchrun_world_size
-from rllm_torch.trainer.runtime.stop import STOPPED_EXIT_STATUS, StopSignals, TrainingStopped
+from rllm_torch.trainer.runtime.stop import InterruptedAgain, StopSignals, TrainingStopped
 from rllm_torch.trainer.unified_trainer import UnifiedTrainer
 
 __all__ = ["main", "run", "backend_class", "BACKENDS"]
@@ -128,7 +131,8 @@ def run(config: DictConfig, *, run_files: dict[str, str] | None = None, task: Ta
             (:func:`~rllm_torch.cli.command_line.check_known_keys`) is a ConfigError too.
         DistributedTimeoutError: under torchrun, a collective whose peer did not come within
             ``backend.dist_timeout_s`` or went away (gloo's error, named).
-        TrainingStopped: a SIGTERM stopped the run after a step and its checkpoint.
+        TrainingStopped: a SIGTERM (or, once the steps began, a Ctrl-C) stopped the run, its trained weights
+            checkpointed.
     """
     check_known_keys(config)
     import_user_modules(config.imports)
@@ -136,7 +140,7 @@ def run(config: DictConfig, *, run_files: dict[str, str] | None = None, task: Ta
     ranks = init_run_ranks(config.backend.device, config.backend.dist_timeout_s)
     clean = False
     try:
-        with StopSignals(announce=ranks.is_main) as stop:
+        with StopSignals((signal.SIGTERM, signal.SIGINT), announce=ranks.is_main) as stop:
             trainer = _train(settings, ranks, run_files or {}, stop, task)
         clean = True
         return trainer
@@ -283,7 +287,7 @@ def hydra_record(config: DictConfig) -> dict[str, str]:
 def _hydra_main(config: DictConfig) -> None:
     try:
         run(config, run_files=hydra_record(config))
-    except TrainingStopped as stopped:  # SIGTERM: the step's checkpoint is written
+    except TrainingStopped as stopped:  # SIGTERM or Ctrl-C: the trained weights' checkpoint is written
         ignore_stop_signals()  # a second signal while the process ends must not change its exit status
         if os.environ.get("RANK", "0") == "0":
             where = (
@@ -292,11 +296,11 @@ def _hydra_main(config: DictConfig) -> None:
                 else "before its first step; the same command starts it"
             )
             print(
-                f"rllm-torch-train: stopped by {stopped.signal_name} {where} (exit {STOPPED_EXIT_STATUS})",
+                f"rllm-torch-train: stopped by {stopped.signal_name} {where} (exit {stopped.exit_status})",
                 file=sys.stderr,
                 flush=True,
             )
-        end_rank_process(STOPPED_EXIT_STATUS)  # stopped and written: no interpreter finalization to wait for
+        end_rank_process(stopped.exit_status)  # stopped and written: no interpreter finalization to wait for
     except BaseException as exc:
         full_error = os.environ.get("HYDRA_FULL_ERROR") == "1"
         # Ctrl-C, also when a library turned the KeyboardInterrupt into an error of its own (transformers'
@@ -304,7 +308,7 @@ def _hydra_main(config: DictConfig) -> None:
         if not full_error and (
             isinstance(exc, KeyboardInterrupt) or (ctrl_c_received() and isinstance(exc, Exception))
         ):
-            interrupted(config)
+            interrupted(config, again=isinstance(exc, InterruptedAgain))
         if full_error or (error := package_error(exc)) is None:
             raise
         if os.environ.get("RANK", "0") == "0" and HydraConfig.initialized():  # the package's errors: one block
@@ -352,7 +356,7 @@ def main() -> None:
 
 
 def end_rank_process(status: int = 0) -> None:
-    """End a torchrun rank after a clean run, or any process stopped by SIGTERM (``status`` 143),
+    """End a torchrun rank after a clean run, or any process stopped by a signal (``status`` 143 or 130),
     without interpreter finalization (``os._exit(status)``): every file is closed by now.
 
     The process group is destroyed and every file is closed by now, but the model's DDP reducer

@@ -116,7 +116,7 @@ def help_text(experiments: list[str], groups: dict[str, list[str]]) -> str:
         "every setting, its default and help: docs/settings.md; the composed config: rllm-torch-train --cfg job;",
         "Hydra's own flags: rllm-torch-train --hydra-help.",
         "exit status: 0 trained (or already complete); 2 a setting, data, checkpoint or run-directory error (one",
-        "line); 130 Ctrl-C; 143 SIGTERM (after the current step and its checkpoint).",
+        "line); 130 Ctrl-C, 143 SIGTERM (each after the trained weights' checkpoint; a second Ctrl-C: at once).",
     ]
     return "\n".join(lines)
 

@@ -80,8 +80,9 @@ class UnifiedTrainer:
             starts to train (not when its checkpoint already holds every step: such a run writes
             nothing), e.g. the command line's ``config.yaml``.
         stop_signals: a :class:`~rllm_torch.trainer.runtime.stop.StopSignals` whose request (a
-            SIGTERM) :meth:`fit` honours after the step it is in: that step's checkpoint, then
-            :class:`~rllm_torch.trainer.runtime.stop.TrainingStopped`. None: signals are not handled.
+            SIGTERM; a SIGINT once the steps began) :meth:`fit` honours within the step it is in:
+            the trained weights' checkpoint, then :class:`~rllm_torch.trainer.runtime.stop.TrainingStopped`.
+            None: signals are not handled.
         settings: ``config`` already checked (:func:`~rllm_torch.trainer.config_checks.check_run_config`,
             as the command line does before it starts the processes); None: checked here.
 
@@ -303,6 +304,8 @@ class UnifiedTrainer:
         :meth:`end_step`; the backend's epoch hooks around each epoch's steps. A batch that is
         None on any rank (the data ran out) ends the loop on every rank."""
         self.logger.start_progress(state.total_steps, state.global_step)
+        if self.stop_signals is not None:  # from here a Ctrl-C keeps the trained weights, as SIGTERM (issue 49)
+            self.stop_signals.take_ctrl_c()
         source = self._batches(state, dataloader, plan)
         await source.start()
         epoch_started = None

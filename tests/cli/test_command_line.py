@@ -136,7 +136,10 @@ def test_a_failed_start_up_leaves_no_empty_directories_behind(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_ctrl_c_prints_one_line_saying_which_step_the_same_command_resumes_from(tmp_path):
+def test_ctrl_c_checkpoints_the_step_it_is_in_and_says_which_step_the_same_command_continues_from(tmp_path):
+    """Issue 49: a Ctrl-C once the steps began keeps the trained weights as SIGTERM does (it used to
+    exit at once, from the newest periodic checkpoint: here up to one step lost, with save_freq=1000
+    up to 999)."""
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"} | {"PYTHONFAULTHANDLER": "1"}
     command = [sys.executable, "-m", "rllm_torch.train", *TINY, "rllm.trainer.total_batches=100000"]
     command += ["rllm.trainer.save_freq=2", "rllm.trainer.logger=[jsonl]", f"hydra.run.dir={tmp_path / 'run'}"]
@@ -168,9 +171,14 @@ def test_ctrl_c_prints_one_line_saying_which_step_the_same_command_resumes_from(
     assert launch.returncode == 130
     lines = [line for line in err.splitlines() if line.strip()]
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
-    assert re.fullmatch(
-        r"rllm-torch-train: interrupted; the same command resumes from step (\d+) \(.*step_0*\1\)", lines[-1]
-    ), lines[-1]
+    stopped = re.fullmatch(
+        r"rllm-torch-train: stopped by SIGINT after step (\d+), checkpoint (.*step_0*\1); the same command "
+        r"continues from it \(exit 130\)",
+        lines[-1],
+    )
+    assert stopped, lines[-1]
+    assert max(_steps(tmp_path / "run")) == int(stopped.group(1))  # every trained step is in the checkpoint
+    assert Path(stopped.group(2)).is_dir()
 
 
 def test_the_traceback_is_there_with_hydra_full_error(tmp_path):

@@ -6,6 +6,7 @@ tests are tests/cli/test_sigterm_stages.py."""
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 
@@ -14,11 +15,13 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from rllm_torch.trainer.runtime.stop import (
+    InterruptedAgain,
     StopGuard,
     StopRequested,
     StopSignals,
     TrainingStopped,
     add_stop_points,
+    no_stop_points,
     stop_point,
 )
 from rllm_torch.trainer.state import TrainerState
@@ -128,3 +131,45 @@ def test_a_checkpointed_backward_stops_in_its_recomputation():
             with pytest.raises(StopRequested):
                 loss.backward()
             raise StopRequested  # what the update does after zeroing the gradient
+
+
+def test_past_the_point_of_no_return_the_blocks_stop_points_raise_nothing_and_the_stop_waits():
+    """Issue 52: an update past its first optimizer step runs to its end; the request stays."""
+    model = llama()
+    add_stop_points(model)
+    ran = []
+    for i, block in enumerate(model.model.layers):
+        block.register_forward_hook(lambda module, args, out, i=i: ran.append(i))
+    stops = guard(requested(), [])
+    with stops.stage(TrainerState(global_step=2)):
+        with no_stop_points():
+            model(torch.tensor([[1, 2, 3]]))
+            stop_point()
+    assert ran == [0, 1, 2, 3] and stops.signals.requested
+    with pytest.raises(TrainingStopped):  # after it, the same stage's stop points abandon it again
+        with stops.stage(TrainerState(global_step=2)):
+            with no_stop_points():
+                pass
+            stop_point()
+
+
+def test_ctrl_c_is_a_keyboard_interrupt_until_the_steps_begin_then_a_stop_and_a_second_one_ends_at_once():
+    """Real SIGINTs to this process (issue 49): before take_ctrl_c, the handler found on entry."""
+    with StopSignals((signal.SIGTERM, signal.SIGINT), announce=False) as signals:
+        with pytest.raises(KeyboardInterrupt) as first:
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):  # the handler runs between two bytecodes of the main thread
+                pass
+        assert type(first.value) is KeyboardInterrupt and not signals.requested
+        signals.take_ctrl_c()
+        os.kill(os.getpid(), signal.SIGINT)
+        assert signals.requested and signals.name == "SIGINT"
+        os.kill(os.getpid(), signal.SIGTERM)  # a scheduler's signal meanwhile changes nothing
+        assert signals.name == "SIGINT"
+        with pytest.raises(InterruptedAgain):
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):
+                pass
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back on exit
+    assert TrainingStopped("SIGINT", 3, None).exit_status == 130
+    assert TrainingStopped("SIGTERM", 3, None).exit_status == 143

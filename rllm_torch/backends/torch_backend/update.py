@@ -13,7 +13,7 @@ the policy's, one per mini-batch; ``use_kl_loss`` adds the KL to the reference t
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 import torch
 from omegaconf import DictConfig
@@ -40,7 +40,7 @@ from rllm_torch.core.losses import (
     run_registered_loss,
 )
 from rllm_torch.rllm.config import AlgorithmConfig
-from rllm_torch.trainer.runtime.stop import StopRequested, stop_point
+from rllm_torch.trainer.runtime.stop import StopRequested, no_stop_points, stop_point
 from rllm_torch.trainer.state import TrainerState
 
 __all__ = ["PolicyUpdater"]
@@ -143,8 +143,9 @@ class PolicyUpdater:
         modes = sorted({self.agg_mode_of(name) for name, _ in self._row_losses} - {self.loss_agg_mode})
         local_stats, grad_norms = [], []
         self._weight_stats.clear()
-        stepped = False  # before the first optimizer step a SIGTERM may abandon the update (nothing changed yet)
-        with stage_memory("updating the policy", self.micro.memory_advice()), self._abandonable():
+        # before the first optimizer step a stop may abandon the update (nothing changed yet); after it the
+        # update runs to its end (no_stop_points): the step is then checkpointed as done (issue 52)
+        with stage_memory("updating the policy", self.micro.memory_advice()), self._abandonable(), ExitStack() as taken:
             for _ in range(epochs):
                 order = torch.randperm(num_rows, device=self.device)
                 for rows in order.tensor_split(num_minis):  # this rank's part of each global mini-batch
@@ -155,8 +156,7 @@ class PolicyUpdater:
                     # no gradient to zero: the previous step (Actor.step) freed it
                     stats = {}
                     for i, micro_rows in enumerate(micro):
-                        if not stepped:
-                            stop_point()  # trainer/runtime/stop.py
+                        stop_point()  # trainer/runtime/stop.py
                         last = i == len(micro) - 1
                         with gradient_sync(self.actor.train_model, last):
                             loss, micro_stats = self.micro_batch_loss(batch, micro_rows, normaliser, pinned)
@@ -172,10 +172,10 @@ class PolicyUpdater:
                                     world_size=ranks.world_size,
                                 )
                         stats = {k: stats.get(k, 0) + v for k, v in micro_stats.items()}
-                    if not stepped:
-                        stop_point()  # the whole gradient, not yet applied: still abandonable
+                    stop_point()  # the whole gradient, not yet applied: still abandonable before the first step
                     grad_norms.append(self.actor.step())
-                    stepped = True
+                    if len(grad_norms) == 1:  # the weights moved: no stop point abandons the update from here
+                        taken.enter_context(no_stop_points())
                     self.scheduler.step()
                     if self.critic is not None:
                         self.critic.step()
@@ -189,7 +189,8 @@ class PolicyUpdater:
 
     @contextmanager
     def _abandonable(self) -> Iterator[None]:
-        """An update abandoned by a stop request (before its first optimizer step) leaves no gradient behind."""
+        """An update abandoned by a stop request (only before its first optimizer step: after it,
+        :func:`~rllm_torch.trainer.runtime.stop.no_stop_points`) leaves no gradient behind."""
         try:
             yield
         except StopRequested:

@@ -1,10 +1,14 @@
-"""A stop that loses nothing: SIGTERM (what Slurm, Kubernetes and torchrun send before a kill) asks
-the run to write its trained weights and end, within seconds, at whatever stage it is in.
+"""A stop that loses nothing: SIGTERM (what Slurm, Kubernetes and torchrun send before a kill) and,
+once the steps began, Ctrl-C (SIGINT) ask the run to write its trained weights and end, within
+seconds, at whatever stage it is in.
 
 :class:`StopSignals` installs the handler for the duration of a ``with`` block (the command line's
-training run; the Python API installs nothing unless asked). The first SIGTERM records the request
-(one line on standard error); a second one changes nothing (a scheduler's repeated signal must not
-cost the checkpoint being written); SIGKILL is the way to end a run at once.
+training run; the Python API installs nothing unless asked). The first signal records the request
+(one line on standard error). A second SIGTERM changes nothing (a scheduler's repeated signal must
+not cost the checkpoint being written); a second Ctrl-C is a person who will not wait: it raises
+:class:`InterruptedAgain` at once (what was trained since the newest checkpoint is lost); SIGKILL
+ends a run at once too. Before :meth:`StopSignals.take_ctrl_c` (the start-up: model, data, the
+first validation, nothing trained to keep) a Ctrl-C is what it was: Python's ``KeyboardInterrupt``.
 
 Where the request is honoured:
 
@@ -19,6 +23,12 @@ Where the request is honoured:
   state, every random generator: a checkpoint taken now is the one taken before the stage, and a
   resumed run repeats the stage exactly), writes the checkpoint of the trained weights unless it
   is on disk already, and raises :class:`TrainingStopped`.
+* **past a point of no return** (:func:`no_stop_points`): an update whose first optimizer step is
+  taken has moved the weights, AdamW's moments and the learning-rate schedule, and cannot be
+  resumed halfway; its stop points (those between blocks included) raise nothing, the update
+  runs to its end (``backend.mini_batch_size`` below the batch or ``backend.ppo_epochs`` > 1: the
+  rest of one update) and the request is honoured at the step boundary, which checkpoints the
+  step as done (issue 52: it was abandoned, and its moved weights checkpointed as the step before).
 * **at a step boundary**, agreed across the ranks (a stop on one rank stops them all at the same
   step): on several processes the stages are not abandoned (each rank would stop at another safe
   place, between two collectives), so the request waits for the step to end.
@@ -44,6 +54,8 @@ from rllm_torch.trainer.runtime.run_checkpoint import capture_rng_states, restor
 
 __all__ = [
     "add_stop_points",
+    "InterruptedAgain",
+    "no_stop_points",
     "StopSignals",
     "StopGuard",
     "StopRequested",
@@ -59,11 +71,18 @@ STOPPED_EXIT_STATUS = 128 + signal.SIGTERM  # 143, the shell's convention for a 
 class TrainingStopped(Exception):
     """The run stopped on a signal with the checkpoint of ``step`` written (``checkpoint``: its
     directory on rank 0, None elsewhere, or None when nothing was trained yet); the same command
-    continues from it."""
+    continues from it. ``exit_status``: the shell's for the signal (128 + its number: 143 for
+    SIGTERM, 130 for SIGINT)."""
 
     def __init__(self, signal_name: str, step: int, checkpoint: Path | None) -> None:
         super().__init__(f"stopped by {signal_name} after step {step}")
         self.signal_name, self.step, self.checkpoint = signal_name, step, checkpoint
+        self.exit_status = 128 + signal.Signals[signal_name]
+
+
+class InterruptedAgain(KeyboardInterrupt):
+    """A second Ctrl-C while a stop was under way: the run ends at once, without the checkpoint
+    the stop was to write (what was trained since the newest checkpoint on disk is lost)."""
 
 
 class StopRequested(BaseException):
@@ -92,6 +111,17 @@ def stop_point() -> None:
         raise StopRequested
 
 
+@contextmanager
+def no_stop_points() -> Iterator[None]:
+    """Inside, :func:`stop_point` raises nothing: work past its point of no return (an update after
+    its first optimizer step) runs to its end, and a stop request waits for the step boundary."""
+    token = _ABANDONABLE.set(None)
+    try:
+        yield
+    finally:
+        _ABANDONABLE.reset(token)
+
+
 def add_stop_points(model: Any) -> int:
     """A :func:`stop_point` in each block of ``model`` (the modules of its longest ``ModuleList``: a
     transformer's layers), as a forward pre-hook of the block's first submodule: a stop request is
@@ -113,19 +143,23 @@ def add_stop_points(model: Any) -> int:
 
 
 class StopSignals:
-    """Records the first of ``signals`` received while the ``with`` block runs; later ones are
-    ignored but for one line (the stop is under way).
+    """Records the first of ``signals`` received while the ``with`` block runs; a later SIGTERM is
+    ignored but for one line (the stop is under way), a later SIGINT raises
+    :class:`InterruptedAgain` (a second Ctrl-C: at once). A SIGINT before :meth:`take_ctrl_c`
+    goes to the handler found on entry (Python's ``KeyboardInterrupt``).
 
-    Outside the main thread (where Python cannot install signal handlers) it does nothing.
+    Outside the main thread (where Python cannot install signal handlers) it does nothing; a
+    signal the process was started ignoring (SIGINT in a shell's background job) stays ignored.
 
     Args:
-        signals: the signals that ask for a stop (default: SIGTERM).
+        signals: the signals that ask for a stop (default: SIGTERM; the command line adds SIGINT).
         announce: print one line on standard error when the first arrives (rank 0 of a run).
     """
 
     def __init__(self, signals: tuple[int, ...] = (signal.SIGTERM,), *, announce: bool = True) -> None:
         self.signals, self.announce = signals, announce
         self.received: int | None = None
+        self.ctrl_c_stops = False
         self._previous: dict[int, Any] = {}
 
     @property
@@ -136,8 +170,20 @@ class StopSignals:
     def name(self) -> str:
         return signal.Signals(self.received).name if self.received is not None else ""
 
+    def take_ctrl_c(self) -> None:
+        """From here a SIGINT (when among ``signals``) asks for a stop as SIGTERM does: the trainer
+        calls it when its steps begin, when there is trained work to keep."""
+        self.ctrl_c_stops = True
+
     def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGINT and not self.ctrl_c_stops:  # the start-up: Ctrl-C as it was
+            previous = self._previous.get(signum)
+            if callable(previous):
+                return previous(signum, frame)
+            raise KeyboardInterrupt
         again = self.received is not None
+        if again and signum == signal.SIGINT:
+            raise InterruptedAgain
         self.received = self.received or signum
         if self.announce:
             text = (
@@ -145,12 +191,15 @@ class StopSignals:
                 if again
                 else "stopping: the trained weights are written first, within seconds"
             )
+            if signum == signal.SIGINT:
+                text += " (Ctrl-C again ends the run at once, losing what was trained since the newest checkpoint)"
             print(f"rllm-torch-train: {signal.Signals(signum).name} received; {text}", file=sys.stderr, flush=True)
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
             for signum in self.signals:
-                self._previous[signum] = signal.signal(signum, self._handle)
+                if signum != signal.SIGINT or signal.getsignal(signum) is not signal.SIG_IGN:
+                    self._previous[signum] = signal.signal(signum, self._handle)
         return self
 
     def __exit__(self, *exc: object) -> None:
