@@ -8,7 +8,8 @@ own shapes, measured in the same run, as the floors the phases are read against.
     python benchmarks/bench_dtype.py --write-results   # benchmarks/RESULTS_dtype.md
 
 Each command: ``rllm-torch-train --config-name smollm2 rllm.trainer.total_batches=3
-rllm.trainer.test_freq=0 rllm.trainer.val_before_train=false`` plus its dtype; per run the median of
+rllm.trainer.test_freq=0 rllm.trainer.val_before_train=false`` plus its dtype and an empty
+``backend.dtype_cache`` of its own (so ``auto`` measures, as on a machine's first run); per run the median of
 its steps' ``time/step``, ``time/generate`` and ``time/update``, and the start-up summary's
 ``precision`` row (what ``auto`` chose and the ratios it measured). The floors: GFLOP/s of
 ``[rows, 576] @ [576, 1536]`` (SmolLM2's MLP) at the decoding batch (64 rows) and at a training
@@ -51,6 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     parser.add_argument("--out", type=Path, default=Path("outputs/bench_dtype"))
     parser.add_argument("--append", action="store_true", help="add the section to the results file")
+    parser.add_argument("--title", default=None, help="the section's heading")
     add_write_results(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(len(os.sched_getaffinity(0)))
@@ -62,10 +64,13 @@ def main(argv: list[str] | None = None) -> None:
     for round_ in range(args.rounds):
         for name in args.settings:
             run_dir = args.out.resolve() / f"{name.split()[0]}_{round_}"
-            result = run(run_dir, [*STEPS, *SETTINGS[name]])
+            fresh = f"backend.dtype_cache={run_dir}.dtype_probe.json"  # measured at start-up, as a machine's first run
+            (run_dir.parent / f"{run_dir.name}.dtype_probe.json").unlink(missing_ok=True)
+            result = run(run_dir, [*STEPS, *SETTINGS[name], fresh])
             results[name].append(result)
     lines = [
-        "## backend.dtype on this machine: the recipe's defaults beside float32 and bfloat16",
+        *([] if args.append else ["# backend.dtype measured: the recipe's defaults beside float32 and bfloat16", ""]),
+        "## " + (args.title or "On this machine"),
         "",
         f"Run {datetime.datetime.now():%Y-%m-%d %H:%M} with `python benchmarks/bench_dtype.py "
         f"{' '.join(argv if argv is not None else sys.argv[1:])}` on {cpu_name()}, "
