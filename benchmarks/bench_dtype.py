@@ -53,12 +53,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=Path("outputs/bench_dtype"))
     parser.add_argument("--append", action="store_true", help="add the section to the results file")
     parser.add_argument("--title", default=None, help="the section's heading")
+    parser.add_argument(
+        "--floor-repeats", type=int, default=5, help="timed rounds of 10 matmuls per floor; 0: no floors (bf16 emulated: minutes)"
+    )
     add_write_results(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(len(os.sched_getaffinity(0)))
     floors = {
-        name: (matmul_rate(*shape, torch.float32), matmul_rate(*shape, torch.bfloat16))
+        name: (matmul_rate(*shape, torch.float32, args.floor_repeats), matmul_rate(*shape, torch.bfloat16, args.floor_repeats))
         for name, shape in SHAPES.items()
+        if args.floor_repeats
     }
     results: dict[str, list[dict]] = {name: [] for name in args.settings}
     for round_ in range(args.rounds):
@@ -80,8 +84,9 @@ def main(argv: list[str] | None = None) -> None:
         + (", ".join(f"`{k}={os.environ[k]}`" for k in CAPS if k in os.environ) or "nothing (the CPU's own)")
         + ".",
         "",
-        "Matmul rates measured in the same run (GFLOP/s, float32 / bf16 weights, best of 5): "
-        + "; ".join(f"{name}: {f32:.0f} / {bf16:.0f} ({bf16 / f32:.2f}x)" for name, (f32, bf16) in floors.items())
+        f"Matmul rates measured in the same run (GFLOP/s, float32 / bf16 weights, best of {args.floor_repeats}): "
+        + ("; ".join(f"{name}: {f32:.0f} / {bf16:.0f} ({bf16 / f32:.2f}x)" for name, (f32, bf16) in floors.items())
+           or "not measured (--floor-repeats 0)")
         + ".",
         "",
         "| setting | s / step | sampling s | update s | vs float32, s / step | what ran (start-up summary) | "

@@ -5,6 +5,8 @@ itself is run for real on a small saved model."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 import trainer_rank_tasks as tasks
@@ -13,11 +15,14 @@ from rllm_torch.backends.torch_backend import TorchBackend
 from rllm_torch.backends.torch_backend import actor as actor_module
 from rllm_torch.backends.torch_backend.precision import (
     BF16_MARGIN,
+    PROBE_CUTOFF,
+    PROBE_SLACK_S,
     PhaseProbe,
     PhaseTimings,
     ProbeShapes,
     choose_dtype,
     choose_precision,
+    _time_phase,
     measure_phases,
 )
 from rllm_torch.backends.torch_backend.model import enable_gradient_checkpointing
@@ -168,8 +173,11 @@ def test_the_probe_times_both_phases_and_leaves_the_model_and_the_random_state_a
     for timings in (probe.sampling, probe.update):
         assert timings.float32 > 0 and timings.bfloat16 > 0
     assert probe.seconds >= probe.update.float32 + probe.update.bfloat16
-    # one warm-up and two timed rounds, the dtypes alternating, with gradients
-    assert calls == [((2, 8), None, True), ((2, 8), torch.bfloat16, True)] * 3
+    # a pilot round on one short row, an untimed full round and two timed, the dtypes alternating, with gradients
+    assert calls == [((1, 8), None, True), ((1, 8), torch.bfloat16, True)] + [
+        ((2, 8), None, True),
+        ((2, 8), torch.bfloat16, True),
+    ] * 3
     assert torch.equal(torch.random.get_rng_state(), state)
     assert model.training and all(p.grad is None for p in model.parameters())
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
@@ -216,3 +224,25 @@ def test_the_key_names_the_machine_the_model_and_the_shapes(saved_model):
         torch.set_num_threads(threads)
     enable_gradient_checkpointing(model)
     assert key != probe_key(model, cpu, ProbeShapes(64, 16, 2, 128))
+
+
+def test_a_bf16_call_far_slower_than_float32_is_stopped_there_and_the_phase_takes_float32():
+    """Where bf16 is emulated, a full probe took minutes: the bf16 call is cut at PROBE_CUTOFF x
+    float32's time (plus the warm-up's slack), at the next module call."""
+    layer, seen = torch.nn.Identity(), []
+
+    def call(dtype, warm_up):
+        seen.append((dtype, warm_up))
+        for _ in range(1 if dtype is None else 10_000):
+            layer(torch.zeros(1))
+            time.sleep(0.002)
+
+    start = time.perf_counter()
+    timings = _time_phase(call, 1, lambda: None)
+    elapsed = time.perf_counter() - start
+    assert timings.stopped and seen == [(None, True), (torch.bfloat16, True)]  # stopped in the warm-up
+    assert PROBE_CUTOFF * timings.float32 + PROBE_SLACK_S <= timings.bfloat16 < PROBE_CUTOFF * timings.float32 + 2
+    assert elapsed < 5 and choose_dtype(timings, device_type="cuda") is None
+    assert timings.words().startswith("bf16 over ") and timings.words().endswith("x slower (stopped there)")
+    fast = _time_phase(lambda dtype, warm_up: layer(torch.zeros(1)), 2, lambda: None)
+    assert not fast.stopped and fast.float32 > 0 and fast.bfloat16 > 0

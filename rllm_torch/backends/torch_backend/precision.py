@@ -22,7 +22,8 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -56,6 +57,7 @@ class PhaseTimings:
 
     float32: float
     bfloat16: float
+    stopped: bool = False  # bf16's call was stopped at PROBE_CUTOFF x float32's time: a lower bound
 
     @property
     def speedup(self) -> float:
@@ -63,8 +65,11 @@ class PhaseTimings:
         return self.float32 / self.bfloat16 if self.bfloat16 > 0 else math.inf
 
     def words(self) -> str:
-        """``"bf16 1.9x faster"``, ``"bf16 2.3x slower"``, ``"bf16 as fast"``."""
+        """``"bf16 1.9x faster"``, ``"bf16 2.3x slower"``, ``"bf16 as fast"``, ``"bf16 over 3.0x
+        slower (stopped there)"``."""
         s = self.speedup
+        if self.stopped:
+            return f"bf16 over {1 / s:.1f}x slower (stopped there)"
         if round(s, 2) == 1.0:
             return "bf16 as fast as float32"
         return f"bf16 {s:.2f}x faster" if s > 1 else f"bf16 {1 / s:.2f}x slower"
@@ -133,6 +138,13 @@ PROBE_CONTEXT_TOKENS = 16
 #: per step (it measured bf16 1.2x slower than float32 that way on a Xeon with AMX, where the
 #: recipe's sampling ran 1.3x faster in bf16).
 PROBE_DECODE_STEPS = 8
+#: Tokens of the update's pilot call: one short row.
+PROBE_PILOT_TOKENS = 16
+#: A bf16 probe call is stopped once it has taken this many times float32's (bf16 is then far
+#: beyond the margin on the slow side) ...
+PROBE_CUTOFF = 3.0
+#: ... plus this many seconds in the warm-up, whose first bf16 call builds its kernels.
+PROBE_SLACK_S = 1.0
 #: Tokens of the timed training micro-batch: the matmuls' widths are the model's own, this sets
 #: their height (enough to run at the machine's rate) and bounds the probe's cost to seconds.
 PROBE_UPDATE_TOKENS = 256
@@ -235,20 +247,58 @@ def choose_precision(
     return Precision(chosen["sampling"], chosen["update"], summary)
 
 
-def _median_times(calls: dict[str, Callable[[bool], None]], repeats: int, synchronize: Callable[[], None]) -> dict:
-    """Each call's median wall time over ``repeats`` timed rounds of ``call(False)`` after one
-    warm-up round of ``call(True)`` (the first call builds the kernels; a call may do less work
-    then), the calls alternating within a round so that a change of load hits every one alike."""
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    for round_ in range(repeats + 1):
-        for name, call in calls.items():
-            synchronize()
-            start = time.perf_counter()
-            call(round_ == 0)
-            synchronize()
-            if round_:
-                times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in times.items()}
+class _OverTime(Exception):
+    """A bf16 probe call ran past its time limit."""
+
+
+@contextmanager
+def _time_limit(deadline: float) -> Iterator[None]:
+    """Raise :class:`_OverTime` at the first module call after ``deadline`` (a global forward
+    pre-hook: it also fires in a checkpointed backward's recomputation)."""
+
+    def check(module: nn.Module, args: object) -> None:
+        if time.perf_counter() > deadline:
+            raise _OverTime
+
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(check)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def _time_phase(
+    call: Callable[[torch.dtype | None, bool], None], repeats: int, sync: Callable[[], None], *, warm_ups: int = 0
+) -> PhaseTimings:
+    """``call(dtype, pilot)``'s median wall time in float32 and in bf16 over ``repeats`` timed
+    rounds, after a pilot round (``pilot=True``: a small call that builds the kernels) and
+    ``warm_ups`` untimed full rounds, the dtypes alternating within a round so that a change of
+    load hits both alike. A bf16 call that takes :data:`PROBE_CUTOFF` times its round's float32
+    call (plus :data:`PROBE_SLACK_S` in the pilot) is stopped there and the phase's timing ends:
+    bf16 is that much slower at least (on a CPU that emulates bf16 a full probe took 3 minutes)."""
+
+    def timed(dtype: torch.dtype | None, pilot: bool) -> float:
+        sync()
+        start = time.perf_counter()
+        call(dtype, pilot)
+        sync()
+        return time.perf_counter() - start
+
+    float32, bfloat16 = [], []
+    for round_ in range(1 + warm_ups + repeats):
+        pilot = round_ == 0
+        seconds = timed(None, pilot)
+        limit = PROBE_CUTOFF * seconds + (PROBE_SLACK_S if pilot else 0.0)
+        start = time.perf_counter()
+        try:
+            with _time_limit(start + limit):
+                bf16 = timed(torch.bfloat16, pilot)
+        except _OverTime:
+            return PhaseTimings(seconds, time.perf_counter() - start, stopped=True)
+        if round_ > warm_ups:
+            float32.append(seconds)
+            bfloat16.append(bf16)
+    return PhaseTimings(statistics.median(float32), statistics.median(bfloat16))
 
 
 def measure_phases(
@@ -263,14 +313,16 @@ def measure_phases(
 
     Sampling: :data:`PROBE_DECODE_STEPS` decoding steps of ``shapes.sampling_rows`` rows over a
     cache of ``shapes.context_tokens`` tokens (the model's own forward with its KV cache, in eval
-    mode, without gradients, in one autocast region). Update: ``score(input_ids, attention_mask, dtype)``'s sum, forward and
-    backward, on ``shapes.update_rows x shapes.update_tokens`` tokens (the scorer the update runs,
-    with activation checkpointing and LoRA as configured). One warm-up round (bf16's first call
-    builds its kernels), then ``repeats`` (sampling, update) rounds with the dtypes alternating;
-    medians. On SmolLM2 and 2 CPU cores that is about 12 s: a decoding step of 64 rows takes
-    0.15-0.2 s, a 256-token forward and backward 1.5-2 s. Random token ids from a generator of its own and
-    the global RNG state restored, so the run's numbers do not depend on the probe; gradients are
-    dropped afterwards.
+    mode, without gradients, in one autocast region). Update: ``score(input_ids, attention_mask,
+    dtype)``'s sum, forward and backward, on ``shapes.update_rows x shapes.update_tokens`` tokens
+    (the scorer the update runs, with activation checkpointing and LoRA as configured). Each phase:
+    a pilot round (small calls that build the kernels; the update also one untimed full round),
+    then ``repeats`` (sampling, update) rounds, the dtypes alternating, medians; a bf16 call that takes :data:`PROBE_CUTOFF` times
+    float32's is stopped there (:func:`_time_phase`). On SmolLM2 and 2 CPU cores: 10-20 s where
+    bf16 runs natively (a decoding step of 64 rows takes 0.15-0.2 s, a 256-token forward and
+    backward 1.5-2 s), a few seconds more where it is emulated. Random token ids from a generator
+    of its own and the global RNG state restored, so the run's numbers do not depend on the probe;
+    gradients are dropped afterwards.
 
     Returns:
         :class:`PhaseProbe` with the probe's own wall time in ``seconds``.
@@ -283,45 +335,44 @@ def measure_phases(
     decode_ids = torch.randint(0, high, (shapes.sampling_rows, 1), generator=generator).to(device)
     context = torch.randint(0, high, (shapes.sampling_rows, shapes.context_tokens), generator=generator).to(device)
     rows = torch.randint(0, high, (shapes.update_rows, shapes.update_tokens), generator=generator).to(device)
-    mask = torch.ones_like(rows)
     was_training = model.training
     caches = {}
     body = causal_lm(model).base_model  # the decoder without the head: the cache without [R, T, V] logits
     keyword = cache_keyword(model)
+
+    def decode(dtype: torch.dtype | None, pilot: bool) -> None:
+        """The pilot builds the dtype's cache and decodes one step (it builds the kernels); a timed
+        call decodes PROBE_DECODE_STEPS steps in one autocast region, as generate runs them (the
+        weights cast once), then crops the cache back."""
+        steps = 1 if pilot else PROBE_DECODE_STEPS
+        with torch.no_grad(), compute_autocast(device, dtype):
+            if pilot:
+                caches[dtype] = body(context, use_cache=True).past_key_values
+            for _ in range(steps):
+                model(decode_ids, use_cache=True, **{keyword: caches[dtype]})
+        caches[dtype].crop(-steps)
+
+    def update(dtype: torch.dtype | None, pilot: bool) -> None:
+        """The pilot: one row of PROBE_PILOT_TOKENS tokens (cheap, and a bf16 that is emulated
+        shows itself there); other calls: the micro-batch."""
+        ids = rows[:1, :PROBE_PILOT_TOKENS] if pilot else rows
+        try:
+            score(ids, torch.ones_like(ids), dtype).sum().backward()
+        finally:  # stopped or not, nothing of the probe stays in the gradients
+            model.zero_grad(set_to_none=True)
+
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         model.eval()
-        with torch.no_grad():
-            for dtype in (None, torch.bfloat16):  # each dtype's cache, built once outside the timing
-                with compute_autocast(device, dtype):
-                    caches[dtype] = body(context, use_cache=True).past_key_values
-
-        def decode(dtype: torch.dtype | None) -> Callable[[bool], None]:
-            def call(warm_up: bool) -> None:  # in one autocast region, as generate runs: the weights cast once
-                steps = 1 if warm_up else PROBE_DECODE_STEPS  # one step builds the kernels
-                with torch.no_grad(), compute_autocast(device, dtype):
-                    for _ in range(steps):
-                        model(decode_ids, use_cache=True, **{keyword: caches[dtype]})
-                caches[dtype].crop(-steps)  # the steps appended tokens: the next call starts alike
-
-            return call
-
-        decoding = {"float32": decode(None), "bfloat16": decode(torch.bfloat16)}
-        sampling = _median_times(decoding, repeats[0], sync)
-        caches.clear()
-        model.train(was_training)
-
-        def update(dtype: torch.dtype | None) -> Callable[[bool], None]:
-            def call(warm_up: bool) -> None:  # the same micro-batch warms up: kernels are built per shape
-                score(rows, mask, dtype).sum().backward()
-                model.zero_grad(set_to_none=True)
-
-            return call
-
-        training = _median_times({"float32": update(None), "bfloat16": update(torch.bfloat16)}, repeats[1], sync)
+        try:
+            sampling = _time_phase(decode, repeats[0], sync)
+        finally:
+            caches.clear()
+            model.train(was_training)
+        training = _time_phase(update, repeats[1], sync, warm_ups=1)  # a full-size call builds its own kernels
     seconds = time.perf_counter() - start
     return PhaseProbe(
-        sampling=PhaseTimings(sampling["float32"], sampling["bfloat16"]),
-        update=PhaseTimings(training["float32"], training["bfloat16"]),
+        sampling=sampling,
+        update=training,
         seconds=seconds,
         source=f"probe {seconds:.1f} s",
     )

@@ -79,6 +79,11 @@ def _read(path: Path) -> dict:
     return entries if isinstance(entries, dict) else {}
 
 
+def _timings(kept: list) -> PhaseTimings:
+    float32, bfloat16, *stopped = kept
+    return PhaseTimings(float(float32), float(bfloat16), bool(stopped and stopped[0]))
+
+
 def cached_probe(path: str | os.PathLike | None, key: str, measure: Callable[[], PhaseProbe]) -> PhaseProbe:
     """The timings kept under ``key`` in the file ``path`` (``~`` expanded), else ``measure()``'s,
     kept there for the next run. ``path`` None: always ``measure()``. The returned probe's
@@ -90,8 +95,8 @@ def cached_probe(path: str | os.PathLike | None, key: str, measure: Callable[[],
     if isinstance(entry, dict):
         try:
             return PhaseProbe(
-                PhaseTimings(*map(float, entry["sampling"])),
-                PhaseTimings(*map(float, entry["update"])),
+                _timings(entry["sampling"]),
+                _timings(entry["update"]),
                 seconds=0.0,
                 source=f"as measured {entry['measured']}, kept in {path}",
             )
@@ -100,8 +105,8 @@ def cached_probe(path: str | os.PathLike | None, key: str, measure: Callable[[],
     probe = measure()
     entries = _read(file)
     entries[key] = {
-        "sampling": [probe.sampling.float32, probe.sampling.bfloat16],
-        "update": [probe.update.float32, probe.update.bfloat16],
+        "sampling": [probe.sampling.float32, probe.sampling.bfloat16, probe.sampling.stopped],
+        "update": [probe.update.float32, probe.update.bfloat16, probe.update.stopped],
         "measured": f"{datetime.datetime.now():%Y-%m-%d %H:%M}",
     }
     try:
