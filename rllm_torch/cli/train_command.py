@@ -47,6 +47,7 @@ from rllm_torch.cli.command_line import (
 from rllm_torch.cli.interrupts import ctrl_c_received, ignore_stop_signals, interrupted
 from rllm_torch.cli.run_directory import check_run_directory, claimed_run_directory, remove_empty_run_dir
 from rllm_torch.cli.usage import help_text, version_text
+from rllm_torch.cli.warning_lines import one_line_warnings
 from rllm_torch.core.errors import ConfigError, DistributedTimeoutError, RLLMTorchError, UnknownBackendError
 from rllm_torch.rllm.plan import AdvantagePlan
 from rllm_torch.rollouts import build_task
@@ -332,7 +333,9 @@ def package_error(exc: BaseException) -> RLLMTorchError | None:
 def main() -> None:
     """The console script: ``--version`` and ``--help`` are answered here
     (:mod:`~rllm_torch.cli.usage`); the command line is checked first (unknown keys, experiments,
-    argparse-style flags), then Hydra composes the config and :func:`run` trains."""
+    argparse-style flags), then Hydra composes the config and :func:`run` trains. Warnings print
+    one line each (:mod:`~rllm_torch.cli.warning_lines`)."""
+    one_line_warnings()
     if "--version" in sys.argv[1:]:
         print(version_text())
         return
