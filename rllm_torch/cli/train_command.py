@@ -8,8 +8,10 @@ resumable ``checkpoints/step_*``, the exported model ``checkpoints/final`` and `
 Starting the same command again continues the run from its newest checkpoint; one run at a time
 may use a run directory (:mod:`~rllm_torch.cli.run_directory`).
 
-Exit status: 0 trained (or already complete); 2 a configuration, data, checkpoint or run-directory
-error (one block, no traceback); 130 interrupted by Ctrl-C (SIGINT: at once, from the newest checkpoint); 143
+Exit status: 0 trained (or already complete); 1 an exception raised in the user's own code (a
+reward, workflow, hook, estimator or loss: one block naming its file and line); 2 a configuration,
+data, checkpoint or run-directory error, or a workflow that kept failing (one block, no traceback);
+130 interrupted by Ctrl-C (SIGINT: at once, from the newest checkpoint); 143
 stopped by SIGTERM after the current step and its checkpoint (a second SIGTERM: at once).
 
 Under ``torchrun`` (``torchrun --nproc_per_node=N -m rllm_torch.train ...``, or the
@@ -58,6 +60,7 @@ from rllm_torch.trainer.protocol import BackendProtocol
 from rllm_torch.trainer.ranks import RunRanks, init_run_ranks, shutdown, torchrun_world_size
 from rllm_torch.trainer.runtime.stop import STOPPED_EXIT_STATUS, StopSignals, TrainingStopped
 from rllm_torch.trainer.unified_trainer import UnifiedTrainer
+from rllm_torch.trainer.user_errors import describe_error, user_frame
 
 __all__ = ["main", "run", "backend_class", "BACKENDS"]
 
@@ -306,6 +309,9 @@ def _hydra_main(config: DictConfig) -> None:
             isinstance(exc, KeyboardInterrupt) or (ctrl_c_received() and isinstance(exc, Exception))
         ):
             interrupted(config)
+        if not full_error and package_error(exc) is None and user_frame(exc) is not None:
+            report_user_error(exc)  # the user's reward, workflow, hook, estimator or loss: where, in one block
+            sys.exit(USER_ERROR_EXIT_STATUS)
         if full_error or (error := package_error(exc)) is None:
             raise
         if os.environ.get("RANK", "0") == "0" and HydraConfig.initialized():  # the package's errors: one block
@@ -328,6 +334,17 @@ def package_error(exc: BaseException) -> RLLMTorchError | None:
             else None
         )
     return None
+
+
+#: The exit status of an exception raised in the user's own code (not a configuration error).
+USER_ERROR_EXIT_STATUS = 1
+
+
+def report_user_error(exc: BaseException) -> None:
+    """One block on stderr for an exception of the user's code: its type, message and place
+    (:func:`~rllm_torch.trainer.user_errors.describe_error`), no traceback."""
+    print(f"rllm-torch-train: error in your code: {describe_error(exc)}", file=sys.stderr)
+    print("  (set HYDRA_FULL_ERROR=1 to see the traceback)", file=sys.stderr, flush=True)
 
 
 def main() -> None:
