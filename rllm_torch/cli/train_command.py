@@ -56,6 +56,7 @@ from rllm_torch.rollouts import build_task
 from rllm_torch.rollouts.single_turn import SingleTurnWorkflow
 from rllm_torch.rollouts.task import Task
 from rllm_torch.trainer.config_checks import RunSettings, check_run_config
+from rllm_torch.trainer.pipeline.trainable_groups import check_groups_can_train
 from rllm_torch.trainer.protocol import BackendProtocol
 from rllm_torch.trainer.ranks import RunRanks, init_run_ranks, shutdown, torchrun_world_size
 from rllm_torch.trainer.runtime.stop import STOPPED_EXIT_STATUS, StopSignals, TrainingStopped
@@ -209,6 +210,8 @@ def _train_in(
             f"task.name={task.name!r} writes per-token advantages; set rllm.algorithm.use_precomputed_advantage=true (otherwise the estimator would overwrite them)."
         )
     check_reward_components(task, settings.plan)
+    # one trajectory per episode (the single-turn workflow): a group is rllm.rollout.n of them
+    check_groups_can_train(config, settings.plan, one_trajectory_per_episode=task.workflow is None)
     workflow_cls, workflow_args = (
         (task.workflow, task.workflow_args)
         if task.workflow is not None
