@@ -30,7 +30,11 @@ from rllm_torch.trainer.config_checks import check_run_config
 from rllm_torch.trainer.pipeline.trainable_groups import check_groups_can_train, zero_on_groups_of_one
 
 REWARDS = '''def raises(task, response):
-    return 1 / 0
+    return ratio(1, 0)
+
+
+def ratio(a, b):
+    return a / b
 
 
 def raises_on_odd(task, response):
@@ -86,7 +90,7 @@ def test_a_reward_that_raises_is_said_once_with_the_users_file_line_and_exceptio
     assert done.returncode == 2, done.stderr[-2000:]
     lines = error_lines(done.stderr)
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
-    where = f"ZeroDivisionError: division by zero ({tmp_path / 'my_rewards.py'}:2 in raises: return 1 / 0)"
+    where = f"ZeroDivisionError: division by zero ({tmp_path / 'my_rewards.py'}:6 in ratio: return a / b)"
     assert lines[0].startswith("rllm-torch-train: WorkflowError: episode ") and where in lines[0]
 
 
@@ -113,9 +117,9 @@ def test_a_run_whose_every_episode_fails_stops_after_three_steps_even_with_raise
         warnings.simplefilter("always")
         run(config)
     assert str(stopped.value).startswith("steps 1-3: every episode failed (10 in the last), so nothing trains")
-    assert "ZeroDivisionError: division by zero (" in str(stopped.value) and "my_rewards.py:2 in raises" in str(
+    assert "ZeroDivisionError: division by zero (" in str(stopped.value) and "my_rewards.py:6 in ratio: return a / b)" in str(
         stopped.value
-    )
+    )  # the innermost line of the user's code, not the reward's own
     said = [str(w.message) for w in caught if "episodes failed" in str(w.message)]
     assert len(said) == 1 and said[0].startswith("step 1: all 10 episodes failed"), said  # once, not every step
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
