@@ -315,3 +315,23 @@ def test_a_run_directory_under_proc_is_not_called_full():
     with pytest.raises(ConfigError) as refused:
         check_run_directory("/proc/run", "hydra.run.dir")
     assert "kernel" in str(refused.value) and "full" not in str(refused.value)
+
+
+# 8. the training page states what the code prints
+
+
+def test_the_training_pages_start_up_summary_and_lists_of_choices_are_what_the_code_prints(tmp_path, capsys):
+    from rllm_torch.cli.command_line import experiment_names
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "training.md").read_text()
+    sample = page.split("rllm_torch run\n", 1)[1].split("```", 1)[0].splitlines()
+    run(make_config(tmp_path, "rllm.trainer.total_batches=1", "rllm.trainer.val_before_train=false"))
+    printed = capsys.readouterr().out.split("rllm_torch run\n", 1)[1].splitlines()[: len(sample)]
+    varies = ("  run directory", "  steps")  # the machine's path; 1 step here, the default run's 256 there
+    assert [line for line in printed if not line.startswith(varies)] == [
+        line for line in sample if not line.startswith(varies)
+    ]
+    listed = page.split("**Example experiments**", 1)[1].split("```", 1)[0]
+    assert "`train.yaml`" in listed  # the base every experiment extends
+    assert [name for name in experiment_names() if f"`{name}`" not in listed and name != "train"] == []
+    assert "the message lists `smollm2, tiny, tiny_llama`" in page
