@@ -32,7 +32,7 @@ UNITS = {
     ],
     "rllm_torch.trainer": [
         ("backend_schema",),
-        ("schema", "resolvers", "model_defaults", "ranks", "rllm_settings", "backend_args"),
+        ("schema", "resolvers", "model_defaults", "ranks", "rllm_settings", "backend_args", "user_errors"),
         ("pipeline",),
         ("config_checks",),
         ("state",),

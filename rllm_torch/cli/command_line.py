@@ -129,14 +129,18 @@ def check_command_line(argv: list[str]) -> None:
     """
     from hydra._internal.utils import get_args_parser  # Hydra's own command-line grammar
     from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
 
     parser = get_args_parser()
     check_flags(argv, {flag: action.nargs != 0 for action in parser._actions for flag in action.option_strings})
     try:
         args, _ = parser.parse_known_args(argv)
-        overrides = OverridesParser.create().parse_overrides(args.overrides)
-    except (SystemExit, Exception):  # noqa: BLE001 - a malformed line: Hydra reports it itself
+    except SystemExit:  # argparse's own usage error: Hydra reports it itself
         return
+    try:
+        overrides = OverridesParser.create().parse_overrides(args.overrides)
+    except OverrideParseException as exc:  # Hydra's grammar: its lexer's exception and exit 1, else
+        raise _parse_error(args.overrides, exc) from exc
     own_configs = bool(args.config_path or args.config_dir)
     if args.config_name and not own_configs and args.config_name not in experiment_names():
         raise ConfigError(
@@ -159,9 +163,56 @@ def check_command_line(argv: list[str]) -> None:
             raise _unknown_key_error(key, keys, how)
         if not override.is_sweep_override():
             _check_type(schema, key, override)
+    if not own_configs and not args.multirun:
+        _check_composes(args.config_name or "train", [o for o in overrides if not o.key_or_group.startswith("hydra")])
     for override in overrides:  # Hydra makes hydra.run.dir before the run starts: its own traceback
         if override.key_or_group == "hydra.run.dir" and isinstance(override.value(), str):
             check_run_directory(override.value(), "hydra.run.dir")
+
+
+def _check_composes(config_name: str, overrides: list[Any]) -> None:
+    """Hydra composes the shipped ``config_name`` with ``overrides`` (what it would otherwise refuse
+    in its own words, over several lines and with exit status 1: a comma list without
+    ``--multirun``, ``~key`` of a setting the schema needs, an option Hydra cannot merge)."""
+    from hydra import compose, initialize_config_module
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    texts = [o.input_line for o in overrides]
+    try:
+        with initialize_config_module(config_module=CONFIG_PACKAGE, version_base=None):
+            compose(config_name=config_name, overrides=texts)
+    except (HydraException, OmegaConfBaseException) as exc:
+        detail = exc.__cause__ if isinstance(exc.__cause__, OmegaConfBaseException) else None
+        reason = " ".join(str(exc).split()) + (f" ({str(detail).splitlines()[0]})" if detail is not None else "")
+        raise ConfigError(
+            f"Hydra cannot compose the config with {' '.join(texts)}: {reason}"
+        ) from exc
+
+
+def _parse_error(overrides: list[str], exc: Exception) -> ConfigError:
+    """Hydra's parse error of the first override it cannot read, as one line naming it and the form
+    an override takes (a space after ``=`` splits one override into two arguments)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    bad, before = overrides[-1] if overrides else "", ""
+    for index, text in enumerate(overrides):
+        try:
+            parser.parse_override(text)
+        except Exception:  # noqa: BLE001 - the first one Hydra's grammar refuses
+            bad, before = text, overrides[index - 1] if index else ""
+            break
+    split = (
+        f" (a space after `{before}` made `{bad}` an argument of its own: write `{before}{bad}`)"
+        if before.endswith("=")
+        else ""
+    )
+    reason = " ".join(str(exc).split())
+    return ConfigError(
+        f"cannot read the override `{bad}`{split}: {reason}. Each override is key=value with no space around `=` "
+        "(quote a value with spaces: 'key=\"a b\"'); rllm-torch-train --help lists the settings."
+    )
 
 
 def _check_group_option(group: str, override: Any) -> None:

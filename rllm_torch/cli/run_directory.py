@@ -47,7 +47,7 @@ def check_run_directory(path: str | os.PathLike, key: str) -> None:
 
     Raises:
         ConfigError: naming ``key``, the path and what is in the way (a file; no write permission
-            or a read-only file system; a full file system).
+            or a read-only file system; a kernel file system such as /proc; a full file system).
     """
     ancestor = Path(path).absolute()
     while not ancestor.exists() and ancestor != ancestor.parent:
@@ -59,7 +59,13 @@ def check_run_directory(path: str | os.PathLike, key: str) -> None:
             f"{key}={path}: this process may not write to {ancestor} (permissions or a read-only file system); "
             "choose a run directory you can write to."
         )
-    free = shutil.disk_usage(ancestor).free
+    usage = shutil.disk_usage(ancestor)
+    if usage.total == 0:  # proc, sysfs and the like: no blocks at all, not a full disk
+        raise ConfigError(
+            f"{key}={path}: {ancestor} is on a file system of the kernel's (no storage: /proc, /sys), not a disk; "
+            "choose a run directory on a disk."
+        )
+    free = usage.free
     if free < MIN_FREE_BYTES:
         raise ConfigError(
             f"{key}={path}: the file system of {ancestor} is full ({free} bytes free, less than one checkpoint); "

@@ -8,11 +8,13 @@ resumable ``checkpoints/step_*``, the exported model ``checkpoints/final`` and `
 Starting the same command again continues the run from its newest checkpoint; one run at a time
 may use a run directory (:mod:`~rllm_torch.cli.run_directory`).
 
-Exit status: 0 trained (or already complete); 2 a configuration, data, checkpoint or run-directory
-error (one block, no traceback); 143 stopped by SIGTERM, 130 by Ctrl-C (SIGINT), each with the trained weights
-checkpointed first, within seconds (a second SIGTERM changes nothing; a second Ctrl-C ends the run at once, losing what
-was trained since the newest checkpoint; a Ctrl-C during the start-up, before the steps, ends it at once: nothing is
-trained yet).
+Exit status: 0 trained (or already complete); 1 an exception raised in the user's own code (a
+reward, workflow, hook, estimator or loss: one block naming its file and line); 2 a configuration,
+data, checkpoint or run-directory error, or a workflow that kept failing (one block, no traceback);
+143 stopped by SIGTERM, 130 by Ctrl-C (SIGINT), each with the trained weights checkpointed first,
+within seconds (a second SIGTERM changes nothing; a second Ctrl-C ends the run at once, losing what
+was trained since the newest checkpoint; a Ctrl-C during the start-up, before the steps, ends it at
+once: nothing is trained yet).
 
 Under ``torchrun`` (``torchrun --nproc_per_node=N -m rllm_torch.train ...``, or the
 ``rllm-torch-train`` script) the N processes are one run: see :mod:`rllm_torch.trainer.ranks`.
@@ -50,16 +52,19 @@ from rllm_torch.cli.command_line import (
 from rllm_torch.cli.interrupts import ctrl_c_received, ignore_stop_signals, interrupted
 from rllm_torch.cli.run_directory import check_run_directory, claimed_run_directory, remove_empty_run_dir
 from rllm_torch.cli.usage import help_text, version_text
+from rllm_torch.cli.warning_lines import one_line_warnings
 from rllm_torch.core.errors import ConfigError, DistributedTimeoutError, RLLMTorchError, UnknownBackendError
 from rllm_torch.rllm.plan import AdvantagePlan
 from rllm_torch.rollouts import build_task
 from rllm_torch.rollouts.single_turn import SingleTurnWorkflow
 from rllm_torch.rollouts.task import Task
 from rllm_torch.trainer.config_checks import RunSettings, check_run_config
+from rllm_torch.trainer.pipeline.trainable_groups import check_groups_can_train
 from rllm_torch.trainer.protocol import BackendProtocol
 from rllm_torch.trainer.ranks import RunRanks, init_run_ranks, shutdown, torchrun_world_size
 from rllm_torch.trainer.runtime.stop import InterruptedAgain, StopSignals, TrainingStopped
 from rllm_torch.trainer.unified_trainer import UnifiedTrainer
+from rllm_torch.trainer.user_errors import describe_error, user_frame
 
 __all__ = ["main", "run", "backend_class", "BACKENDS"]
 
@@ -209,6 +214,8 @@ def _train_in(
             f"task.name={task.name!r} writes per-token advantages; set rllm.algorithm.use_precomputed_advantage=true (otherwise the estimator would overwrite them)."
         )
     check_reward_components(task, settings.plan)
+    # one trajectory per episode (the single-turn workflow): a group is rllm.rollout.n of them
+    check_groups_can_train(config, settings.plan, one_trajectory_per_episode=task.workflow is None)
     workflow_cls, workflow_args = (
         (task.workflow, task.workflow_args)
         if task.workflow is not None
@@ -309,6 +316,9 @@ def _hydra_main(config: DictConfig) -> None:
             isinstance(exc, KeyboardInterrupt) or (ctrl_c_received() and isinstance(exc, Exception))
         ):
             interrupted(config, again=isinstance(exc, InterruptedAgain))
+        if not full_error and package_error(exc) is None and user_frame(exc) is not None:
+            report_user_error(exc)  # the user's reward, workflow, hook, estimator or loss: where, in one block
+            sys.exit(USER_ERROR_EXIT_STATUS)
         if full_error or (error := package_error(exc)) is None:
             raise
         if os.environ.get("RANK", "0") == "0" and HydraConfig.initialized():  # the package's errors: one block
@@ -333,10 +343,23 @@ def package_error(exc: BaseException) -> RLLMTorchError | None:
     return None
 
 
+#: The exit status of an exception raised in the user's own code (not a configuration error).
+USER_ERROR_EXIT_STATUS = 1
+
+
+def report_user_error(exc: BaseException) -> None:
+    """One block on stderr for an exception of the user's code: its type, message and place
+    (:func:`~rllm_torch.trainer.user_errors.describe_error`), no traceback."""
+    print(f"rllm-torch-train: error in your code: {describe_error(exc)}", file=sys.stderr)
+    print("  (set HYDRA_FULL_ERROR=1 to see the traceback)", file=sys.stderr, flush=True)
+
+
 def main() -> None:
     """The console script: ``--version`` and ``--help`` are answered here
     (:mod:`~rllm_torch.cli.usage`); the command line is checked first (unknown keys, experiments,
-    argparse-style flags), then Hydra composes the config and :func:`run` trains."""
+    argparse-style flags), then Hydra composes the config and :func:`run` trains. Warnings print
+    one line each (:mod:`~rllm_torch.cli.warning_lines`)."""
+    one_line_warnings()
     if "--version" in sys.argv[1:]:
         print(version_text())
         return

@@ -32,7 +32,24 @@ from typing import Any
 
 import torch
 
-__all__ = ["FROM_SCRATCH", "PRETRAINED", "ModelDefaults", "apply_model_defaults", "learning_rates"]
+__all__ = [
+    "FROM_SCRATCH",
+    "PRETRAINED",
+    "DEFAULTED_KEYS",
+    "ModelDefaults",
+    "apply_model_defaults",
+    "default_sources",
+    "learning_rates",
+]
+
+#: The settings :func:`apply_model_defaults` fills where they are ``null``.
+DEFAULTED_KEYS = (
+    "backend.lr",
+    "backend.critic.lr",
+    "backend.num_threads",
+    "backend.share_prompts",
+    "backend.gradient_checkpointing",
+)
 
 
 @dataclass(frozen=True)
@@ -74,6 +91,23 @@ def learning_rates(config: Any) -> dict[str, float]:
         "backend.lr": defaults.lr if backend.lr is None else backend.lr,
         "backend.critic.lr": defaults.critic_lr if backend.critic.lr is None else backend.critic.lr,
     }
+
+
+def default_sources(config: Any) -> dict[str, str]:
+    """``{key: where its value comes from}`` for each key of :data:`DEFAULTED_KEYS` that is
+    ``null`` in ``config`` (before :func:`apply_model_defaults` fills it): what the run directory's
+    ``config.yaml`` says beside the value the run used."""
+    defaults = PRETRAINED if config.model.path is not None else FROM_SCRATCH
+    sources = {}
+    for key in DEFAULTED_KEYS:
+        node = config
+        for part in key.split("."):
+            node = getattr(node, part)
+        if node is None:
+            sources[key] = f"null: the default for {defaults.source}"
+    if "backend.num_threads" in sources and defaults.num_threads is None:
+        sources["backend.num_threads"] = f"null: the cores this process may use ({defaults.source})"
+    return sources
 
 
 def apply_model_defaults(config: Any, *, processes_per_machine: int = 1) -> str | None:

@@ -27,6 +27,7 @@ from rllm_torch.rllm.config import AlgorithmConfig
 from rllm_torch.rllm.settings import schema_fields, setting
 from rllm_torch.trainer.backend_schema import COMPUTE_DTYPES, PARALLELISMS, ROLLOUT_ENGINES, BackendConfig
 from rllm_torch.trainer.resolvers import register_resolvers
+from rllm_torch.trainer.user_errors import FAILED_STEPS_LIMIT
 
 __all__ = [
     "TrainConfig",
@@ -175,7 +176,9 @@ class WorkflowSection:
         1024, "episodes running at once (also the sampling batch)", minimum=1, resumable=True
     )
     retry_limit: int = setting(3, "attempts per episode", minimum=1, resumable=True)
-    raise_on_error: bool = setting(True, "False: record failed episodes with termination_reason=error", resumable=True)
+    raise_on_error: bool = setting(
+        True, f"False: record failed episodes and go on, until all fail {FAILED_STEPS_LIMIT} steps in a row", resumable=True
+    )
     reward_timeout_s: float | None = setting(
         None, "seconds a reward call may take (an attempt fails past it); null: no limit", resumable=True
     )

@@ -35,7 +35,7 @@ from rllm_torch.trainer.logs.step_metrics import stage_timer, workflow_metrics
 from rllm_torch.trainer.pipeline.baselines import attach_reward_baselines, sample_greedy_episodes
 from rllm_torch.trainer.pipeline.dynamic_sampling import DynamicSampler
 from rllm_torch.trainer.pipeline.rejection_sampling import apply_rejection_sampling_and_filtering
-from rllm_torch.trainer.pipeline.step_warnings import all_dropped_warning, all_failed_warning
+from rllm_torch.trainer.pipeline.step_warnings import FailedSteps, all_dropped_warning
 from rllm_torch.trainer.pipeline.token_advantages import compute_token_advantages
 from rllm_torch.trainer.pipeline.transform import TrajGroupingHook, transform_episodes_to_trajectory_groups
 from rllm_torch.trainer.protocol import BackendProtocol
@@ -70,6 +70,7 @@ class TrainingStep:
         self.greedy_baselines = "baselines" in settings.plan.needs
         self.model_stages_in_thread = settings.async_training.enable
         self.own_advantages = type(backend).compute_advantages is not BackendProtocol.compute_advantages
+        self.failed_steps = FailedSteps()  # steps in a row whose every episode failed
         self.roles_checked = False  # set once the first batch's roles were compared with the role maps
 
     async def run(self, item: PositionedBatch, state: TrainerState, source: Any) -> None:
@@ -86,7 +87,7 @@ class TrainingStep:
         if not self.ranks.any(bool(drawn)):
             return
         metrics.update(workflow_metrics(drawn, prefix="batch", ranks=self.ranks))
-        self._warn(all_failed_warning(drawn, self.ranks, state.global_step))
+        self._warn(self.failed_steps.observe(drawn, self.ranks, state.global_step))  # N in a row: WorkflowError
         with stage_timer(metrics, "transform"):  # 2. groups and filters, 3. the token batch
             state.trajectory_groups = self._groups(state, greedy)
             if not self.ranks.any(state.has_trajectory_groups):  # a rank without groups trains on an empty batch

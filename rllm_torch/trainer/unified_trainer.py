@@ -40,7 +40,7 @@ from rllm_torch.rllm.types import Episode
 from rllm_torch.trainer.backend_args import backend_args_for
 from rllm_torch.trainer.batches import AsyncBatches, SyncBatches, positioned_batches
 from rllm_torch.trainer.config_checks import RunSettings, check_run_config
-from rllm_torch.trainer.logs.run_directory import run_directory, run_loggers, write_run_files
+from rllm_torch.trainer.logs.run_directory import config_as_run, run_directory, run_loggers, write_run_files
 from rllm_torch.trainer.logs.run_lock import hold_run_directory
 from rllm_torch.trainer.logs.step_metrics import workflow_metrics
 from rllm_torch.trainer.logs.summary import StepPlan, plan_steps, startup_summary
@@ -78,7 +78,9 @@ class UnifiedTrainer:
         ranks: the run's processes (default: one); given to the backend as ``ranks=``.
         run_files: ``{path relative to the run directory: text}`` that rank 0 writes when the run
             starts to train (not when its checkpoint already holds every step: such a run writes
-            nothing), e.g. the command line's ``config.yaml``.
+            nothing), e.g. the command line's ``config.yaml`` (its ``null`` settings that the backend
+            fills, its ``setting_sources``, written with their values and sources:
+            :func:`~rllm_torch.trainer.logs.run_directory.config_as_run`).
         stop_signals: a :class:`~rllm_torch.trainer.runtime.stop.StopSignals` whose request (a
             SIGTERM; a SIGINT once the steps began) :meth:`fit` honours within the step it is in:
             the trained weights' checkpoint, then :class:`~rllm_torch.trainer.runtime.stop.TrainingStopped`.
@@ -130,6 +132,9 @@ class UnifiedTrainer:
         )
         self.backend = backend_cls(config=config, ranks=self.ranks, **backend_args)
         self.backend.validate_config()
+        if "config.yaml" in self.run_files:  # the settings the backend filled in, with where each came from
+            used, sources = getattr(self.backend, "config", config), getattr(self.backend, "setting_sources", {})
+            self.run_files["config.yaml"] = config_as_run(self.run_files["config.yaml"], used, sources)
         self.backend.validate_prompts([t for ds in (train_dataset, val_dataset) if isinstance(ds, list) for t in ds])
         self.run_dir, self.episode_logger, self.logger = run_loggers(config, self.ranks)
         self.checkpointer = RunCheckpointer(self.backend, config, self.run_dir, self.ranks)

@@ -13,6 +13,7 @@ from typing import Any
 
 from rllm_torch.core.errors import ConfigError, OutOfMemoryError, RewardTimeoutError, WorkflowError
 from rllm_torch.rllm.types import Episode, TerminationReason
+from rllm_torch.trainer.user_errors import FAILED_STEPS_LIMIT, describe_error
 from rllm_torch.trainer.workflow import SAMPLED_VERSIONS, Workflow
 
 __all__ = ["UnifiedWorkflowEngine", "EpisodeLogger"]
@@ -62,7 +63,9 @@ class UnifiedWorkflowEngine:
             except for an :class:`~rllm_torch.core.errors.OutOfMemoryError`, which stops the run at once.
         raise_on_error: after the last failed attempt, raise :class:`WorkflowError` (True) or
             record an episode with ``termination_reason=ERROR`` (``TIMEOUT`` when the last attempt's
-            reward did not return in time), no trajectory and the error in ``info["error"]`` (False).
+            reward did not return in time), no trajectory and the error in ``info["error"]`` (False;
+            :func:`~rllm_torch.trainer.user_errors.describe_error`: the type, the message and the
+            place in the user's code).
         reward_timeout_s: the limit of each reward call (:meth:`Workflow.call_reward`), None: none.
         episode_logger: when given, every batch of episodes is appended to a JSONL file.
 
@@ -145,13 +148,15 @@ class UnifiedWorkflowEngine:
             else:
                 if self.raise_on_error:
                     raise WorkflowError(
-                        f"episode {uid!r} failed {self.retry_limit} time(s); last error: {last_error!r}. Set rllm.workflow.raise_on_error=false to record it and go on."
+                        f"episode {uid!r} failed {self.retry_limit} time(s); last error: {describe_error(last_error)}. "
+                        "Fix it, or set rllm.workflow.raise_on_error=false to record such failures and go on (a run "
+                        f"whose every episode fails for {FAILED_STEPS_LIMIT} steps in a row stops all the same)."
                     ) from last_error
                 episode = Episode(
                     termination_reason=TerminationReason.TIMEOUT
                     if isinstance(last_error, RewardTimeoutError)
                     else TerminationReason.ERROR,
-                    info={"error": repr(last_error), "data_source": task.get("data_source", "unknown")},
+                    info={"error": describe_error(last_error), "data_source": task.get("data_source", "unknown")},
                 )
         finally:
             self._pool.put_nowait(workflow)

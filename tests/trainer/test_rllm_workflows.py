@@ -10,10 +10,10 @@ import asyncio
 import numpy as np
 import pytest
 
-from rllm_torch.core.errors import ConfigError
+from rllm_torch.core.errors import ConfigError, WorkflowError
 from rllm_torch.rllm.types import Action, Episode, Step, TerminationReason, Trajectory
 from rllm_torch.rollouts.simple import SimpleWorkflow
-from rllm_torch.trainer.pipeline.step_warnings import all_failed_warning
+from rllm_torch.trainer.pipeline.step_warnings import FailedSteps
 from rllm_torch.trainer.ranks import RunRanks
 from rllm_torch.trainer.workflow import BaseAgent, ModelOutput, RewardOutput, RolloutEngine, TerminationEvent, Workflow
 from rllm_torch.trainer.workflow_engine import UnifiedWorkflowEngine
@@ -142,8 +142,13 @@ def test_get_model_response_refuses_per_call_sampling_settings():
         asyncio.run(Scripted(["1"]).get_model_response([{"role": "user", "content": "p"}], temperature=0.5))
 
 
-def test_every_failed_episode_of_a_step_is_said_with_the_first_error():
+def test_every_failed_episode_of_a_step_is_said_with_the_first_error_and_three_in_a_row_stop():
     failed = [Episode(id=f"t:{i}", termination_reason="error", info={"error": "ValueError('bad')"}) for i in range(3)]
-    warning = all_failed_warning(failed, RunRanks(), step=4)
+    mixed = [*failed, Episode(id="t:9", trajectories=[Trajectory()])]
+    steps = FailedSteps(limit=3)
+    warning = steps.observe(failed, RunRanks(), step=4)
     assert "step 4: all 3 episodes failed" in warning and "ValueError('bad')" in warning
-    assert all_failed_warning([*failed, Episode(id="t:9", trajectories=[Trajectory()])], RunRanks(), 4) == ""
+    assert steps.observe(mixed, RunRanks(), 5) == ""  # one episode trained: the count starts again
+    assert steps.observe(failed, RunRanks(), 6) != "" and steps.observe(failed, RunRanks(), 7) == ""  # said once
+    with pytest.raises(WorkflowError, match=r"steps 6-8: every episode failed \(3 in the last\).*ValueError\('bad'\)"):
+        steps.observe(failed, RunRanks(), 8)

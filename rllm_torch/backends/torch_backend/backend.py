@@ -59,7 +59,7 @@ from rllm_torch.backends.torch_backend.update import PolicyUpdater
 from rllm_torch.backends.torch_backend.vllm_rollout import VllmRolloutEngine
 from rllm_torch.rllm.config import AlgorithmConfig
 from rllm_torch.trainer.config_checks import typed_algorithm_config
-from rllm_torch.trainer.model_defaults import apply_model_defaults
+from rllm_torch.trainer.model_defaults import apply_model_defaults, default_sources
 from rllm_torch.trainer.pipeline.token_batch import build_token_batch
 from rllm_torch.trainer.protocol import BackendProtocol
 from rllm_torch.trainer.ranks import RunRanks
@@ -114,6 +114,7 @@ class TorchBackend(BackendProtocol):
         # defaults of what is loaded (the run's config, its fingerprint and resume keep what was given)
         run_config, rows = self.config, [t for t in tasks or () if isinstance(t, dict)]
         self.config = config = copy.deepcopy(self.config)
+        self.setting_sources = default_sources(config)  # what the run directory's config.yaml records
         self.model_defaults = apply_model_defaults(
             config, processes_per_machine=int(os.environ.get("LOCAL_WORLD_SIZE", 1)) if self.ranks.distributed else 1
         )
@@ -137,6 +138,8 @@ class TorchBackend(BackendProtocol):
             task_length=max_new_tokens,
             task_name=config.task.name,
         )  # set in the run's config too: its fingerprint records the length the run trains with
+        if rllm.rollout.max_new_tokens is None:
+            self.setting_sources["rllm.rollout.max_new_tokens"] = f"null: {self.response_length.source}"
         rllm.rollout.max_new_tokens = run_config.rllm.rollout.max_new_tokens = self.response_length.tokens
         self.length_watch = LengthLimitWatch(self.response_length.tokens, self.response_length.longest_answer)
         self.apply_chat_template = bool(config.task.apply_chat_template)

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,9 @@ from rllm_torch.trainer.ranks import RunRanks
 from rllm_torch.trainer.runtime.checkpoint import CheckpointInfo
 from rllm_torch.trainer.workflow_engine import EpisodeLogger
 
-__all__ = ["run_directory", "run_loggers", "write_run_files"]
+__all__ = ["run_directory", "run_loggers", "write_run_files", "config_as_run"]
+
+_YAML_KEY = re.compile(r"^( *)([^\s:#'\"-][^:]*):(?: |$)")
 
 
 def run_directory(config: DictConfig) -> Path:
@@ -67,3 +70,40 @@ def write_run_files(
         run_dir.mkdir(parents=True, exist_ok=True)
         with open(run_dir / "resumes.jsonl", "a") as file:
             file.write(json.dumps(row, default=str) + "\n")
+
+
+def config_as_run(given_yaml: str, used: DictConfig, sources: dict[str, str]) -> str:
+    r"""The run directory's ``config.yaml``: ``given_yaml`` (the config as given, resolved) with
+    each setting of ``sources`` that is ``null`` there set to its value in ``used`` (the
+    backend's config, its defaults filled in), and ``# <source>`` after it, so that the file says
+    what the run used and running it again gives the same run.
+
+    Args:
+        given_yaml: ``OmegaConf.to_yaml(config, resolve=True)`` of the run's config.
+        used: the config the backend runs with.
+        sources: ``{dotted key: where its value comes from}`` (the backend's ``setting_sources``).
+
+    Examples:
+        >>> from omegaconf import OmegaConf
+        >>> print(config_as_run("backend:\n  lr: null\n", OmegaConf.create({"backend": {"lr": 0.001}}),
+        ...                     {"backend.lr": "null: the default"}), end="")
+        backend:
+          lr: 0.001  # null: the default
+    """
+    config = OmegaConf.create(given_yaml)
+    filled = {}
+    for key, source in sources.items():
+        value = OmegaConf.select(used, key, default=None)
+        if OmegaConf.select(config, key, default=None) is None and value is not None:
+            OmegaConf.update(config, key, value, merge=False)
+            filled[key] = source
+    lines, path = [], []
+    for line in OmegaConf.to_yaml(config).splitlines():
+        match = _YAML_KEY.match(line)
+        if match:
+            depth = len(match.group(1)) // 2
+            path[depth:] = [match.group(2)]
+            if (key := ".".join(path)) in filled:
+                line = f"{line}  # {filled[key]}"
+        lines.append(line)
+    return "\n".join(lines) + "\n"

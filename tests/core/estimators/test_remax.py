@@ -220,10 +220,13 @@ def test_baselines_are_no_config_option():
         compute_advantages(GroupedRewards.from_groups([[1.0]]), "remax", bogus=1)
 
 
-def test_rejection_sampling_that_would_drop_every_single_rollout_group_is_named_at_start_up(tmp_path, capsys):
+def test_rejection_sampling_that_would_drop_every_single_rollout_group_stops_the_run_at_start_up(tmp_path):
     overrides = [o for o in TINY if "episode_logging" not in o]
-    run(make_config(tmp_path, *overrides, "rllm.rollout.n=1", "rllm.rejection_sample.enable=true"))
-    assert "rllm.rejection_sample.min_trajs_per_group=2 is above rllm.rollout.n=1" in capsys.readouterr().out
+    with pytest.raises(ConfigError, match="cannot train anything") as raised:
+        run(make_config(tmp_path, *overrides, "rllm.rollout.n=1", "rllm.rejection_sample.enable=true"))
+    assert str(raised.value).endswith(
+        "Set rllm.rejection_sample.min_trajs_per_group=1 AND rllm.rejection_sample.enable=false, or rllm.rollout.n>=2."
+    )
 
 
 def test_a_group_that_already_carries_a_baseline_keeps_it_when_the_greedy_ones_are_attached():
