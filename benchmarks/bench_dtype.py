@@ -42,8 +42,11 @@ from results import add_write_results, results_path
 STEPS = ["rllm.trainer.total_batches=3", "rllm.trainer.test_freq=0", "rllm.trainer.val_before_train=false"]
 SETTINGS = {"defaults (auto)": [], "float32": ["backend.dtype=float32"], "bfloat16": ["backend.dtype=bfloat16"]}
 CAPS = ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY")
-SHAPES = {"decode, 64 x 576 x 1536": (64, 576, 1536), "micro-batch, 4096 x 576 x 1536": (4096, 576, 1536),
-          "head, 1024 x 576 x 49152": (1024, 576, 49152)}
+SHAPES = {
+    "decode, 64 x 576 x 1536": (64, 576, 1536),
+    "micro-batch, 4096 x 576 x 1536": (4096, 576, 1536),
+    "head, 1024 x 576 x 49152": (1024, 576, 49152),
+}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -54,13 +57,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--append", action="store_true", help="add the section to the results file")
     parser.add_argument("--title", default=None, help="the section's heading")
     parser.add_argument(
-        "--floor-repeats", type=int, default=5, help="timed rounds of 10 matmuls per floor; 0: no floors (bf16 emulated: minutes)"
+        "--floor-repeats",
+        type=int,
+        default=5,
+        help="timed rounds of 10 matmuls per floor; 0: no floors (bf16 emulated: minutes)",
     )
     add_write_results(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(len(os.sched_getaffinity(0)))
     floors = {
-        name: (matmul_rate(*shape, torch.float32, args.floor_repeats), matmul_rate(*shape, torch.bfloat16, args.floor_repeats))
+        name: (
+            matmul_rate(*shape, torch.float32, args.floor_repeats),
+            matmul_rate(*shape, torch.bfloat16, args.floor_repeats),
+        )
         for name, shape in SHAPES.items()
         if args.floor_repeats
     }
@@ -85,8 +94,10 @@ def main(argv: list[str] | None = None) -> None:
         + ".",
         "",
         f"Matmul rates measured in the same run (GFLOP/s, float32 / bf16 weights, best of {args.floor_repeats}): "
-        + ("; ".join(f"{name}: {f32:.0f} / {bf16:.0f} ({bf16 / f32:.2f}x)" for name, (f32, bf16) in floors.items())
-           or "not measured (--floor-repeats 0)")
+        + (
+            "; ".join(f"{name}: {f32:.0f} / {bf16:.0f} ({bf16 / f32:.2f}x)" for name, (f32, bf16) in floors.items())
+            or "not measured (--floor-repeats 0)"
+        )
         + ".",
         "",
         "| setting | s / step | sampling s | update s | vs float32, s / step | what ran (start-up summary) | "
@@ -97,7 +108,9 @@ def main(argv: list[str] | None = None) -> None:
     def median(result: dict, key: str) -> float:
         return statistics.median(r[key] for r in result["rows"] if "time/step" in r)
 
-    reference = statistics.median(median(r, "time/step") for r in results.get("float32", [])) if "float32" in results else None
+    reference = (
+        statistics.median(median(r, "time/step") for r in results.get("float32", [])) if "float32" in results else None
+    )
     for name, runs in results.items():
         for result in runs:
             step = median(result, "time/step")

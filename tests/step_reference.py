@@ -159,7 +159,9 @@ def _runs_here(root: Path, out: Path) -> None:
     import torch
 
     if torch.backends.cpu.get_cpu_capability() != "DEFAULT":  # the environment was not read: refuse to record
-        sys.exit(f"step_reference: ATen runs its {torch.backends.cpu.get_cpu_capability()} kernels, not the portable ones")
+        sys.exit(
+            f"step_reference: ATen runs its {torch.backends.cpu.get_cpu_capability()} kernels, not the portable ones"
+        )
     torch.set_num_threads(1)
     runs = {name: run_reference(name, root / name) for name in RUNS}
     out.write_text(json.dumps({"machine": machine(), "runs": runs}, indent=1, sort_keys=True) + "\n")

@@ -185,9 +185,7 @@ def _check_composes(config_name: str, overrides: list[Any]) -> None:
     except (HydraException, OmegaConfBaseException) as exc:
         detail = exc.__cause__ if isinstance(exc.__cause__, OmegaConfBaseException) else None
         reason = " ".join(str(exc).split()) + (f" ({str(detail).splitlines()[0]})" if detail is not None else "")
-        raise ConfigError(
-            f"Hydra cannot compose the config with {' '.join(texts)}: {reason}"
-        ) from exc
+        raise ConfigError(f"Hydra cannot compose the config with {' '.join(texts)}: {reason}") from exc
 
 
 def _parse_error(overrides: list[str], exc: Exception) -> ConfigError:

@@ -133,4 +133,3 @@ class LiveCodebenchInput:
     generation_code: str
     problem: dict
     difficult: str = "easy"
-

@@ -22,7 +22,11 @@ FAILED_STEPS_LIMIT = 3
 
 _PACKAGE = Path(__file__).resolve().parents[1]
 _LIBRARIES = tuple(
-    {Path(p).resolve() for key in ("stdlib", "platstdlib", "purelib", "platlib") if (p := sysconfig.get_paths().get(key))}
+    {
+        Path(p).resolve()
+        for key in ("stdlib", "platstdlib", "purelib", "platlib")
+        if (p := sysconfig.get_paths().get(key))
+    }
 )
 
 

@@ -23,7 +23,9 @@ def _episodes(count: int, *, cut: int, rewards: tuple[float, ...] = (0.0,)) -> l
     """``count`` episodes, the first ``cut`` ended at the limit, none correct; rewards cycled."""
     return [
         SimpleNamespace(
-            termination_reason=TerminationReason.MAX_RESPONSE_LENGTH_EXCEEDED if i < cut else TerminationReason.ENV_DONE,
+            termination_reason=TerminationReason.MAX_RESPONSE_LENGTH_EXCEEDED
+            if i < cut
+            else TerminationReason.ENV_DONE,
             is_correct=False,
             trajectories=[SimpleNamespace(reward=rewards[i % len(rewards)])],
         )
@@ -60,10 +62,14 @@ def test_an_answer_exactly_the_limit_long_fits_and_one_token_more_does_not(answe
 
 def test_the_length_taken_from_the_tasks_fits_the_longest_answer_with_its_margin():
     tokenizer = build_char_tokenizer("0123456789+=")
-    length = response_length(tokenizer, [{"prompt": "1+1=", "answer": "2"}, {"prompt": "9+9=", "answer": "18"}], given=None)
+    length = response_length(
+        tokenizer, [{"prompt": "1+1=", "answer": "2"}, {"prompt": "9+9=", "answer": "18"}], given=None
+    )
     assert (length.tokens, length.longest_answer) == (2 * 2, ("18", 2)) and ANSWER_MARGIN == 2
     # and a run with that length and that answer is not the length's fault
-    assert _length_warnings(_said(LengthLimitWatch(length.tokens, length.longest_answer), [_episodes(8, cut=8)] * 4)) == []
+    assert (
+        _length_warnings(_said(LengthLimitWatch(length.tokens, length.longest_answer), [_episodes(8, cut=8)] * 4)) == []
+    )
 
 
 @pytest.mark.parametrize("rewards", [(-1.0,), (-1.0, 0.0), (0.0, -0.25)])

@@ -13,6 +13,7 @@ import trainer_rank_tasks as tasks
 
 from rllm_torch.backends.torch_backend import TorchBackend
 from rllm_torch.backends.torch_backend import actor as actor_module
+from rllm_torch.backends.torch_backend.model import enable_gradient_checkpointing
 from rllm_torch.backends.torch_backend.precision import (
     BF16_MARGIN,
     PROBE_CUTOFF,
@@ -20,12 +21,11 @@ from rllm_torch.backends.torch_backend.precision import (
     PhaseProbe,
     PhaseTimings,
     ProbeShapes,
+    _time_phase,
     choose_dtype,
     choose_precision,
-    _time_phase,
     measure_phases,
 )
-from rllm_torch.backends.torch_backend.model import enable_gradient_checkpointing
 from rllm_torch.backends.torch_backend.probe_cache import cached_probe, probe_key
 from rllm_torch.core.errors import ConfigError
 
@@ -174,10 +174,15 @@ def test_the_probe_times_both_phases_and_leaves_the_model_and_the_random_state_a
         assert timings.float32 > 0 and timings.bfloat16 > 0
     assert probe.seconds >= probe.update.float32 + probe.update.bfloat16
     # a pilot round on one short row, an untimed full round and two timed, the dtypes alternating, with gradients
-    assert calls == [((1, 8), None, True), ((1, 8), torch.bfloat16, True)] + [
-        ((2, 8), None, True),
-        ((2, 8), torch.bfloat16, True),
-    ] * 3
+    assert (
+        calls
+        == [((1, 8), None, True), ((1, 8), torch.bfloat16, True)]
+        + [
+            ((2, 8), None, True),
+            ((2, 8), torch.bfloat16, True),
+        ]
+        * 3
+    )
     assert torch.equal(torch.random.get_rng_state(), state)
     assert model.training and all(p.grad is None for p in model.parameters())
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
@@ -210,7 +215,9 @@ def test_measurements_are_kept_per_machine_model_and_shapes_and_reused(tmp_path)
 
 def test_the_key_names_the_machine_the_model_and_the_shapes(saved_model):
     backend = TorchBackend(
-        tasks.backend_config(f"model.path={saved_model}", "backend.dtype=float32", "backend.gradient_checkpointing=false")
+        tasks.backend_config(
+            f"model.path={saved_model}", "backend.dtype=float32", "backend.gradient_checkpointing=false"
+        )
     )
     model, cpu = backend.model, torch.device("cpu")
     key = probe_key(model, cpu, ProbeShapes(64, 16, 2, 128))

@@ -111,7 +111,7 @@ def test_the_plan_only_cuts_where_the_next_packed_row_would_not_fit(data, budget
     plan = plan_shared_micro_batches(prefixes, lengths, budget)
     assert sorted(r for group in plan for r in group) == list(range(len(data)))
     units = [_units(group, prefixes, lengths) for group in plan]
-    for here, following in zip(units, units[1:]):
+    for here, following in zip(units, units[1:], strict=False):
         assert len(here) * max(here.values()) <= budget or len(here) == 1
         longest = max(max(here.values()), max(following.values()))
         assert (len(here) + 1) * longest > budget, (plan, budget)  # the next packed row did not fit

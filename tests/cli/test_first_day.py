@@ -29,7 +29,7 @@ from rllm_torch.rllm.types import Episode, TerminationReason, Trajectory
 from rllm_torch.trainer.config_checks import check_run_config
 from rllm_torch.trainer.pipeline.trainable_groups import check_groups_can_train, zero_on_groups_of_one
 
-REWARDS = '''def raises(task, response):
+REWARDS = """def raises(task, response):
     return ratio(1, 0)
 
 
@@ -41,9 +41,9 @@ def raises_on_odd(task, response):
     if int(task["answer"]) % 2:
         raise ValueError(f"odd answer {task['answer']}")
     return response.strip() == task["answer"]
-'''
+"""
 
-ESTIMATOR = '''from rllm_torch import register_rllm_adv_estimator
+ESTIMATOR = """from rllm_torch import register_rllm_adv_estimator
 
 
 @register_rllm_adv_estimator("raises_in_step", form="tensors")
@@ -51,7 +51,7 @@ def raises_in_step(batch):
     if batch.rewards.numel() > 8:  # the start-up check's synthetic group passes
         raise KeyError("no such column")
     return batch.rewards.float(), batch.rewards.float()
-'''
+"""
 
 
 def cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
@@ -104,20 +104,26 @@ def test_an_estimator_of_the_user_that_raises_mid_run_is_one_block_naming_its_li
     ]
 
 
-def test_a_run_whose_every_episode_fails_stops_after_three_steps_even_with_raise_on_error_false(
-    tmp_path, monkeypatch
-):
+def test_a_run_whose_every_episode_fails_stops_after_three_steps_even_with_raise_on_error_false(tmp_path, monkeypatch):
     task = user_files(tmp_path, "task.name=file")
     monkeypatch.syspath_prepend(str(tmp_path))
     config = make_config(
-        tmp_path / "run", *task, "task.reward_fn=my_rewards:raises", "rllm.workflow.raise_on_error=false",
-        *TINY_STEPS[:3], "data.train_batch_size=5", "rllm.rollout.n=2", "rllm.trainer.total_batches=5",
+        tmp_path / "run",
+        *task,
+        "task.reward_fn=my_rewards:raises",
+        "rllm.workflow.raise_on_error=false",
+        *TINY_STEPS[:3],
+        "data.train_batch_size=5",
+        "rllm.rollout.n=2",
+        "rllm.trainer.total_batches=5",
     )
     with warnings.catch_warnings(record=True) as caught, pytest.raises(WorkflowError) as stopped:
         warnings.simplefilter("always")
         run(config)
     assert str(stopped.value).startswith("steps 1-3: every episode failed (10 in the last), so nothing trains")
-    assert "ZeroDivisionError: division by zero (" in str(stopped.value) and "my_rewards.py:6 in ratio: return a / b)" in str(
+    assert "ZeroDivisionError: division by zero (" in str(
+        stopped.value
+    ) and "my_rewards.py:6 in ratio: return a / b)" in str(
         stopped.value
     )  # the innermost line of the user's code, not the reward's own
     said = [str(w.message) for w in caught if "episodes failed" in str(w.message)]
@@ -130,8 +136,14 @@ def test_a_run_where_some_episodes_fail_goes_on_and_counts_them(tmp_path, monkey
     task = user_files(tmp_path, "task.name=file")
     monkeypatch.syspath_prepend(str(tmp_path))
     config = make_config(
-        tmp_path / "run", *task, "task.reward_fn=my_rewards:raises_on_odd", "rllm.workflow.raise_on_error=false",
-        *TINY_STEPS[:3], "data.train_batch_size=25", "rllm.rollout.n=2", "rllm.trainer.total_batches=4",
+        tmp_path / "run",
+        *task,
+        "task.reward_fn=my_rewards:raises_on_odd",
+        "rllm.workflow.raise_on_error=false",
+        *TINY_STEPS[:3],
+        "data.train_batch_size=25",
+        "rllm.rollout.n=2",
+        "rllm.trainer.total_batches=4",
     )
     run(config)
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -162,7 +174,11 @@ def settings_of(*overrides: str):
             "or rllm.rollout.n>=2.",
         ),
         (
-            ["rllm.rollout.n=1", "rllm.rejection_sample.min_trajs_per_group=1", "rllm.algorithm.filter_groups.enable=true"],
+            [
+                "rllm.rollout.n=1",
+                "rllm.rejection_sample.min_trajs_per_group=1",
+                "rllm.algorithm.filter_groups.enable=true",
+            ],
             "Set rllm.algorithm.filter_groups.enable=false, or rllm.rollout.n>=2.",
         ),
         (
@@ -182,7 +198,10 @@ def test_settings_under_which_every_group_is_dropped_name_every_setting_to_chang
 @pytest.mark.parametrize(
     "overrides",
     [
-        ["rllm.rollout.n=1", "rllm.rejection_sample.min_trajs_per_group=1"],  # grpo: a singleton's advantage is r/(1+eps)
+        [
+            "rllm.rollout.n=1",
+            "rllm.rejection_sample.min_trajs_per_group=1",
+        ],  # grpo: a singleton's advantage is r/(1+eps)
         ["rllm.rollout.n=1", "rllm.rejection_sample.min_trajs_per_group=1", "rllm.algorithm.adv_estimator=reinforce"],
         ["rllm.rollout.n=2"],
         ["rllm.rollout.n=2", "rllm.algorithm.filter_groups.enable=true"],
@@ -265,7 +284,10 @@ def test_a_resumed_run_changes_only_what_it_was_given_to_change(tmp_path):
             "rllm-torch-train: ConfigError: cannot read the override `4` (a space after `rllm.rollout.n=` made `4` an "
             "argument of its own: write `rllm.rollout.n=4`)",
         ),
-        (["rllm.rollout.n=1,2"], "rllm-torch-train: ConfigError: Hydra cannot compose the config with rllm.rollout.n=1,2"),
+        (
+            ["rllm.rollout.n=1,2"],
+            "rllm-torch-train: ConfigError: Hydra cannot compose the config with rllm.rollout.n=1,2",
+        ),
     ],
 )
 def test_a_hydra_syntax_slip_is_one_line_and_exit_2(tmp_path, args, start):
@@ -286,8 +308,15 @@ def test_our_warnings_are_one_line_without_the_source_and_others_keep_where_they
 
 
 def test_a_warning_of_a_run_prints_as_one_line(tmp_path):
-    done = cli(tmp_path, *user_files(tmp_path), "task.reward_fn=my_rewards:raises", "rllm.workflow.raise_on_error=false",
-               *TINY_STEPS[:3], "rllm.trainer.total_batches=1", "hydra.run.dir=run")
+    done = cli(
+        tmp_path,
+        *user_files(tmp_path),
+        "task.reward_fn=my_rewards:raises",
+        "rllm.workflow.raise_on_error=false",
+        *TINY_STEPS[:3],
+        "rllm.trainer.total_batches=1",
+        "hydra.run.dir=run",
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     said = [line for line in done.stderr.splitlines() if "episodes failed" in line]
     assert len(said) == 1 and said[0].startswith("rllm-torch-train: warning: step 1: all "), done.stderr[-2000:]

@@ -67,12 +67,18 @@ def mutate_answer(rng: random.Random, nums: list[int], expr: str) -> str:
     if kind == 5:
         return expr.replace(str(nums[0]), f"{nums[0]}.0", 1)
     if kind == 6:
-        return expr.replace("*", rng.choice(["x", "\u00d7", "**", "//"])).replace("/", rng.choice(["\u00f7", "//", "/"]))
+        return expr.replace("*", rng.choice(["x", "\u00d7", "**", "//"])).replace(
+            "/", rng.choice(["\u00f7", "//", "/"])
+        )
     if kind == 7:
         return expr.replace("-", rng.choice(["\u2212", "--", "+-", "-"]))
     if kind == 8:  # unicode digits in place of ascii ones
-        table = rng.choice([str.maketrans("0123456789", "\uff10\uff11\uff12\uff13\uff14\uff15\uff16\uff17\uff18\uff19"),
-                            str.maketrans("0123456789", "\u0660\u0661\u0662\u0663\u0664\u0665\u0666\u0667\u0668\u0669")])
+        table = rng.choice(
+            [
+                str.maketrans("0123456789", "\uff10\uff11\uff12\uff13\uff14\uff15\uff16\uff17\uff18\uff19"),
+                str.maketrans("0123456789", "\u0660\u0661\u0662\u0663\u0664\u0665\u0666\u0667\u0668\u0669"),
+            ]
+        )
         return expr.translate(table)
     if kind == 9:
         return rng.choice(["", " ", "()", "...", "(", ")", "+", "-1", "1/0", f"{nums[0]}/0", "0**-1"])
@@ -81,7 +87,9 @@ def mutate_answer(rng: random.Random, nums: list[int], expr: str) -> str:
     if kind == 11:
         return expr.replace(" ", "\n", 1) if " " in expr else expr + "\n"
     if kind == 12:
-        return expr.replace(" ", rng.choice(["\r", "\x0b", "\x0c", "\u2028", "\x85"]), 1) if " " in expr else "\r" + expr
+        return (
+            expr.replace(" ", rng.choice(["\r", "\x0b", "\x0c", "\u2028", "\x85"]), 1) if " " in expr else "\r" + expr
+        )
     if kind == 13:
         return f"{rng.choice(['The answer is', 'x =', 'Result:'])} {expr}"
     if kind == 14:
@@ -115,8 +123,11 @@ def response(rng: random.Random, nums: list[int], expr: str) -> str:
         return f"{rng.choice(WORDS)} <answer>{body}</answer> {rng.choice(WORDS)}"
     if kind == 2:  # several tags: the last counts
         other = mutate_answer(rng, nums, expr)
-        return f"<answer>{other}</answer> wait, <answer>{body}</answer>" if rng.random() < 0.5 else \
-            f"<answer>{body}</answer>\n<answer>{other}</answer>"
+        return (
+            f"<answer>{other}</answer> wait, <answer>{body}</answer>"
+            if rng.random() < 0.5
+            else f"<answer>{body}</answer>\n<answer>{other}</answer>"
+        )
     if kind == 3:
         return f"User: solve it. Assistant: <think>hm</think> <answer>{body}</answer>"
     if kind == 4:
@@ -128,14 +139,25 @@ def response(rng: random.Random, nums: list[int], expr: str) -> str:
     if kind == 7:
         return f"<answer>\n{body}\n</answer>"
     if kind == 8:
-        return rng.choice([body, f"<answer>{body}", f"{body}</answer>", f"<Answer>{body}</Answer>",
-                           f"<answer >{body}</answer>", f"< answer>{body}</answer>", f"answer: {body}"])
+        return rng.choice(
+            [
+                body,
+                f"<answer>{body}",
+                f"{body}</answer>",
+                f"<Answer>{body}</Answer>",
+                f"<answer >{body}</answer>",
+                f"< answer>{body}</answer>",
+                f"answer: {body}",
+            ]
+        )
     if kind == 9:
         return f"<answer><answer>{body}</answer></answer>"
     if kind == 10:
         return f"<think>\n{rng.choice(WORDS)}\n</think>\n<answer>{body}</answer>\n"
     if kind == 11:
-        return f"Assistant: one <answer>{body}</answer> Assistant: two <answer>{mutate_answer(rng, nums, expr)}</answer>"
+        return (
+            f"Assistant: one <answer>{body}</answer> Assistant: two <answer>{mutate_answer(rng, nums, expr)}</answer>"
+        )
     if kind == 12:
         return f"<answer>{body}</answer>" + rng.choice(["", ".", " \u2705", "\n\n"])
     return f"<answer> {body} </answer>"
@@ -153,8 +175,16 @@ def task_info(rng: random.Random, nums: list[int], target) -> object:
     if kind == 3:
         return {"target": target, "nums": " ".join(map(str, nums))}
     if kind == 4:
-        return rng.choice([{"nums": nums}, {"target": target}, {"target": None, "nums": nums},
-                           {"target": target, "nums": []}, {"target": target, "nums": None}, {}])
+        return rng.choice(
+            [
+                {"nums": nums},
+                {"target": target},
+                {"target": None, "nums": nums},
+                {"target": target, "nums": []},
+                {"target": target, "nums": None},
+                {},
+            ]
+        )
     if kind == 5:
         return {"target": 0, "nums": nums} if rng.random() < 0.5 else {"target": target, "nums": nums + [nums[0]]}
     if kind == 6:
@@ -164,7 +194,13 @@ def task_info(rng: random.Random, nums: list[int], target) -> object:
     if kind == 8:
         return {"target": True, "nums": nums} if rng.random() < 0.3 else {"target": target + 1e-7, "nums": nums}
     if kind == 9:
-        return {"target": target, "nums": nums, "ground_truth": str(target), "question": "q", "data_source": "countdown"}
+        return {
+            "target": target,
+            "nums": nums,
+            "ground_truth": str(target),
+            "question": "q",
+            "data_source": "countdown",
+        }
     return {"target": target, "nums": nums}
 
 
@@ -214,8 +250,12 @@ def main() -> None:
     for case in inputs:
         action = Action(action=case["response"]) if case["as_action"] else case["response"]
         out = countdown_reward_fn(case["task_info"], action)
-        case["rllm"] = {"reward": out.reward, "reward_type": type(out.reward).__name__,
-                        "is_correct": out.is_correct, "metadata": out.metadata}
+        case["rllm"] = {
+            "reward": out.reward,
+            "reward_type": type(out.reward).__name__,
+            "is_correct": out.is_correct,
+            "metadata": out.metadata,
+        }
     doc = {
         "about": "rLLM's rllm.rewards.countdown_reward.countdown_reward_fn(task_info, response) on seeded inputs; "
         "as_action: the response wrapped in rLLM's Action. Made by tests/data/make_rllm_countdown_cases.py.",

@@ -15,9 +15,47 @@ import random
 import sys
 
 SEED = 48
-WORDS = ["the", "a", "an", "The", "THE", "An", "Paris", "paris", "France", "capital", "of", "is", "Hello", "world",
-         "theater", "anyway", "apple", "1984", "42", "3.14", "New", "York", "café", "CAFÉ", "naïve", "über", "日本",
-         "Straße", "don't", "U.S.A.", "e-mail", "co-op", "(a)", "[the]", "an't", "ĳ", "ǅ", "x", "y"]
+WORDS = [
+    "the",
+    "a",
+    "an",
+    "The",
+    "THE",
+    "An",
+    "Paris",
+    "paris",
+    "France",
+    "capital",
+    "of",
+    "is",
+    "Hello",
+    "world",
+    "theater",
+    "anyway",
+    "apple",
+    "1984",
+    "42",
+    "3.14",
+    "New",
+    "York",
+    "café",
+    "CAFÉ",
+    "naïve",
+    "über",
+    "日本",
+    "Straße",
+    "don't",
+    "U.S.A.",
+    "e-mail",
+    "co-op",
+    "(a)",
+    "[the]",
+    "an't",
+    "ĳ",
+    "ǅ",
+    "x",
+    "y",
+]
 PUNCT = ["", ".", ",", "!", "?", "'", '"', "-", "—", "…", "«", "»", "“", "”", "¿", ";", ":"]
 SPACES = [" ", "  ", "\t", "\n", "\u00a0", "\u2003", "\u3000", ""]
 
@@ -72,8 +110,12 @@ def main() -> None:
         action = Action(action=case["response"]) if case["as_action"] else case["response"]
         out = f1_reward_fn(case["task_info"], action)
         zero = zero_reward(case["task_info"], action)
-        case["rllm"] = {"reward": out.reward, "is_correct": out.is_correct, "metadata": out.metadata,
-                        "zero_reward": [zero.reward, zero.is_correct, zero.metadata]}
+        case["rllm"] = {
+            "reward": out.reward,
+            "is_correct": out.is_correct,
+            "metadata": out.metadata,
+            "zero_reward": [zero.reward, zero.is_correct, zero.metadata],
+        }
     doc = {
         "about": "rLLM's rllm.rewards.reward_fn.f1_reward_fn(task_info, response) and zero_reward on seeded inputs; "
         "as_action: the response wrapped in rLLM's Action. Made by tests/data/make_rllm_f1_cases.py.",

@@ -46,7 +46,9 @@ def _differences(case: dict) -> list[str]:
 
 
 def test_countdown_reward_equals_rllms_on_every_recorded_case():
-    mismatches = [(case["task_info"], case["response"], found) for case in DATA["cases"] if (found := _differences(case))]
+    mismatches = [
+        (case["task_info"], case["response"], found) for case in DATA["cases"] if (found := _differences(case))
+    ]
     assert not mismatches, f"{len(mismatches)} of {len(DATA['cases'])} differ from rLLM, first: {mismatches[:3]}"
 
 
@@ -96,9 +98,28 @@ def test_an_action_is_read_for_its_text():
 
 @pytest.mark.parametrize(
     ("answer", "value"),
-    [("2**3", 8), ("7//2", 3), ("-7//2", -4), ("1/2", 0.5), ("2.5*2", 5.0), (".5+1.", 1.5), ("2**-1", 0.5),
-     ("(((1)))", 1), ("1 - -2", 3), ("1/0", None), ("3%2", None), ("()", None), ("...", None), ("(1)(2)", None),
-     ("1 2", None), ("012", None), ("\uff11+\uff12", None), ("1\u00a0+2", None), ("x", None), ("", None)],
+    [
+        ("2**3", 8),
+        ("7//2", 3),
+        ("-7//2", -4),
+        ("1/2", 0.5),
+        ("2.5*2", 5.0),
+        (".5+1.", 1.5),
+        ("2**-1", 0.5),
+        ("(((1)))", 1),
+        ("1 - -2", 3),
+        ("1/0", None),
+        ("3%2", None),
+        ("()", None),
+        ("...", None),
+        ("(1)(2)", None),
+        ("1 2", None),
+        ("012", None),
+        ("\uff11+\uff12", None),
+        ("1\u00a0+2", None),
+        ("x", None),
+        ("", None),
+    ],
 )
 def test_answers_evaluate_to_the_values_python_gives(answer, value):
     got = evaluate_countdown_answer(answer)

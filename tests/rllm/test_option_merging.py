@@ -78,7 +78,9 @@ def test_a_kwargs_estimator_run_by_the_collector_gets_its_options_and_traj_group
         )
     ]
     SEEN.clear()
-    config = AlgorithmConfig(estimator="merging_scaled_centre", estimator_options={"merging_scaled_centre": {"scale": 4.0}})
+    config = AlgorithmConfig(
+        estimator="merging_scaled_centre", estimator_options={"merging_scaled_centre": {"scale": 4.0}}
+    )
     collect_reward_and_advantage_from_trajectory_groups(groups, config)
     assert [s.advantage for t in groups[0].trajectories for s in t.steps] == pytest.approx([2.0, -2.0])  # 4 * (r - 0.5)
     assert SEEN["arrays"]["scale"] == 4.0
@@ -157,7 +159,9 @@ def test_min_trajs_per_group_survives_from_config_and_decides_which_groups_train
     assert RejectionSamplingConfig.from_config(settings.config.rllm.rejection_sample).min_trajs_per_group == value
     sizes = [1, 2, 3, 4, 5]  # groups of these many trajectories, one task each
     groups = [
-        TrajectoryGroup([Trajectory(name=f"t{k}", reward=float(k % 2)) for k in range(size)], group_id=f"task{size}:all")
+        TrajectoryGroup(
+            [Trajectory(name=f"t{k}", reward=float(k % 2)) for k in range(size)], group_id=f"task{size}:all"
+        )
         for size in sizes
     ]
     episodes = [Episode(task_id=f"task{size}", rollout_idx=k) for size in sizes for k in range(size)]

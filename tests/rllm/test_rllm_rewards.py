@@ -13,7 +13,14 @@ from pathlib import Path
 import pytest
 
 from rllm_torch.compat.rllm import Action
-from rllm_torch.compat.rllm.rewards import RewardConfig, RewardFunction, RewardInput, RewardOutput, RewardType, zero_reward
+from rllm_torch.compat.rllm.rewards import (
+    RewardConfig,
+    RewardFunction,
+    RewardInput,
+    RewardOutput,
+    RewardType,
+    zero_reward,
+)
 from rllm_torch.compat.rllm.rewards.reward_fn import f1_reward_fn
 from rllm_torch.compat.rllm.rewards.reward_types import LiveCodebenchInput
 

@@ -41,8 +41,8 @@ from rllm_torch.backends.torch_backend.forward import causal_lm
 from rllm_torch.backends.torch_backend.logprobs import default_chunk_tokens
 from rllm_torch.backends.torch_backend.micro_batches import map_host_tensors
 from rllm_torch.backends.torch_backend.model import resolve_device
-from rllm_torch.backends.torch_backend.precision import probe_shapes
 from rllm_torch.backends.torch_backend.passes import BatchPasses, MicroBatcher
+from rllm_torch.backends.torch_backend.precision import probe_shapes
 from rllm_torch.backends.torch_backend.pretrained import pretrained_dir
 from rllm_torch.backends.torch_backend.rollout import TorchRolloutEngine
 from rllm_torch.backends.torch_backend.samplers import Samplers
@@ -146,7 +146,11 @@ class TorchBackend(BackendProtocol):
         losses = algorithm_config.losses_in_use().values()
         shapes = probe_shapes(config, len(self.tokenizer), self.response_length.tokens)
         self.actor = Actor(config, self.tokenizer, self.device, self.ranks, losses, probe_shapes=shapes)
-        self.model, self.precision, self.compute_dtype = self.actor.model, self.actor.precision, self.actor.compute_dtype
+        self.model, self.precision, self.compute_dtype = (
+            self.actor.model,
+            self.actor.precision,
+            self.actor.compute_dtype,
+        )
         self.critic = critic_for(self.actor, config, self.ranks, self.device, self.tokenizer.pad_token_id)
         micro = MicroBatcher(
             self.settings,

@@ -243,7 +243,9 @@ def choose_precision(
     chosen = {phase: choose_dtype(t, device_type=device.type) for phase, t in phases.items()}
     words = "; ".join(f"{phase} {_name(chosen[phase])} ({t.words()})" for phase, t in phases.items())
     weights = ", float32 weights and AdamW state" if any(chosen.values()) else ""
-    summary = f"backend.dtype=auto measured on this {'GPU' if device.type == 'cuda' else 'CPU'}: {words}{weights}; {cost}"
+    summary = (
+        f"backend.dtype=auto measured on this {'GPU' if device.type == 'cuda' else 'CPU'}: {words}{weights}; {cost}"
+    )
     return Precision(chosen["sampling"], chosen["update"], summary)
 
 

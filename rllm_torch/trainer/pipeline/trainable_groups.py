@@ -58,7 +58,9 @@ def _zero_estimators(plan: AdvantagePlan) -> dict[str, str]:
     """``{setting: estimator}`` for each estimator of ``plan`` that trains nothing on groups of one."""
     algorithm_config = plan.algorithm_config
     named = {"rllm.algorithm.adv_estimator": algorithm_config.estimator}
-    named |= {f"rllm.algorithm.estimator_map.{role}": name for role, name in sorted(algorithm_config.estimator_map.items())}
+    named |= {
+        f"rllm.algorithm.estimator_map.{role}": name for role, name in sorted(algorithm_config.estimator_map.items())
+    }
     return {
         key: registered_name(name)
         for key, name in named.items()
