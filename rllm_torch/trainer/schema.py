@@ -177,9 +177,7 @@ class WorkflowSection:
     )
     retry_limit: int = setting(3, "attempts per episode", minimum=1, resumable=True)
     raise_on_error: bool = setting(
-        True,
-        f"False: record failed episodes and go on, until all fail {FAILED_STEPS_LIMIT} steps in a row",
-        resumable=True,
+        True, f"False: record failed episodes, go on until all fail {FAILED_STEPS_LIMIT} steps in a row", resumable=True
     )
     reward_timeout_s: float | None = setting(
         None, "seconds a reward call may take (an attempt fails past it); null: no limit", resumable=True

@@ -78,9 +78,8 @@ class UnifiedTrainer:
         ranks: the run's processes (default: one); given to the backend as ``ranks=``.
         run_files: ``{path relative to the run directory: text}`` that rank 0 writes when the run
             starts to train (not when its checkpoint already holds every step: such a run writes
-            nothing), e.g. the command line's ``config.yaml`` (its ``null`` settings that the backend
-            fills, its ``setting_sources``, written with their values and sources:
-            :func:`~rllm_torch.trainer.logs.run_directory.config_as_run`).
+            nothing), e.g. the command line's ``config.yaml`` (the ``null`` settings the backend fills
+            written with their values and sources: :func:`~.logs.run_directory.config_as_run`).
         stop_signals: a :class:`~rllm_torch.trainer.runtime.stop.StopSignals` whose request (a
             SIGTERM; a SIGINT once the steps began) :meth:`fit` honours within the step it is in:
             the trained weights' checkpoint, then :class:`~rllm_torch.trainer.runtime.stop.TrainingStopped`.
