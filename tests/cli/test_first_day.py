@@ -73,8 +73,8 @@ def user_files(tmp_path: Path, task: str = "task=file") -> list[str]:
     the file task's overrides (``task="task.name=file"`` for :func:`make_config`)."""
     rows = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(5) for b in range(5)]
     (tmp_path / "sums.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp_path / "my_rewards.py").write_text(REWARDS)
-    (tmp_path / "my_estimators.py").write_text(ESTIMATOR)
+    (tmp_path / "first_day_rewards.py").write_text(REWARDS)
+    (tmp_path / "first_day_estimators.py").write_text(ESTIMATOR)
     return [task, f"task.train_path={tmp_path / 'sums.jsonl'}"]
 
 
@@ -86,20 +86,20 @@ def error_lines(stderr: str) -> list[str]:
 
 
 def test_a_reward_that_raises_is_said_once_with_the_users_file_line_and_exception(tmp_path):
-    done = cli(tmp_path, *user_files(tmp_path), "task.reward_fn=my_rewards:raises", *TINY_STEPS[:3])
+    done = cli(tmp_path, *user_files(tmp_path), "task.reward_fn=first_day_rewards:raises", *TINY_STEPS[:3])
     assert done.returncode == 2, done.stderr[-2000:]
     lines = error_lines(done.stderr)
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
-    where = f"ZeroDivisionError: division by zero ({tmp_path / 'my_rewards.py'}:6 in ratio: return a / b)"
+    where = f"ZeroDivisionError: division by zero ({tmp_path / 'first_day_rewards.py'}:6 in ratio: return a / b)"
     assert lines[0].startswith("rllm-torch-train: WorkflowError: episode ") and where in lines[0]
 
 
 def test_an_estimator_of_the_user_that_raises_mid_run_is_one_block_naming_its_line(tmp_path):
     user_files(tmp_path)
-    done = cli(tmp_path, "imports=[my_estimators]", "rllm.algorithm.adv_estimator=raises_in_step", *TINY_STEPS)
+    done = cli(tmp_path, "imports=[first_day_estimators]", "rllm.algorithm.adv_estimator=raises_in_step", *TINY_STEPS)
     assert done.returncode == 1, done.stderr[-2000:]
     assert error_lines(done.stderr) == [
-        f"rllm-torch-train: error in your code: KeyError: 'no such column' ({tmp_path / 'my_estimators.py'}:7 in "
+        f"rllm-torch-train: error in your code: KeyError: 'no such column' ({tmp_path / 'first_day_estimators.py'}:7 in "
         'raises_in_step: raise KeyError("no such column"))'
     ]
 
@@ -110,7 +110,7 @@ def test_a_run_whose_every_episode_fails_stops_after_three_steps_even_with_raise
     config = make_config(
         tmp_path / "run",
         *task,
-        "task.reward_fn=my_rewards:raises",
+        "task.reward_fn=first_day_rewards:raises",
         "rllm.workflow.raise_on_error=false",
         *TINY_STEPS[:3],
         "data.train_batch_size=5",
@@ -123,7 +123,7 @@ def test_a_run_whose_every_episode_fails_stops_after_three_steps_even_with_raise
     assert str(stopped.value).startswith("steps 1-3: every episode failed (10 in the last), so nothing trains")
     assert "ZeroDivisionError: division by zero (" in str(
         stopped.value
-    ) and "my_rewards.py:6 in ratio: return a / b)" in str(
+    ) and "first_day_rewards.py:6 in ratio: return a / b)" in str(
         stopped.value
     )  # the innermost line of the user's code, not the reward's own
     said = [str(w.message) for w in caught if "episodes failed" in str(w.message)]
@@ -138,7 +138,7 @@ def test_a_run_where_some_episodes_fail_goes_on_and_counts_them(tmp_path, monkey
     config = make_config(
         tmp_path / "run",
         *task,
-        "task.reward_fn=my_rewards:raises_on_odd",
+        "task.reward_fn=first_day_rewards:raises_on_odd",
         "rllm.workflow.raise_on_error=false",
         *TINY_STEPS[:3],
         "data.train_batch_size=25",
@@ -311,7 +311,7 @@ def test_a_warning_of_a_run_prints_as_one_line(tmp_path):
     done = cli(
         tmp_path,
         *user_files(tmp_path),
-        "task.reward_fn=my_rewards:raises",
+        "task.reward_fn=first_day_rewards:raises",
         "rllm.workflow.raise_on_error=false",
         *TINY_STEPS[:3],
         "rllm.trainer.total_batches=1",
