@@ -196,14 +196,15 @@ def test_measurements_are_kept_per_machine_model_and_shapes_and_reused(tmp_path)
     def measure(timings):
         return lambda: calls.append(timings) or PhaseProbe(timings, timings, 2.0, "probe 2.0 s")
 
-    first = cached_probe(cache, "machine A; shapes 64", measure(FASTER))
-    assert first.source == f"probe 2.0 s, kept in {cache}" and calls == [FASTER]
+    stopped = PhaseTimings(1.0, 3.5, stopped=True)
+    first = cached_probe(cache, "machine A; shapes 64", lambda: PhaseProbe(FASTER, stopped, 2.0, "probe 2.0 s"))
+    assert first.source == f"probe 2.0 s, kept in {cache}"
     again = cached_probe(cache, "machine A; shapes 64", measure(SLOWER))
-    assert calls == [FASTER] and (again.sampling, again.update) == (FASTER, FASTER)
+    assert calls == [] and (again.sampling, again.update) == (FASTER, stopped)  # each phase its own, as kept
     assert again.source.startswith("as measured 20") and again.source.endswith(f", kept in {cache}")
     other = cached_probe(cache, "machine A; shapes 8", measure(SLOWER))
-    assert calls == [FASTER, SLOWER] and other.update == SLOWER
-    assert cached_probe(cache, "machine A; shapes 64", measure(EQUAL)).update == FASTER  # both entries kept
+    assert calls == [SLOWER] and other.update == SLOWER
+    assert cached_probe(cache, "machine A; shapes 64", measure(EQUAL)).update == stopped  # both entries kept
     cache.write_text('{"machine A; shapes 64": {"sampling": [1.0')  # a write cut short
     assert cached_probe(cache, "machine A; shapes 64", measure(EQUAL)).update == EQUAL and calls[-1] == EQUAL
     assert cached_probe(None, "machine A; shapes 64", measure(SLOWER)).update == SLOWER and calls[-1] == SLOWER
@@ -230,7 +231,10 @@ def test_the_key_names_the_machine_the_model_and_the_shapes(saved_model):
     finally:
         torch.set_num_threads(threads)
     enable_gradient_checkpointing(model)
-    assert key != probe_key(model, cpu, ProbeShapes(64, 16, 2, 128))
+    checkpointed = probe_key(model, cpu, ProbeShapes(64, 16, 2, 128))
+    assert key != checkpointed
+    model.get_input_embeddings().weight.requires_grad_(False)  # fewer trained parameters (as LoRA): another key
+    assert checkpointed != probe_key(model, cpu, ProbeShapes(64, 16, 2, 128))
 
 
 def test_a_bf16_call_far_slower_than_float32_is_stopped_there_and_the_phase_takes_float32():
