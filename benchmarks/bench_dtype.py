@@ -37,7 +37,7 @@ import transformers
 from bench_pretrained_recipe import run
 from bench_sampling import matmul_rate
 from machine import cpu_name
-from results import add_write_results, results_path
+from results import add_write_results, write_results_file
 
 STEPS = ["rllm.trainer.total_batches=3", "rllm.trainer.test_freq=0", "rllm.trainer.val_before_train=false"]
 SETTINGS = {"defaults (auto)": [], "float32": ["backend.dtype=float32"], "bfloat16": ["backend.dtype=bfloat16"]}
@@ -120,13 +120,7 @@ def main(argv: list[str] | None = None) -> None:
                 f"| {ratio} | {result['precision']} | {result['peak_gib']:.2f} GiB | "
                 f"{result['load'][0]:.2f}, {result['load'][1]:.2f} |"
             )
-    text = "\n".join(lines) + "\n"
-    target = results_path("RESULTS_dtype.md", args.write_results)
-    if args.append and target.is_file():
-        text = target.read_text() + "\n" + text
-    target.write_text(text)
-    print(text)
-    print(f"wrote {target}", file=sys.stderr)
+    write_results_file("RESULTS_dtype.md", "\n".join(lines) + "\n", args.write_results, append=args.append)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 import transformers
 from machine import cpu_name
-from results import add_write_results, results_path
+from results import add_write_results, write_results_file
 from subtraction_task import write_task
 
 COMMAND = ["-m", "rllm_torch.train", "--config-name", "smollm2"]
@@ -127,13 +127,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{statistics.median(r['time/update'] for r in trained):.1f} | {result['peak_gib']:.2f} GiB | "
             f"{result['load'][0]:.2f}, {result['load'][1]:.2f} | {result['precision']} |"
         )
-    text = "\n".join(lines) + "\n"
-    target = results_path("RESULTS_pretrained.md", args.write_results)
-    if args.append and target.is_file():
-        text = target.read_text() + "\n" + text
-    target.write_text(text)
-    print(text)
-    print(f"wrote {target}", file=sys.stderr)
+    write_results_file("RESULTS_pretrained.md", "\n".join(lines) + "\n", args.write_results, append=args.append)
 
 
 if __name__ == "__main__":

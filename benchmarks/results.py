@@ -5,9 +5,10 @@ tracked), so that running a benchmark does not rewrite the repository's recorded
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
-__all__ = ["add_write_results", "results_path", "UNTRACKED"]
+__all__ = ["add_write_results", "results_path", "write_results_file", "UNTRACKED"]
 
 TRACKED = Path(__file__).parent
 UNTRACKED = Path("outputs") / "benchmarks"
@@ -29,3 +30,15 @@ def results_path(name: str, write_results: bool) -> Path:
         return TRACKED / name
     UNTRACKED.mkdir(parents=True, exist_ok=True)
     return UNTRACKED / name
+
+
+def write_results_file(name: str, text: str, write_results: bool, *, append: bool = False) -> Path:
+    """Write ``text`` to :func:`results_path` (after what the file holds, with ``append``), print
+    it and say where; returns the path."""
+    target = results_path(name, write_results)
+    if append and target.is_file():
+        text = target.read_text() + "\n" + text
+    target.write_text(text)
+    print(text)
+    print(f"wrote {target}", file=sys.stderr)
+    return target
