@@ -32,7 +32,16 @@ UNITS = {
     ],
     "rllm_torch.trainer": [
         ("backend_schema",),
-        ("schema", "resolvers", "model_defaults", "ranks", "rllm_settings", "backend_args", "user_errors"),
+        (
+            "schema",
+            "resolvers",
+            "model_defaults",
+            "ranks",
+            "rllm_settings",
+            "backend_args",
+            "user_errors",
+            "trainer_arguments",
+        ),
         ("pipeline",),
         ("config_checks",),
         ("state",),

@@ -17,6 +17,7 @@ __all__ = [
     "EstimatorOutputError",
     "EstimatorRegistrationError",
     "ConfigError",
+    "UnknownArgumentError",
     "InvalidTrajectoryError",
     "UnknownBackendError",
     "DatasetNotFoundError",
@@ -65,6 +66,11 @@ class EstimatorOutputError(RLLMTorchError, TypeError):
 class ConfigError(RLLMTorchError, ValueError):
     """A setting (algorithm or training run) that is missing, invalid, of the wrong type, or
     inconsistent with another one."""
+
+
+class UnknownArgumentError(RLLMTorchError, TypeError):
+    """A keyword argument that the function does not take (a misspelling, or one of rLLM's that
+    ``rllm_torch`` does not implement)."""
 
 
 class InvalidTrajectoryError(RLLMTorchError, ValueError):

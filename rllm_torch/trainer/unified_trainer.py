@@ -55,6 +55,7 @@ from rllm_torch.trainer.runtime.stop import StopGuard, StopSignals, TrainingStop
 from rllm_torch.trainer.schema import typed_run_config
 from rllm_torch.trainer.state import TrainerState
 from rllm_torch.trainer.step import TrainingStep
+from rllm_torch.trainer.trainer_arguments import refuse_unknown_arguments
 from rllm_torch.trainer.workflow import Workflow
 from rllm_torch.trainer.workflow_engine import UnifiedWorkflowEngine
 
@@ -84,10 +85,13 @@ class UnifiedTrainer:
             SIGTERM; a SIGINT once the steps began) :meth:`fit` honours within the step it is in:
             the trained weights' checkpoint, then :class:`~rllm_torch.trainer.runtime.stop.TrainingStopped`.
             None: signals are not handled.
+        store: rLLM's cross-episode store, given to each workflow as ``store=``.
         settings: ``config`` already checked (:func:`~rllm_torch.trainer.config_checks.check_run_config`,
             as the command line does before it starts the processes); None: checked here.
 
     Raises:
+        UnknownArgumentError: a keyword argument not listed here (the closest one named), or one of
+            rLLM's agent-flow arguments (``agent_flow``, ``evaluator``, ``hooks``), not implemented.
         ConfigError / UnknownEstimatorError: bad settings, before anything is trained; the run
             directory is another process's (:mod:`~rllm_torch.trainer.logs.run_lock`).
         CheckpointMismatchError / CheckpointError: the checkpoint to resume from does not fit
@@ -110,14 +114,16 @@ class UnifiedTrainer:
         run_files: dict[str, str] | None = None,
         stop_signals: StopSignals | None = None,
         settings: RunSettings | None = None,
+        store: Any = None,
         **kwargs: Any,
     ) -> None:
+        refuse_unknown_arguments(kwargs, UnifiedTrainer)
         config = typed_run_config(config)
-        self.stop_signals = stop_signals
-        self.ranks = ranks if ranks is not None else RunRanks()
+        self.stop_signals, self.ranks = stop_signals, ranks if ranks is not None else RunRanks()
         self.run_files = dict(run_files or {})
         self.already_complete = False  # set by fit: the checkpoint held every planned step
-        self.workflow_class, self.workflow_args = workflow_class, workflow_args or {}
+        self.workflow_class = workflow_class
+        self.workflow_args = {**(workflow_args or {}), **({"store": store} if store is not None else {})}
         self.train_dataset, self.val_dataset = train_dataset, val_dataset
         self.config, self.rllm_config = config, config.rllm
         self.traj_grouping_hook = traj_grouping_hook
@@ -273,8 +279,7 @@ class UnifiedTrainer:
         return unfinished
 
     def epochs(self, state: TrainerState, plan: StepPlan) -> Any:
-        """The epochs to train: with dynamic sampling and ``total_batches``, as many as it takes
-        (a step draws several batches)."""
+        """The epochs to train (dynamic sampling with ``total_batches``: as many as its steps take)."""
         by_steps = self.settings.dynamic_sampling.enable and self.rllm_config.trainer.total_batches
         return itertools.count(state.epoch) if by_steps else range(state.epoch, plan.epochs)
 
@@ -370,19 +375,14 @@ class UnifiedTrainer:
                 )
         finally:
             state.is_training = True
+        hook = self.traj_grouping_hook
         groups, _ = transform_episodes_to_trajectory_groups(
-            episodes,
-            self.transform_config,
-            self.cf_config,
-            traj_grouping_hook=self.traj_grouping_hook,
-            process_group=group,
+            episodes, self.transform_config, self.cf_config, traj_grouping_hook=hook, process_group=group
         )
-        metrics = {
-            f"val/{k}": v
-            for k, v in collect_reward_and_advantage_from_trajectory_groups(
-                groups, self.algorithm_config, collect_advantage=False, process_group=group
-            ).items()
-        }
+        rewards = collect_reward_and_advantage_from_trajectory_groups(
+            groups, self.algorithm_config, collect_advantage=False, process_group=group
+        )
+        metrics = {f"val/{k}": v for k, v in rewards.items()}
         metrics |= validation_pass_metrics(episodes, self.rllm_config.rollout.n_val, ranks=self.ranks)
         metrics |= workflow_metrics(episodes, prefix="val", ranks=self.ranks)
         metrics["time/testing"] = time.perf_counter() - start
