@@ -2,7 +2,7 @@
 tests, each a ``git diff`` of one line, planted alone, run against the tests, then taken out.
 
     python benchmarks/mutation_patches.py DIR            # DIR holds <ID>.patch files and bugs.tsv
-    python benchmarks/mutation_patches.py DIR --only S01 O03
+    python benchmarks/mutation_patches.py DIR --only S01 O03 --stages first
 
 ``bugs.tsv`` has one line per bug: ``ID<TAB>what<TAB>file:line<TAB>first tests<TAB>layer``. A bug
 is caught when its first tests (picked by the planter from the test files' names) fail; if they
@@ -80,6 +80,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("directory", type=Path)
     parser.add_argument("--only", nargs="*", default=None)
+    parser.add_argument("--stages", nargs="+", choices=("first", "layer"), default=["first", "layer"])
     args = parser.parse_args()
     bugs = [b for b in read_bugs(args.directory) if args.only is None or b.name in args.only]
     for bug in bugs:  # all of them, before minutes of tests
@@ -87,7 +88,7 @@ def main() -> None:
         if check.returncode != 0:
             raise SystemExit(f"{bug.name}.patch does not apply to this checkout: {check.stderr.strip()}")
     caught: dict[str, str] = {}
-    for stage in ("first", "layer"):
+    for stage in args.stages:
         for bug in bugs:
             if bug.name in caught:
                 continue
