@@ -45,6 +45,15 @@ def _recording_nll(ctx: LossContext):
     return ctx.aggregate(-ctx.advantages * ctx.logp_curr, ctx.action_mask), {}
 
 
+@register_loss("test_ctx_icepop_metrics")
+def _icepop_metrics(ctx: LossContext):
+    """cross_entropy's -A log pi, with constant metrics: one keyed like rLLM's IcePop, one bare."""
+    return ctx.aggregate(-ctx.advantages * ctx.logp_curr, ctx.action_mask), {
+        "icepop/mask_frac": 0.25,
+        "ratio_mean": torch.tensor(1.5),
+    }
+
+
 GROUPS = tasks.fixed_groups(seed=11, num_groups=3, n=4, eos=tasks.eos_id())
 
 
@@ -189,3 +198,12 @@ def test_the_token_filters_reach_a_registered_losss_action_mask_as_they_reach_th
         torch.testing.assert_close(before["grads"][name], grad, rtol=1e-5, atol=1e-7, msg=name)
     assert state.metrics["actor/entropy_masked"] == pytest.approx(builtin_state.metrics["actor/entropy_masked"])
     assert state.metrics["actor/off_policy_masked"] > 0
+
+
+def test_a_registered_losss_metric_keyed_with_a_slash_is_logged_under_actor_as_it_is_and_a_bare_one_under_its_name():
+    # one mini-batch, one micro-batch, one loss on every row: each metric's token-weighted mean
+    # over the step is the constant the loss returned (0.25 * tokens / tokens)
+    _, state, _, _ = one_update(tasks.backend_config("rllm.algorithm.loss_fn=test_ctx_icepop_metrics"))
+    assert state.metrics["actor/icepop/mask_frac"] == pytest.approx(0.25)
+    assert state.metrics["actor/test_ctx_icepop_metrics/ratio_mean"] == pytest.approx(1.5)
+    assert not [k for k in state.metrics if "test_ctx_icepop_metrics/icepop" in k]

@@ -1,9 +1,11 @@
 """Where an estimator's options come from, merged (issue 50): an estimator that takes ``**kwargs``
 gets every option (the run-wide ones and its own), the user's own ``estimator_options`` win over
 ``compat="rllm"``, the trainer's ``traj_group_adv_estimator_map`` and the config's
-``estimator_map`` may not name one role two ways, ``rllm.rejection_sample.min_trajs_per_group``
-survives ``from_config``, and an explicit ``Episode.rollout_idx`` wins over the id's. Expected
-values are worked by hand or in float64 here, not read from the code under test."""
+``estimator_map`` may not name one role two ways (nor an ``estimator_map`` pair and
+``loss_fn_map`` one role's loss), an option given twice must be the same value (``1`` is not
+``True``), ``rllm.rejection_sample.min_trajs_per_group`` survives ``from_config``, and an
+explicit ``Episode.rollout_idx`` wins over the id's. Expected values are worked by hand or in
+float64 here, not read from the code under test."""
 
 from __future__ import annotations
 
@@ -175,3 +177,67 @@ def test_an_explicit_rollout_idx_wins_over_the_one_in_the_episode_id():
     assert Episode(id="t0:3", rollout_idx=5).task_id == "t0"
     assert Episode(id="t0:x").rollout_idx == 0  # not an integer: nothing to read
     assert Episode(task_id="t1", rollout_idx=7).id == "t1:7"
+
+
+# a role's loss named twice: by an (estimator, loss) pair in estimator_map and by loss_fn_map -------
+
+
+@pytest.mark.parametrize("pair", [("reinforce", "cispo"), ["reinforce", "cispo"]])
+def test_a_pair_that_names_the_same_loss_as_loss_fn_map_is_one_setting_and_trains_with_it(pair):
+    config = AlgorithmConfig(estimator_map={"judge": pair, "solver": "grpo"}, loss_fn_map={"judge": "cispo"})
+    assert config.estimator_map == {"judge": "reinforce", "solver": "grpo"}  # str enum values compare equal
+    assert config.loss_fn_map == {"judge": "cispo"}
+    assert [config.loss_fn_for(role) for role in ("judge", "solver")] == ["cispo", "ppo"]
+
+
+@pytest.mark.parametrize("pair", [("reinforce", "ppo"), ["reinforce", "cross_entropy"]])
+def test_a_pair_that_names_another_loss_than_loss_fn_map_is_refused_not_silently_overridden(pair):
+    with pytest.raises(
+        ConfigError, match=rf"estimator_map\['judge'\] names loss '{pair[1]}' but loss_fn_map\['judge'\]='cispo'"
+    ):
+        AlgorithmConfig(estimator_map={"judge": pair}, loss_fn_map={"judge": "cispo"})
+
+
+def test_a_run_config_naming_a_roles_loss_in_both_maps_runs_when_they_agree_and_stops_when_they_differ(tmp_path):
+    pair = "rllm.algorithm.estimator_map={judge:[reinforce,cispo]}"
+    settings = check_run_config(make_config(tmp_path, pair, "rllm.algorithm.loss_fn_map={judge: cispo}"))
+    assert settings.algorithm_config.loss_fn_for("judge") == "cispo"
+    assert settings.plan.role("judge").estimator == "reinforce"
+    with pytest.raises(
+        ConfigError, match=r"estimator_map\['judge'\] names loss 'cispo' but loss_fn_map\['judge'\]='ppo'"
+    ):
+        check_run_config(make_config(tmp_path, pair, "rllm.algorithm.loss_fn_map={judge: ppo}"))
+
+
+# an option given in the config and as a keyword: a bool is only the same bool (1 is not True) ----------
+
+
+@pytest.mark.parametrize(
+    "in_config, keyword, same",
+    [
+        # grpo of one group [1, 0]: deviations +-0.5; divided by std + 1e-6 unless norm_adv_by_std_in_grpo=False
+        ({"std_correction": 1}, {"std_correction": True}, 0.5 / (0.5**0.5 + 1e-6)),  # std sqrt(0.5 / (2 - 1))
+        ({"std_correction": 0}, {"std_correction": False}, 0.5 / (0.5 + 1e-6)),  # std sqrt(0.5 / 2)
+        ({"norm_adv_by_std_in_grpo": True}, {"norm_adv_by_std_in_grpo": 1}, 0.5 / (0.5 + 1e-6)),
+        ({"norm_adv_by_std_in_grpo": False}, {"norm_adv_by_std_in_grpo": 0}, 0.5),
+    ],
+)
+def test_a_run_wide_option_given_as_a_number_one_way_and_a_bool_the_other_is_given_twice(in_config, keyword, same):
+    batch = GroupedRewards.from_groups([[1.0, 0.0]])
+    config = AlgorithmConfig(**in_config)
+    with pytest.raises(ConfigError, match=rf"option '{next(iter(keyword))}' is given twice"):
+        compute_advantages(batch, "grpo", algorithm_config=config, **keyword)
+    # the same value (the same bool, or the same int) both ways is one setting
+    adv, _ = compute_advantages(batch, "grpo", algorithm_config=config, **in_config)
+    assert adv.tolist() == pytest.approx([same, -same], rel=1e-6)
+
+
+@pytest.mark.parametrize("in_config, keyword", [(1, True), (True, 1), (0, False), (False, 0), (1.0, True)])
+def test_an_estimators_own_option_given_as_a_number_one_way_and_a_bool_the_other_is_given_twice(in_config, keyword):
+    batch = GroupedRewards.from_groups([[1.0, 0.0]])
+    config = AlgorithmConfig(estimator_options={"merging_scaled_centre": {"scale": in_config}})
+    with pytest.raises(ConfigError, match=r"'scale' is given twice, scale=.* as a keyword"):
+        compute_advantages(batch, "merging_scaled_centre", algorithm_config=config, scale=keyword)
+    # equal values of one type are one setting: scale * (r - mean), mean 0.5
+    adv, _ = compute_advantages(batch, "merging_scaled_centre", algorithm_config=config, scale=in_config)
+    assert adv.tolist() == pytest.approx([0.5 * float(in_config), -0.5 * float(in_config)])

@@ -22,6 +22,7 @@ from rllm_torch import (
     register_rllm_adv_estimator,
     rLLMAdvantageEstimator,
 )
+from rllm_torch.rllm.types import Trajectory, TrajectoryGroup
 
 
 def test_an_rllm_style_custom_estimator_registers_and_runs_unchanged():
@@ -66,6 +67,39 @@ def test_a_custom_estimator_returning_the_wrong_shape_is_reported():
 
     with pytest.raises(EstimatorOutputError, match="for 1 groups; the batch has 2"):
         compute_advantages(GroupedRewards.from_groups([[1.0], [2.0]]), "test_broken_groups")
+
+
+def test_traj_groups_with_a_default_may_be_left_out_and_without_one_must_be_given():
+    """rLLM passes ``traj_groups`` when it has them: a parameter with a default is optional (a call
+    without groups runs, the default stays), one without a default is required (such a call is a
+    ConfigError naming the way to give them, not a TypeError from inside the call)."""
+    seen = {}
+
+    @register_rllm_adv_estimator("test_groups_optional")
+    def optional(rewards, algorithm_config, traj_groups=None):
+        seen["optional"] = traj_groups
+        return [r - r.mean() for r in rewards], rewards
+
+    @register_rllm_adv_estimator("test_groups_required")
+    def required(rewards, algorithm_config, traj_groups):
+        seen["required"] = traj_groups
+        return [r - r.mean() for r in rewards], rewards
+
+    batch = GroupedRewards.from_groups([[1.0, 0.0], [3.0]])
+    groups = [
+        TrajectoryGroup([Trajectory(name="a"), Trajectory(name="b")], group_id="t0:s"),
+        TrajectoryGroup([Trajectory(name="c")], group_id="t1:s"),
+    ]
+    # means 0.5 and 3: [1 - .5, 0 - .5, 3 - 3]
+    adv, _ = compute_advantages(batch, "test_groups_optional")
+    assert adv.tolist() == [0.5, -0.5, 0.0] and seen["optional"] is None
+    adv, _ = compute_advantages(batch, "test_groups_optional", traj_groups=groups)
+    assert adv.tolist() == [0.5, -0.5, 0.0] and seen["optional"] == groups
+    with pytest.raises(ConfigError, match="estimator 'test_groups_required' takes traj_groups .* pass traj_groups="):
+        compute_advantages(batch, "test_groups_required")
+    assert "required" not in seen
+    adv, _ = compute_advantages(batch, "test_groups_required", traj_groups=groups)
+    assert adv.tolist() == [0.5, -0.5, 0.0] and seen["required"] == groups
 
 
 def test_registering_a_name_again_warns_and_replaces():

@@ -176,6 +176,31 @@ def test_traj_groups_hold_exactly_the_trajectories_whose_rewards_the_estimator_g
     assert _step_advantages(group) == [0.25, 0.0, -0.75]  # the untrained one takes no part (and gets 0)
 
 
+@register_adv_estimator("conformance_names_seen")
+def _names_seen(rewards, algorithm_config, **kwargs):
+    """Records which trajectories each group's view holds; advantages: the length-weighted ones."""
+    _names_seen.groups = [[t.name for t in g.trajectories] for g in kwargs["traj_groups"]]
+    return _length_weighted(rewards, algorithm_config, **kwargs)
+
+
+def test_a_later_groups_traj_groups_view_holds_its_own_trained_trajectories_found_by_their_rows_in_the_batch():
+    """Two groups of three, one untrained trajectory in each, at different places: the second
+    group's members are the flat rows 3, 4, 5, so its trained ones are found by flat row, not by
+    the position in the group (which would take y0 and the untrained y2 instead of y0 and y1)."""
+
+    def untrained(name):
+        return Trajectory(name=name, reward=5.0, steps=[Step(response_ids=[1, 2], response_mask=[0, 0])])
+
+    first = TrajectoryGroup([_traj("x0", 1.0, 3), untrained("x1"), _traj("x2", 0.0, 1)], group_id="t1:s")
+    second = TrajectoryGroup([_traj("y0", 1.0, 1), _traj("y1", 0.0, 3), untrained("y2")], group_id="t2:s")
+    collect_reward_and_advantage_from_trajectory_groups(
+        [first, second], AlgorithmConfig(estimator_map={"s": "conformance_names_seen"})
+    )
+    assert _names_seen.groups == [["x0", "x2"], ["y0", "y1"]]
+    assert _step_advantages(first) == [0.25, 0.0, -0.75]  # baseline (3*1 + 1*0) / 4 = .75
+    assert _step_advantages(second) == [0.75, -0.25, 0.0]  # baseline (1*1 + 3*0) / 4 = .25
+
+
 # 5. rLLM's AlgorithmConfig fields and names ---------------------------------------------------
 
 

@@ -41,6 +41,22 @@ def test_an_episode_without_a_task_id_takes_it_from_its_id_as_rllm_does():
     assert Episode(id="no-colon").task_id == "no-colon"  # rLLM: id.split(":")[0]
 
 
+@pytest.mark.parametrize(
+    "episode_id, task_id, rollout_idx",
+    [
+        ("t0:2:7", "t0", 2),  # rLLM: rollout_idx = id.split(":")[1], the second part, not the last
+        ("t0:2:x", "t0", 2),  # a last part that is no number changes nothing
+        ("t0:x:7", "t0", 0),  # a second part that is no number: nothing to read, whatever follows
+        ("t0:12:3:4", "t0", 12),
+    ],
+)
+def test_the_rollout_index_is_read_from_the_ids_second_part_even_when_more_parts_follow(
+    episode_id, task_id, rollout_idx
+):
+    episode = Episode(id=episode_id)
+    assert (episode.id, episode.task_id, episode.rollout_idx) == (episode_id, task_id, rollout_idx)
+
+
 def test_a_scalar_step_advantage_covers_exactly_the_step_own_response_mask():
     step = Step(response_ids=[1, 2, 3, 4], response_mask=[0, 1, 1, 0], advantage=2.0)
     assert step.token_advantages().tolist() == [0.0, 2.0, 2.0, 0.0]

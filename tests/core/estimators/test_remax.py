@@ -52,6 +52,38 @@ def test_matches_a_float64_loop_on_ragged_and_equal_groups(seed):
     torch.testing.assert_close(got, (equal - baselines[:6, None].float()).reshape(-1))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("layout", ["padded", "flat", "groups"])
+def test_the_returns_are_a_tensor_of_their_own_writing_into_them_changes_neither_the_rewards_nor_the_advantages(
+    dtype, layout
+):
+    """The docstring's "new, detached tensors": the returns hold the rewards' values but not their
+    storage, even where no cast or reshape copies them (float32 and float64 stay in their dtype,
+    a flat or padded batch is already [N])."""
+    rewards = torch.tensor([[1.0, 0.0, 0.5], [0.25, 0.75, 1.0]], dtype=dtype)
+    batch = {
+        "padded": lambda: GroupedRewards.from_padded(rewards),
+        "flat": lambda: GroupedRewards.from_flat(rewards.reshape(-1), torch.tensor([0, 0, 0, 1, 1, 1])),
+        "groups": lambda: GroupedRewards.from_groups(list(rewards)),
+    }[layout]()
+    baselines = torch.tensor([0.5, 1.0], dtype=dtype)
+    adv, ret = remax(batch, baselines=baselines)
+    assert ret.untyped_storage().data_ptr() not in (
+        batch.rewards.untyped_storage().data_ptr(),
+        rewards.untyped_storage().data_ptr(),
+        adv.untyped_storage().data_ptr(),
+    )
+    ret.add_(100.0)  # a caller scaling or shifting its returns in place
+    ret[0] = -7.0
+    # the rewards as given, and r - b: [1 - .5, 0 - .5, .5 - .5, .25 - 1, .75 - 1, 1 - 1]
+    assert batch.rewards.reshape(-1).tolist() == [1.0, 0.0, 0.5, 0.25, 0.75, 1.0]
+    assert rewards.reshape(-1).tolist() == [1.0, 0.0, 0.5, 0.25, 0.75, 1.0]
+    assert adv.tolist() == [0.5, -0.5, 0.0, -0.75, -0.25, 0.0]
+    # and the other way: writing into the rewards afterwards does not change the returns
+    batch.rewards.zero_()
+    assert ret.tolist() == [-7.0, 100.0, 100.5, 100.25, 100.75, 101.0]
+
+
 def test_compiled_with_fullgraph_it_gives_the_eager_numbers():
     rewards, baselines = (torch.rand(6, 4) > 0.5).float(), torch.rand(6)
     compiled = torch.compile(
