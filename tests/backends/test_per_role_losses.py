@@ -2,16 +2,20 @@
 ``loss_fn_map``): the config splits the pairs, a bad pair stops the run at start-up naming the
 role, and one update trains each role's rows with its own loss over the mini-batch's one
 normaliser: the micro-batch loss equals the sum of each loss on its role's rows, and a map that
-gives every role the run's loss is the run without a map, bit for bit."""
+gives every role the run's loss is the run without a map, bit for bit. A loss that pins its own
+aggregation (gspo, a registered one) divides by its own mode's count over the mini-batch."""
 
 from __future__ import annotations
+
+import asyncio
+import copy
 
 import pytest
 import torch
 from trainer_fakes import make_config
-from trainer_rank_tasks import ALPHABET, _groups, backend_config, eos_id, fixed_groups
+from trainer_rank_tasks import ALPHABET, AlgorithmConfigFrom, _groups, backend_config, eos_id, fixed_groups
 
-from rllm_torch import AlgorithmConfig, rLLMAdvantageEstimator
+from rllm_torch import AlgorithmConfig, register_loss, rLLMAdvantageEstimator
 from rllm_torch.backends.torch_backend.backend import TorchBackend
 from rllm_torch.core.errors import ConfigError
 from rllm_torch.core.losses import policy_loss
@@ -176,3 +180,57 @@ def test_the_trainers_pairs_and_the_configs_loss_fn_map_naming_one_role_must_agr
     assert (agreed.estimator_for("solver").value, agreed.loss_fn_for("solver")) == ("rloo", "cispo")
     with pytest.raises(ConfigError, match=r"names loss 'ppo' but loss_fn_map\['solver'\]='cispo'"):
         check_run_config(config, estimator_map={"solver": ("rloo", "ppo")})
+
+
+@register_loss("test_seq_mean_nll", agg_mode="seq-mean-token-mean")
+def _seq_mean_nll(ctx):
+    """cross_entropy's -A log pi, its aggregation pinned to each sequence's token mean."""
+    return ctx.aggregate(-ctx.advantages * ctx.logp_curr, ctx.action_mask), {}
+
+
+@pytest.mark.parametrize("pinned_loss", ["gspo", "test_seq_mean_nll"])
+def test_a_loss_that_pins_its_aggregation_divides_by_its_own_modes_count_over_the_whole_mini_batch(pinned_loss):
+    """The teacher's loss pins seq-mean-token-mean in a token-mean run: its part of the loss is
+    divided by the mini-batch's number of sequences (12), the solver's ppo by its number of tokens,
+    in every micro-batch (micro_batch_tokens makes several). The gradient, before the optimizer
+    step, against autograd of the hand-written loss on a copy of the initial model."""
+    config = backend_config(
+        f"rllm.algorithm.loss_fn_map={{teacher: {pinned_loss}}}",
+        "rllm.algorithm.adv_estimator=reinforce",  # advantage = reward (0 or 1) on every token
+        "backend.grad_clip=1e9",  # no clip: the gradient is the loss's
+        "backend.micro_batch_tokens=16",
+    )
+    backend = TorchBackend(config, alphabet=ALPHABET)
+    backend.init_rollout_engine()
+    groups = _groups(fixed_groups(0, 4, 3, eos_id()))
+    for group in groups[:2]:
+        group.group_role = "teacher"
+    state = TrainerState(trajectory_groups=groups, total_steps=1)
+    state.backend_batch = batch = backend.transform_to_backend_batch(state)
+    initial = copy.deepcopy(backend.model)
+    grads = {}
+    backend.actor.optimizer.register_step_pre_hook(
+        lambda *_: grads.update({n: p.grad.clone() for n, p in backend.model.named_parameters()})
+    )
+
+    async def step():
+        await backend.process_backend_batch(state)
+        await backend.compute_advantages(state, AlgorithmConfigFrom(config))
+        await backend.update_policy(state)
+
+    asyncio.run(step())
+    assert len(backend.updater.micro.split(batch, torch.arange(12), collective=True)) > 1
+    # on-policy (one epoch, one mini-batch: ratio 1, nothing clipped) both losses have the gradient of
+    # sum_i sum_t -A[i,t] log pi[i,t] / L_i / 12 over the teacher's rows (gspo's and the pinned nll's alike)
+    # plus sum_i sum_t -A[i,t] log pi[i,t] / (all trained tokens) over the solver's rows (ppo, token-mean)
+    mask, adv = batch.response_mask.double(), batch.advantages.double()
+    teacher = torch.tensor([True] * 6 + [False] * 6)  # groups 0 and 1 of 3 rows each
+    assert (mask.sum(-1) > 0).all() and adv.abs().sum() > 0 and (adv * mask)[teacher].abs().sum() > 0
+    logits = initial(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits.double()
+    logp = torch.zeros_like(mask)
+    logp[:, 1:] = logits[:, :-1].log_softmax(-1).gather(2, batch.input_ids[:, 1:, None]).squeeze(2)
+    per_token = -adv * logp * mask
+    want = (per_token[teacher].sum(-1) / mask[teacher].sum(-1)).sum() / 12 + per_token[~teacher].sum() / mask.sum()
+    want.backward()
+    for name, param in initial.named_parameters():
+        torch.testing.assert_close(grads[name], param.grad.float(), rtol=1e-4, atol=1e-6, msg=name)

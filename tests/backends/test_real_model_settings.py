@@ -240,3 +240,26 @@ def test_the_entropy_bonus_is_minus_its_coefficient_times_the_token_mean_entropy
     (-coef * (entropy * mask).sum() / mask.sum()).backward()
     for key, param in plain.model.named_parameters():
         torch.testing.assert_close(grads_b[key] - grads_p[key], param.grad, rtol=1e-4, atol=1e-6, msg=key)
+
+
+@pytest.mark.parametrize(
+    ("processes", "threads"),
+    [(1, 8), (2, 4), (3, 2), (16, 1)],  # 8 cores shared: 8 // 1, 8 // 2, 8 // 3 = 2, 8 // 16 = 0 -> at least 1
+)
+def test_a_pretrained_models_default_thread_count_shares_the_cores_among_the_machines_processes(
+    monkeypatch, processes, threads
+):
+    from rllm_torch.trainer import model_defaults
+
+    monkeypatch.setattr(model_defaults.os, "sched_getaffinity", lambda pid: set(range(8)))  # this process: 8 cores
+    before = torch.get_num_threads()
+    try:
+        config = tasks.backend_config("model.path=/a/pretrained/model")
+        said = model_defaults.apply_model_defaults(config, processes_per_machine=processes)
+        assert config.backend.num_threads == threads == torch.get_num_threads()
+        assert f"backend.num_threads={threads}," in said and said.endswith("(defaults for a pretrained model.path)")
+        scratch = tasks.backend_config()  # from scratch: 1 thread whatever the machine
+        model_defaults.apply_model_defaults(scratch, processes_per_machine=processes)
+        assert scratch.backend.num_threads == 1
+    finally:
+        torch.set_num_threads(before)

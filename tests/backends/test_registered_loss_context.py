@@ -155,6 +155,23 @@ def test_a_loss_that_needs_no_reference_keeps_none_and_gets_none():
     assert all(ctx["params"] == {"eps_clip": 0.2, "eps_clip_high": 0.2, "kl_beta": 0.0} for ctx in seen)
 
 
+def test_a_loss_params_key_named_like_a_trainer_default_is_the_users_value():
+    # loss_params are the loss's own parameters: the user's eps_clip / eps_clip_high / kl_beta win
+    # over the ones the trainer fills in from backend.clip_ratio_low / _high (0.15, 0.27) and 0
+    config = tasks.backend_config(
+        "rllm.algorithm.loss_fn=test_ctx_recording_nll", "backend.clip_ratio_low=0.15", "backend.clip_ratio_high=0.27"
+    )
+    config.rllm.algorithm.loss_params = {"eps_clip": 0.31, "eps_clip_high": 0.42, "kl_beta": 0.05, "alpha": 2}
+    _, _, _, seen = one_update(config)
+    assert seen and all(
+        ctx["params"] == {"eps_clip": 0.31, "eps_clip_high": 0.42, "kl_beta": 0.05, "alpha": 2} for ctx in seen
+    )
+    # one key given, the others still the trainer's
+    config.rllm.algorithm.loss_params = {"eps_clip_high": 0.42}
+    _, _, _, seen = one_update(config)
+    assert seen and all(ctx["params"] == {"eps_clip": 0.15, "eps_clip_high": 0.42, "kl_beta": 0.0} for ctx in seen)
+
+
 QUANTILE, THRESHOLD = 0.2, 1.4
 
 

@@ -10,9 +10,11 @@ from types import SimpleNamespace
 
 import pytest
 from omegaconf import OmegaConf
+from tokenizers import Tokenizer, models
+from transformers import PreTrainedTokenizerFast
 
 from rllm_torch.backends.torch_backend.backend import TorchBackend
-from rllm_torch.backends.torch_backend.task_defaults import LengthLimitWatch, response_length
+from rllm_torch.backends.torch_backend.task_defaults import LengthLimitWatch, check_alphabet, response_length
 from rllm_torch.backends.torch_backend.tokenizer import build_char_tokenizer
 from rllm_torch.core.errors import ConfigError
 from rllm_torch.rllm.types import TerminationReason
@@ -30,6 +32,32 @@ def test_the_length_is_the_setting_else_the_tasks_own_else_twice_the_longest_ans
     derived = response_length(TOKENIZER, WORDS, given=None)
     assert (derived.tokens, derived.longest_answer) == (8, ("dcba", 4))
     assert response_length(TOKENIZER, [{"prompt": "ab="}], given=None).tokens == 2  # no answer to measure
+
+
+def bpe_tokenizer() -> PreTrainedTokenizerFast:
+    """A BPE tokenizer whose merges make runs of 'a' cheap: 'aaaa' is one token, 'b' and 'c' one each."""
+    vocab = {"<unk>": 0, "a": 1, "b": 2, "c": 3, "aa": 4, "aaaa": 5}
+    merges = [("a", "a"), ("aa", "aa")]
+    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.BPE(vocab, merges, unk_token="<unk>")))
+
+
+@pytest.mark.parametrize("answers", [["aaaaaaaa", "abc"], ["abc", "aaaaaaaa"]])
+def test_the_longest_answer_is_the_one_with_the_most_tokens_not_the_most_characters(answers):
+    tokenizer = bpe_tokenizer()
+    # 'aaaaaaaa' is 8 characters but 2 tokens (aaaa aaaa); 'abc' is 3 characters and 3 tokens (a b c)
+    assert [len(tokenizer(a, add_special_tokens=False)["input_ids"]) for a in ("aaaaaaaa", "abc")] == [2, 3]
+    derived = response_length(tokenizer, [{"prompt": "x", "answer": a} for a in answers], given=None)
+    assert derived.longest_answer == ("abc", 3)
+    assert derived.tokens == 6  # twice 3
+    assert derived.source == "twice the longest answer's tokens ('abc': 3)"
+
+
+def test_a_character_only_an_answer_has_is_refused_like_one_in_a_prompt():
+    tokenizer = build_char_tokenizer("=ab")
+    tasks = [{"prompt": "ab=", "answer": "ba"}, {"prompt": "ba=", "answer": "abz"}]  # 'z' only in an answer
+    with pytest.raises(ConfigError, match=r"no token for 'z' \(first in the answer 'abz'\)"):
+        check_alphabet(tasks, tokenizer, given=True)
+    check_alphabet(tasks[:1], tokenizer, given=True)  # every character known: no error
 
 
 def backend(tmp_path, tasks, **kwargs) -> tuple[TorchBackend, object]:

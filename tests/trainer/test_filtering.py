@@ -11,6 +11,7 @@ from rllm_torch.trainer import (
     apply_rejection_sampling_and_filtering,
     transform_episodes_to_trajectory_groups,
 )
+from rllm_torch.trainer.pipeline.step_warnings import all_dropped_warning
 
 
 def _batch(task_rewards):
@@ -55,6 +56,22 @@ def test_mode_none_drops_the_small_groups_as_rllm_does_but_not_the_uniform_ones(
         episodes, groups, RejectionSamplingConfig(mode="none", min_trajs_per_group=1)
     )
     assert kept == groups and metrics["batch/groups_dropped_insufficient_trajs"] == 0.0
+
+
+def test_a_step_whose_every_group_is_too_small_warns_that_nothing_trains_and_one_kept_group_is_silent():
+    episodes, groups = _batch({"a": [1.0], "b": [0.0], "c": [1.0]})  # 3 groups of one
+    config = RejectionSamplingConfig(mode="none", min_trajs_per_group=2)
+    kept, _, metrics = apply_rejection_sampling_and_filtering(episodes, groups, config, RejectionSamplingState())
+    assert kept == [] and metrics["batch/groups_dropped_insufficient_trajs"] == metrics["batch/groups_before_filter"]
+    assert all_dropped_warning(metrics, 2, step=7) == (
+        "step 7: every group (3) has fewer than rllm.rejection_sample.min_trajs_per_group=2 trajectories and was "
+        "dropped (rLLM's rule): nothing trains. Raise rllm.rollout.n, or set rllm.rejection_sample.min_trajs_per_group=1 "
+        "for an estimator that learns from one rollout a prompt."
+    )
+    episodes, groups = _batch({"a": [1.0], "b": [0.0, 1.0]})  # b's group of two is kept
+    kept, _, metrics = apply_rejection_sampling_and_filtering(episodes, groups, config, RejectionSamplingState())
+    assert len(kept) == 1 and all_dropped_warning(metrics, 2, step=7) == ""
+    assert all_dropped_warning({}, 2, step=7) == ""  # no group at all: nothing was dropped
 
 
 def test_episode_mode_accumulates_across_batches_until_enough_tasks_are_partially_solved():

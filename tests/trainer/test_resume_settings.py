@@ -156,6 +156,19 @@ def test_a_changed_learning_rate_and_schedule_apply_from_the_resumed_step_and_ar
     assert manifest["metadata"]["resumable"]["backend.lr"] == 0.01  # the next resume compares with 0.01
 
 
+def test_each_resume_of_one_run_directory_adds_its_own_row_to_resumes_jsonl(tmp_path):
+    run_dir, settings = tmp_path / "run", [*TINY, "rllm.trainer.save_freq=1"]
+    run(make_config(run_dir, *settings, "rllm.trainer.total_batches=1"))  # checkpoint at step 1
+    assert not (run_dir / "resumes.jsonl").exists()  # a fresh start is no resume
+    run(make_config(run_dir, *settings, "rllm.trainer.total_batches=2"))  # resumes at 1, checkpoint at 2
+    run(make_config(run_dir, *settings, "rllm.trainer.total_batches=3", "backend.lr=0.01"))  # resumes at 2
+    rows = [json.loads(line) for line in (run_dir / "resumes.jsonl").read_text().splitlines()]
+    assert [(r["step"], Path(r["checkpoint"]).name, r["changed"]) for r in rows] == [
+        (1, "step_000001", {"rllm.trainer.total_batches": [1, 2]}),
+        (2, "step_000002", {"rllm.trainer.total_batches": [2, 3], "backend.lr": [0.001, 0.01]}),
+    ]
+
+
 def snapshot(directory: Path) -> dict[str, tuple[int, str]]:
     return {
         str(p.relative_to(directory)): (p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())

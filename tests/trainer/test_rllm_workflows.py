@@ -152,3 +152,25 @@ def test_every_failed_episode_of_a_step_is_said_with_the_first_error_and_three_i
     assert steps.observe(failed, RunRanks(), 6) != "" and steps.observe(failed, RunRanks(), 7) == ""  # said once
     with pytest.raises(WorkflowError, match=r"steps 6-8: every episode failed \(3 in the last\).*ValueError\('bad'\)"):
         steps.observe(failed, RunRanks(), 8)
+
+
+@pytest.mark.parametrize(
+    "episodes",
+    [
+        # an error or a timeout after a trajectory was recorded: that trajectory trains
+        [
+            Episode(id=f"t:{i}", termination_reason=r, trajectories=[Trajectory()])
+            for i, r in enumerate(("error", "timeout"))
+        ],
+        # no trajectory, but ended normally (nothing to train, yet nothing failed)
+        [Episode(id=f"t:{i}", termination_reason="env_done") for i in range(3)],
+    ],
+    ids=["failed with trajectories", "no trajectory but not failed"],
+)
+def test_a_step_is_all_failed_only_when_every_episode_has_no_trajectory_and_ended_in_error_or_timeout(episodes):
+    steps = FailedSteps(limit=2)
+    # the limit's worth of such steps in a row: neither a warning nor the stop
+    assert [steps.observe(episodes, RunRanks(), step) for step in (1, 2, 3)] == ["", "", ""]
+    # the same episodes with no trajectory and a failed ending are a failed step (a timeout is one too)
+    failed = [Episode(id=f"t:{i}", termination_reason=r) for i, r in enumerate(("error", "timeout"))]
+    assert steps.observe(failed, RunRanks(), 4).startswith("step 4: all 2 episodes failed")
