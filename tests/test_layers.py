@@ -225,3 +225,66 @@ def test_the_backend_holds_its_parts_and_inherits_only_the_protocol():
     source = (PACKAGE / "backends" / "torch_backend" / "backend.py").read_text()
     assert "BatchPasses(" in source and "PolicyUpdater(" in source
     assert BatchPasses.__bases__ == (object,) and PolicyUpdater.__bases__ == (object,)
+
+
+def _module_imports(path: Path, modules: set[str]) -> set[str]:
+    """The package's modules ``path`` imports, anywhere in it (function bodies and ``TYPE_CHECKING``
+    blocks included: a cycle held by a late import is still a cycle); ``from a import b`` is the
+    module ``a.b`` when there is one, else ``a``."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            found |= {
+                f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module for a in node.names
+            }
+    return found & modules
+
+
+def _import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for imported in sorted(graph[module]):
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            component = []
+            while not component or component[-1] != module:
+                component.append(stack.pop())
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return cycles
+
+
+def _import_graph(text_of=lambda path: path) -> dict[str, set[str]]:
+    modules = {_module_name(p) for p in MODULES}
+    return {_module_name(p): _module_imports(text_of(p), modules) - {_module_name(p)} for p in MODULES}
+
+
+def test_no_modules_import_each_other_even_through_a_late_import():
+    cycles = _import_cycles(_import_graph())
+    assert not cycles, "import cycles (each a set of modules that import each other): " + "; ".join(map(str, cycles))
+
+
+def test_the_cycle_check_catches_a_cycle_held_by_a_function_level_import(tmp_path):
+    # a planted late import back: the segment module is imported by centring, which it imports
+    planted = PACKAGE / "core" / "centring.py"
+    copy = tmp_path / "centring.py"
+    copy.write_text(planted.read_text() + "\n\ndef _late():\n    from rllm_torch.core.segment import SegmentLayout\n")
+    cycles = _import_cycles(_import_graph(lambda path: copy if path == planted else path))
+    assert ["rllm_torch.core.centring", "rllm_torch.core.segment"] in cycles

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import difflib
 import importlib.resources
-import os
-import sys
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -17,27 +15,24 @@ from omegaconf.errors import ValidationError
 
 from rllm_torch.cli.run_directory import check_run_directory, remove_empty_run_dir, resume_point
 from rllm_torch.cli.usage import check_flags
-from rllm_torch.core.errors import ConfigError, RLLMTorchError
+from rllm_torch.core.errors import ConfigError
 from rllm_torch.trainer.resolvers import register_resolvers
 from rllm_torch.trainer.rllm_settings import key_hint
 from rllm_torch.trainer.schema import TrainConfig
 
 __all__ = [
-    "ERROR_EXIT_STATUS",
     "register_configs",
     "known_keys",
     "experiment_names",
     "config_groups",
     "check_command_line",
     "check_known_keys",
-    "report_error",
     "remove_empty_run_dir",
     "resume_point",
 ]
 
 CONFIG_PACKAGE = "rllm_torch.configs"
 #: The exit status of ``rllm-torch-train`` after one of the package's errors (printed as one block).
-ERROR_EXIT_STATUS = 2
 
 
 def register_configs() -> None:
@@ -249,12 +244,3 @@ def check_known_keys(config: DictConfig) -> None:
     leaves = [k for k in unknown if not any(other.startswith(f"{k}.") for other in unknown)]
     if leaves:  # name the whole key (rllm.rolout.n), not its first unknown node
         raise _unknown_key_error(leaves[0], keys, "in the composed config")
-
-
-def report_error(exc: RLLMTorchError, stream=None) -> None:
-    """One block on stderr: the error's type and message (which says the fix), no traceback;
-    under a torchrun launch of several processes, the rank that prints it."""
-    stream = stream or sys.stderr
-    rank = f" (rank {os.environ.get('RANK')})" if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 else ""
-    print(f"rllm-torch-train{rank}: {type(exc).__name__}: {exc}", file=stream)
-    print("  (set HYDRA_FULL_ERROR=1 to see the traceback)", file=stream, flush=True)

@@ -4,7 +4,7 @@ and launcher) that ends a run whose ranks stopped on one of this package's error
 Under plain ``torchrun`` a rank that stops on a bad setting (say ``data.train_batch_size=7`` on 2
 processes) prints the package's one-block error and exits with status 2, and then torchrun adds
 its own ``ChildFailedError`` traceback and a failure table, which bury the message. Here, when
-the first rank to fail exited with status 2 (:data:`~rllm_torch.cli.command_line.ERROR_EXIT_STATUS`:
+the first rank to fail exited with status 2 (:data:`~rllm_torch.cli.error_lines.ERROR_EXIT_STATUS`:
 what ``rllm-torch-train`` returns after printing one of the package's errors), the launcher
 adds one line saying so and exits with status 2; any other failure (a crash, a signal) keeps
 torchrun's full report.
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 
-from rllm_torch.cli.command_line import ERROR_EXIT_STATUS
+from rllm_torch.cli.error_lines import ERROR_EXIT_STATUS
 
 __all__ = ["main"]
 

@@ -19,6 +19,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from rllm_torch.cli.error_lines import ERROR_EXIT_STATUS, report_error
 from rllm_torch.core.errors import ConfigError
 from rllm_torch.trainer.logs.run_lock import LOCK_NAME, RunLock, hold_run_directory
 from rllm_torch.trainer.ranks import RunRanks
@@ -80,8 +81,6 @@ class RunDirectoryCheck(Callback):
     written (Hydra would raise ``NotADirectoryError`` or ``FileExistsError`` with its traceback)."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from rllm_torch.cli.command_line import ERROR_EXIT_STATUS, report_error
-
         path = OmegaConf.select(config, "hydra.run.dir")
         if path is None:
             return

@@ -41,14 +41,13 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rllm_torch.cli.command_line import (
-    ERROR_EXIT_STATUS,
     check_command_line,
     check_known_keys,
     config_groups,
     experiment_names,
     register_configs,
-    report_error,
 )
+from rllm_torch.cli.error_lines import ERROR_EXIT_STATUS, report_error
 from rllm_torch.cli.interrupts import ctrl_c_received, ignore_stop_signals, interrupted
 from rllm_torch.cli.run_directory import check_run_directory, claimed_run_directory, remove_empty_run_dir
 from rllm_torch.cli.usage import help_text, version_text

@@ -20,7 +20,7 @@ ranks. The variance is the second, centred pass (:meth:`Centered.var`), never ``
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import torch
 from torch import Tensor
@@ -29,9 +29,32 @@ from rllm_torch.core.distributed import all_reduce_
 from rllm_torch.core.moments import merge_moments
 
 if TYPE_CHECKING:
-    from rllm_torch.core.segment import SegmentLayout
+    from torch.distributed import ProcessGroup
 
 __all__ = ["Centered", "center_groups", "group_weighted_mean"]
+
+
+class _GroupLayout(Protocol):
+    """What centring reads of a layout: :class:`~rllm_torch.core.segment.SegmentLayout`'s
+    attributes and reductions (declared here, not imported: the segment module calls this one)."""
+
+    num_groups: int
+    group_size: int | None
+    index: Tensor | None
+    group_comm: ProcessGroup | None
+    gathers_moments: bool
+
+    @property
+    def counts(self) -> Tensor | int: ...
+    def sum_and_counts(self, x: Tensor) -> tuple[Tensor, Tensor | int]: ...
+    def sum_of_squares(self, x: Tensor) -> Tensor: ...
+    def shift(self, x: Tensor) -> Tensor: ...
+    def expand(self, v_G: Tensor) -> Tensor: ...
+    def singletons(self) -> Tensor | bool: ...
+    def where_singleton(self, value_G: Tensor, singleton_value: float | Tensor) -> Tensor: ...
+    def adopt_counts(self, counts: Tensor) -> None: ...
+    @classmethod
+    def dense_layout(cls, num_groups: int, group_size: int, **kwargs: Any) -> _GroupLayout: ...
 
 
 class Centered(NamedTuple):
@@ -44,7 +67,7 @@ class Centered(NamedTuple):
     """``mean - shift``."""
     shift: Tensor
     """each group's shift (see :func:`center_groups`)."""
-    layout: SegmentLayout
+    layout: _GroupLayout
     sum_sq: Tensor | None = None
     """``sum((x - mean)^2)`` when :func:`center_groups` already has it (merged moments)."""
 
@@ -66,7 +89,7 @@ def compiled_on_cpu(x: Tensor) -> bool:
     return torch.compiler.is_compiling() and x.device.type == "cpu"
 
 
-def center_groups(layout: SegmentLayout, x: Tensor, singleton_baseline: float | None) -> Centered:
+def center_groups(layout: _GroupLayout, x: Tensor, singleton_baseline: float | None) -> Centered:
     """Two-pass centring of ``x`` (the layout's working shape) on each group's mean, by the rules
     of the module docstring; with ``singleton_baseline`` a number, a group of one uses that value
     as its mean. Collectives as :meth:`SegmentLayout.center
@@ -94,13 +117,13 @@ def center_groups(layout: SegmentLayout, x: Tensor, singleton_baseline: float | 
     return Centered(centered, mean_shifted_G, shift_G, layout)
 
 
-def _has_singleton_rule(layout: SegmentLayout, baseline: float | None) -> bool:
+def _has_singleton_rule(layout: _GroupLayout, baseline: float | None) -> bool:
     """Whether groups of one take ``baseline`` as their mean (asked after the sums, which bring
     the global counts of split groups with them)."""
     return baseline is not None and layout.singletons() is not False
 
 
-def _center_in_float64(layout: SegmentLayout, x: Tensor, baseline: float | None) -> Centered:
+def _center_in_float64(layout: _GroupLayout, x: Tensor, baseline: float | None) -> Centered:
     """:func:`center_groups` of float32 values (eager): the mean a float64 sum of the values (exact for a
     constant group: ``k * c`` needs at most 24 + 29 bits for ``k < 2**29``), the centred values
     formed against it in float64 and rounded once to float32. The shift is the mean rounded to
@@ -119,7 +142,7 @@ def _center_in_float64(layout: SegmentLayout, x: Tensor, baseline: float | None)
     return Centered(centered, mean_shifted_G, shift_G, layout)
 
 
-def _merged_moments(layout: SegmentLayout, x_1N: Tensor) -> Centered:
+def _merged_moments(layout: _GroupLayout, x_1N: Tensor) -> Centered:
     """:func:`center_groups` of one group spread over the ranks: this rank's two-pass moments in float64
     (its shift, mean and centred squares), merged over the ranks by
     :func:`~rllm_torch.core.moments.merge_moments`; the centred values are formed in float64
@@ -140,7 +163,7 @@ def _merged_moments(layout: SegmentLayout, x_1N: Tensor) -> Centered:
     return Centered(centered, mean_shifted_11, shift_11, layout, m2.to(dtype).reshape(1, 1))
 
 
-def group_weighted_mean(layout: SegmentLayout, x: Tensor, weights: Tensor) -> Tensor:
+def group_weighted_mean(layout: _GroupLayout, x: Tensor, weights: Tensor) -> Tensor:
     """Per-group weighted means over every rank, ``sum(w x) / sum(w)``, shaped like the layout's
     sums, in ``x``'s dtype. A group whose weights sum to 0 gets its unweighted mean (the limit of
     equal weights); an empty group NaN.

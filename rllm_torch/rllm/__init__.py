@@ -22,13 +22,13 @@ from rllm_torch.rllm.collect import collect_reward_and_advantage_from_trajectory
 from rllm_torch.rllm.config import AlgorithmConfig, RolloutCorrectionConfig, rLLMAdvantageEstimator
 from rllm_torch.rllm.dispatch import compute_advantages, get_tensor_adv_estimator
 from rllm_torch.rllm.registry import (
-    RLLM_ADV_ESTIMATOR_REGISTRY,
     estimator_options,
     is_token_level,
     register_adv_estimator,
     register_rllm_adv_estimator,
     registered_estimator_names,
 )
+from rllm_torch.rllm.registry_view import RLLM_ADV_ESTIMATOR_REGISTRY
 from rllm_torch.rllm.types import Episode, Step, TerminationReason, Trajectory, TrajectoryGroup
 
 __all__ = [

@@ -18,7 +18,6 @@ from rllm_torch.rllm.config_fields import (
     LR_SCHEDULES,
     RLLM_COMPAT_ESTIMATOR_OPTIONS,
     RolloutCorrectionConfig,
-    builtin_estimator_options_factory,
     discount,
     estimator_name,
     estimator_options_check,
@@ -254,14 +253,14 @@ class AlgorithmConfig:
         run_wide=True,
     )
     # estimator -> its own options; the typed config lists the built-ins' (so that they can be set
-    # without "+": rllm.algorithm.estimator_options.pass_at_k.k=4); a custom estimator's take "+"
+    # without "+": rllm.algorithm.estimator_options.pass_at_k.k=4; trainer/schema.py reads them from
+    # the registry); a custom estimator's take "+"
     estimator_options: dict[str, dict[str, Any]] = setting(
         help="estimator -> {option: value}",
         factory=dict,
         key="rllm.algorithm.estimator_options",
         check=estimator_options_check,
         schema_type=dict[str, Any],
-        schema_factory=builtin_estimator_options_factory,
     )
     importance_sampling_level: str = setting(
         "token",

@@ -154,12 +154,6 @@ def estimator_options_check(value: object) -> dict[str, dict[str, Any]]:
     return value
 
 
-def builtin_estimator_options_factory() -> dict[str, dict[str, Any]]:
-    from rllm_torch.rllm.registry import builtin_estimator_options  # the registry imports this module
-
-    return builtin_estimator_options()
-
-
 @dataclass
 class RolloutCorrectionConfig:
     """rLLM's ``rollout_correction`` (``rllm.algorithm.rollout_correction``): the correction of the

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import inspect
 import warnings
-from collections.abc import Callable, Iterable, Iterator, MutableMapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Literal
@@ -32,7 +32,6 @@ from rllm_torch.rllm.config import BATCH_INPUTS, RLLM_COMPAT_ESTIMATOR_OPTIONS, 
 __all__ = [
     "register_rllm_adv_estimator",
     "register_adv_estimator",
-    "RLLM_ADV_ESTIMATOR_REGISTRY",
     "CALL_DATA",
     "ESTIMATOR_INPUTS",
     "registered_estimator_names",
@@ -234,48 +233,6 @@ def register_adv_estimator(
 ) -> Callable[[Callable], Callable]:
     """rLLM's newer name of :func:`register_rllm_adv_estimator` (its ``terminal-rl`` branch); the same registry."""
     return register_rllm_adv_estimator(name, form=form, needs=needs)
-
-
-class _EstimatorRegistry(MutableMapping):
-    """rLLM's ``RLLM_ADV_ESTIMATOR_REGISTRY``: a live view of the registry, name → the function
-    rLLM's code would call (:func:`~rllm_torch.rllm.arrays.get_rllm_adv_estimator`; a
-    token-level one's tensor function). Assigning a name registers an ``"arrays"`` estimator;
-    names cannot be deleted."""
-
-    def __getitem__(self, name: object) -> Callable:
-        from rllm_torch.rllm.dispatch import (  # dispatch imports this module
-            get_rllm_adv_estimator,
-            get_tensor_adv_estimator,
-        )
-
-        if registered_name(name) not in _REGISTRY:
-            raise KeyError(name)
-        return (
-            get_tensor_adv_estimator(name)
-            if _REGISTRY[registered_name(name)].form == "tokens"
-            else get_rllm_adv_estimator(name)
-        )
-
-    def __setitem__(self, name: object, fn: Callable) -> None:
-        _add(name, fn, "arrays", None)
-
-    def __delitem__(self, name: object) -> None:
-        raise TypeError(
-            "registered estimators cannot be removed; register another function under the name to replace it."
-        )
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(registered_estimator_names())
-
-    def __len__(self) -> int:
-        return len(_REGISTRY)
-
-    def __contains__(self, name: object) -> bool:
-        value = name.value if isinstance(name, Enum) else name
-        return value in _REGISTRY
-
-
-RLLM_ADV_ESTIMATOR_REGISTRY: MutableMapping = _EstimatorRegistry()
 
 
 def register_builtin(

@@ -28,7 +28,7 @@ import dataclasses
 import math
 import numbers
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, Field, dataclass
 from typing import Any
 
@@ -64,8 +64,9 @@ class Setting:
             message (the run-wide estimator options' checks, shared with ``compute_advantages``).
         run_wide: an estimator option the trainer gives every estimator call (each estimator
             takes those its signature names).
-        schema_type, schema_default, schema_factory: how the typed run config declares it, where
-            that differs from the dataclass (an enum or ``None`` there, a plain value here).
+        schema_type, schema_default: how the typed run config declares it, where that differs from
+            the dataclass (an enum or ``None`` there, a plain value here); a default computed above
+            this layer is given to :func:`schema_fields` as a factory.
     """
 
     help: str
@@ -82,7 +83,6 @@ class Setting:
     run_wide: bool = False
     schema_type: Any = None
     schema_default: Any = UNSET
-    schema_factory: Callable[[], Any] | None = None
 
 
 def setting(default: Any = MISSING, help: str = "", *, factory: Callable[[], Any] | None = None, **facts: Any) -> Any:
@@ -140,25 +140,23 @@ def check_value(value: Any, s: Setting, key: str, example: Any = UNSET) -> Any:
     return value
 
 
-def schema_fields(cls: type, section: str) -> list[tuple[str, Any, Field]]:
+def schema_fields(
+    cls: type, section: str, factories: Mapping[str, Callable[[], Any]] | None = None
+) -> list[tuple[str, Any, Field]]:
     """``make_dataclass`` fields of the typed run config's ``section`` (e.g.
     ``"rllm.algorithm"``) for the settings of ``cls`` whose key is ``section.<name>``: named by
     the key's last part, typed and defaulted by ``schema_type`` / ``schema_default`` /
-    ``schema_factory`` where given, the declaration's metadata kept."""
+    ``factories[field name]`` where given (a default read from above this layer: the built-in
+    estimators' options), the declaration's metadata kept."""
     out, hints = [], typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         s = f.metadata.get("setting")
         if s is None or s.key is None or s.key.rpartition(".")[0] != section:
             continue
         kind = s.schema_type if s.schema_type is not None else hints[f.name]
-        if s.schema_factory is not None:
-            out.append(
-                (
-                    s.key.rpartition(".")[2],
-                    kind,
-                    dataclasses.field(default_factory=s.schema_factory, metadata=f.metadata),
-                )
-            )
+        if factories and f.name in factories:
+            field = dataclasses.field(default_factory=factories[f.name], metadata=f.metadata)
+            out.append((s.key.rpartition(".")[2], kind, field))
             continue
         default = s.schema_default if s.schema_default is not UNSET else default_of(f)
         if dataclasses.is_dataclass(default):  # a section (rollout_correction): its own dataclass

@@ -7,11 +7,9 @@ of the package reads from it: whether a resumed run may change it, its bounds or
 ``backend`` section is declared in :mod:`~rllm_torch.trainer.backend_schema`.
 
 Read from here: the command line composes over it (a misspelled key or a value of the wrong type
-stops the run at start-up; the YAML files in ``rllm_torch/configs`` give each group's
-defaults); :func:`typed_run_config` types a config over it; the start-up checks
-(:mod:`~rllm_torch.trainer.config_checks`) check each value against its declaration; what a
-resumed run may change is read from the ``resumable`` facts
-(:mod:`~rllm_torch.trainer.runtime.fingerprint`)."""
+stops the run at start-up; ``rllm_torch/configs`` gives each group's defaults); :func:`typed_run_config`
+types a config over it; the start-up checks (:mod:`~rllm_torch.trainer.config_checks`) check each value
+against its declaration; a resumed run may change the ``resumable`` ones (:mod:`~.runtime.fingerprint`)."""
 
 from __future__ import annotations
 
@@ -24,6 +22,7 @@ from omegaconf.errors import OmegaConfBaseException
 from rllm_torch.core.errors import ConfigError
 from rllm_torch.core.losses import KL_ESTIMATORS
 from rllm_torch.rllm.config import AlgorithmConfig
+from rllm_torch.rllm.registry import builtin_estimator_options
 from rllm_torch.rllm.settings import schema_fields, setting
 from rllm_torch.trainer.backend_schema import COMPUTE_DTYPES, PARALLELISMS, ROLLOUT_ENGINES, BackendConfig
 from rllm_torch.trainer.resolvers import register_resolvers
@@ -84,10 +83,11 @@ class FilterGroupsSection:
     )
 
 
+_ALGORITHM_OPTIONS = schema_fields(AlgorithmConfig, "rllm.algorithm", {"estimator_options": builtin_estimator_options})
+
+
 @dataclass
-class AlgorithmSection(
-    make_dataclass("AlgorithmOptions", schema_fields(AlgorithmConfig, "rllm.algorithm"))  # rLLM's, declared there
-):
+class AlgorithmSection(make_dataclass("AlgorithmOptions", _ALGORITHM_OPTIONS)):
     loss_agg_horizon: int | None = setting(
         None, "H of seq-mean-token-sum-norm; None: rllm.rollout.max_new_tokens", minimum=1
     )

@@ -10,7 +10,8 @@ from rllm_torch.rllm.arrays import (
 )
 from rllm_torch.rllm.collect import collect_reward_and_advantage_from_trajectory_groups
 from rllm_torch.rllm.config import AlgorithmConfig, rLLMAdvantageEstimator
-from rllm_torch.rllm.registry import RLLM_ADV_ESTIMATOR_REGISTRY, register_adv_estimator, register_rllm_adv_estimator
+from rllm_torch.rllm.registry import register_adv_estimator, register_rllm_adv_estimator
+from rllm_torch.rllm.registry_view import RLLM_ADV_ESTIMATOR_REGISTRY
 
 __all__ = [
     "AlgorithmConfig",
