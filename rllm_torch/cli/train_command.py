@@ -58,6 +58,7 @@ from rllm_torch.rollouts import build_task
 from rllm_torch.rollouts.single_turn import SingleTurnWorkflow
 from rllm_torch.rollouts.task import Task
 from rllm_torch.trainer.config_checks import RunSettings, check_run_config
+from rllm_torch.trainer.logs.run_directory import run_directory
 from rllm_torch.trainer.pipeline.trainable_groups import check_groups_can_train
 from rllm_torch.trainer.protocol import BackendProtocol
 from rllm_torch.trainer.ranks import RunRanks, init_run_ranks, shutdown, torchrun_world_size
@@ -189,7 +190,7 @@ def _train(
             config.rllm.trainer.default_local_dir = (
                 HydraConfig.get().runtime.output_dir
                 if HydraConfig.initialized()
-                else f"outputs/{config.rllm.trainer.project_name}/{config.rllm.trainer.experiment_name}"
+                else str(run_directory(config))  # outputs/<project>/<experiment>, as Hydra's
             )
     run_dir = Path(config.rllm.trainer.default_local_dir)
     check_run_directory(run_dir, key)  # before minutes of model and data start-up

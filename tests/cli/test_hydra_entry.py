@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_module
@@ -216,3 +217,20 @@ def test_a_run_directory_under_a_regular_file_is_one_line_exit_2_and_leaves_noth
     assert "Traceback" not in done.stderr
     assert f"{key}={tmp_path / 'notes.txt' / 'run'}: {tmp_path / 'notes.txt'} is a file, not a directory" in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]  # no outputs/ left behind
+
+
+def test_the_python_route_and_the_command_line_put_a_run_in_one_directory(tmp_path):
+    # rllm.trainer.default_local_dir unset: UnifiedTrainer (and run() without Hydra) use
+    # outputs/<project>/<experiment>, the directory Hydra's command line runs in, so either route resumes the other
+    from rllm_torch.trainer.logs.run_directory import run_directory
+    from rllm_torch.trainer.schema import typed_run_config
+
+    register_configs()
+    overrides = ["rllm.trainer.project_name=proj", "rllm.trainer.experiment_name=exp"]
+    with initialize_config_module(config_module="rllm_torch.configs", version_base=None):
+        config = compose(config_name="train", return_hydra_config=True, overrides=overrides)
+    assert config.hydra.run.dir == "outputs/proj/exp"
+    typed = typed_run_config({"rllm": {"trainer": {"project_name": "proj", "experiment_name": "exp"}}})
+    assert run_directory(typed) == Path("outputs/proj/exp")
+    typed.rllm.trainer.default_local_dir = str(tmp_path / "mine")
+    assert run_directory(typed) == tmp_path / "mine"  # given: used as it is
