@@ -152,7 +152,7 @@ def test_discounted_returns_over_many_blocks_match_the_loop_in_float64(width):
     mask = (torch.rand(5, width, generator=gen) > 0.3).double()
     mask[0, 10:150] = 0  # a long untrained stretch across block boundaries
     mask[1] = 0  # a row with no trained token
-    for gamma in (0.001, 0.01, 0.3, 0.9, 0.999):
+    for gamma in (0.0, 0.001, 0.01, 0.3, 0.9, 0.999, 1.0):  # 0 and 1: their own closed forms
         got = discounted_returns(rewards * mask, mask, gamma)
         want = row_returns_reference(rewards.numpy(), mask.numpy(), gamma)
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-10, atol=1e-12)
