@@ -9,7 +9,15 @@ import warnings
 import pytest
 from omegaconf import OmegaConf
 
-from rllm_torch import AlgorithmConfig, RolloutCorrectionConfig
+from rllm_torch import (
+    AlgorithmConfig,
+    RolloutCorrectionConfig,
+    Step,
+    Trajectory,
+    TrajectoryGroup,
+    collect_reward_and_advantage_from_trajectory_groups,
+)
+from rllm_torch.core.errors import InvalidRewardsError
 from rllm_torch.trainer.config_checks import typed_algorithm_config
 from rllm_torch.trainer.schema import TrainConfig
 
@@ -46,3 +54,52 @@ def test_a_whole_rllm_config_without_a_rollout_correction_section_reads_two():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert AlgorithmConfig.from_config(config).rollout_correction.tis_cap == 2.0
+
+
+# Steps of rewards only: rllm/trainer/algorithms/advantage.py,
+# collect_reward_and_advantage_from_trajectory_groups (lines 209-236) reads traj.reward and writes
+# each step's advantage, whatever tokens the steps carry.
+
+
+def _reward_only_group(rewards, group_id="t0:solver"):
+    return TrajectoryGroup(
+        trajectories=[Trajectory(name="solver", reward=r, steps=[Step(reward=r), Step(reward=r)]) for r in rewards],
+        group_id=group_id,
+    )
+
+
+def test_steps_of_rewards_only_get_grpos_advantages_and_reward_metrics_as_in_rllm():
+    group = _reward_only_group([1.0, 0.0, 0.0, 1.0])
+    metrics = collect_reward_and_advantage_from_trajectory_groups([group], AlgorithmConfig())
+    # mean 0.5, population std 0.5: (1 - 0.5) / (0.5 + 1e-6) = 0.999998000004, (0 - 0.5) / ... = -0.999998000004
+    a = 0.5 / (0.5 + 1e-6)
+    assert [s.advantage for t in group.trajectories for s in t.steps] == pytest.approx(
+        [a, a, -a, -a, -a, -a, a, a], abs=1e-12
+    )
+    assert metrics["reward/solver/mean"] == 0.5 and metrics["reward/solver/std"] == 0.5
+    assert metrics["reward/solver/max"] == 1.0 and metrics["reward/solver/min"] == 0.0
+    assert "advantage/solver/num_untrained" not in metrics
+
+
+@pytest.mark.parametrize("compat", ["rllm_torch", "rllm"])
+def test_steps_of_rewards_only_get_rloos_advantages_in_both_compat_modes(compat):
+    group = _reward_only_group([3.0, 0.0, 0.0])
+    collect_reward_and_advantage_from_trajectory_groups([group], AlgorithmConfig(estimator="rloo", compat=compat))
+    # rLLM's rloo: r_i - mean of the others: 3 - 0 = 3, 0 - (3 + 0) / 2 = -1.5 (twice)
+    assert [t.steps[0].advantage for t in group.trajectories] == pytest.approx([3.0, -1.5, -1.5], abs=1e-12)
+
+
+def test_a_masked_trajectory_stays_out_while_one_of_rewards_only_counts():
+    masked = Trajectory(name="solver", reward=7.0, steps=[Step(response_ids=[1, 2], response_mask=[0, 0])])
+    group = _reward_only_group([1.0, 0.0])
+    group.trajectories.append(masked)
+    metrics = collect_reward_and_advantage_from_trajectory_groups([group], AlgorithmConfig(estimator="rloo"))
+    # rloo over the two counted: 1 - 0 = 1, 0 - 1 = -1; the masked one gets 0 and its 7.0 is not read
+    assert [t.steps[0].advantage for t in group.trajectories] == [1.0, -1.0, 0.0]
+    assert metrics["advantage/solver/num_untrained"] == 1.0 and metrics["reward/solver/max"] == 1.0
+
+
+def test_a_trajectory_of_rewards_only_without_its_own_reward_is_refused_naming_it():
+    group = TrajectoryGroup(trajectories=[Trajectory(name="solver", steps=[Step(reward=1.0)])], group_id="t3:solver")
+    with pytest.raises(InvalidRewardsError, match=r"task 't3'.*reward is None"):
+        collect_reward_and_advantage_from_trajectory_groups([group], AlgorithmConfig())
