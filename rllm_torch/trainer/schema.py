@@ -132,7 +132,7 @@ class TrainerSection:
     total_batches: int | None = setting(
         None, "stop after this many steps (None: run every epoch)", minimum=1, resumable=True
     )
-    test_freq: int = setting(32, "validate every test_freq steps (<= 0: only before and after)", resumable=True)
+    test_freq: int = setting(32, "validate every test_freq steps and at the end (<= 0: neither; rLLM)", resumable=True)
     val_before_train: bool = setting(True, "validate before the first step", resumable=True)
     val_only: bool = setting(False, "validate the weights and train nothing", resumable=True)
     save_freq: int = setting(
