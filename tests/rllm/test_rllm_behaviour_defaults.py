@@ -103,3 +103,23 @@ def test_a_trajectory_of_rewards_only_without_its_own_reward_is_refused_naming_i
     group = TrajectoryGroup(trajectories=[Trajectory(name="solver", steps=[Step(reward=1.0)])], group_id="t3:solver")
     with pytest.raises(InvalidRewardsError, match=r"task 't3'.*reward is None"):
         collect_reward_and_advantage_from_trajectory_groups([group], AlgorithmConfig())
+
+
+# use_rllm: rllm/trainer/algorithms/config.py (lines 274, 309-316, 343-350): None by default, and any
+# value but None (False included) warns that it is deprecated and ignored.
+
+
+@pytest.mark.parametrize("value", [False, True])
+def test_use_rllm_set_to_any_value_warns_that_it_is_ignored_as_rllm_does(value):
+    with pytest.warns(DeprecationWarning, match=rf"use_rllm={value}` is deprecated and ignored"):
+        AlgorithmConfig(use_rllm=value)
+    with pytest.warns(DeprecationWarning, match="use_rllm"):
+        AlgorithmConfig.from_config({"adv_estimator": "grpo", "use_rllm": value})
+
+
+def test_use_rllm_left_out_is_none_and_warns_nothing_in_code_or_a_run_config():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert AlgorithmConfig().use_rllm is None
+        assert AlgorithmConfig.from_config({"adv_estimator": "grpo"}).use_rllm is None
+        assert typed_algorithm_config(OmegaConf.structured(TrainConfig)).use_rllm is None
