@@ -101,8 +101,7 @@ def _merged_options(name: str, config: AlgorithmConfig | None, explicit: dict[st
             and option not in _RLLM_CONFIG_OPTIONS
             and _same(from_config[option], _RUN_DEFAULTS[option])
         ):
-            from_config.pop(option)  # rLLM's config has no such field: the keyword is the only value given
-            continue
+            continue  # rLLM's config has no such field: the keyword is the only value given, and it is used
         where = (
             f"algorithm_config.{option}"
             if option in RUN_OPTIONS
