@@ -7,11 +7,10 @@ of the package reads from it: whether a resumed run may change it, its bounds or
 ``backend`` section is declared in :mod:`~rllm_torch.trainer.backend_schema`.
 
 Read from here: the command line composes over it (a misspelled key or a value of the wrong type
-stops the run at start-up; the YAML files in ``rllm_torch/configs`` give each group's
-defaults); :func:`typed_run_config` types a config over it; the start-up checks
-(:mod:`~rllm_torch.trainer.config_checks`) check each value against its declaration; what a
-resumed run may change is read from the ``resumable`` facts
-(:mod:`~rllm_torch.trainer.runtime.fingerprint`)."""
+stops the run at start-up; the YAML files in ``rllm_torch/configs`` give each group's defaults);
+:func:`typed_run_config` types a config over it; the start-up checks (:mod:`~rllm_torch.trainer.config_checks`)
+check each value against its declaration; what a resumed run may change is read from the ``resumable``
+facts (:mod:`~rllm_torch.trainer.runtime.fingerprint`)."""
 
 from __future__ import annotations
 
@@ -188,7 +187,8 @@ class WorkflowSection:
 class RejectionSampleSection:
     enable: bool = setting(False, "rLLM's episode-mode rejection sampling")
     multiplier: int = setting(1, "rLLM's batch multiplier (needs enable)")
-    min_partial_solve_tasks: int = setting(1, "partially solved tasks a batch needs before it is released")
+    min_partial_solve_tasks: int = setting(1, "partially solved tasks a batch needs, else it is dropped (rLLM)")
+    accumulate: bool = setting(False, "true: keep a batch short of them for the next step's (rLLM: dropped)")
     min_trajs_per_group: int = setting(2, "groups with fewer trajectories are dropped")
     filter_uniform_groups: bool = setting(False, "drop groups with no signal (by uniform_filter_metric)")
     uniform_filter_metric: str = setting(
