@@ -197,7 +197,7 @@ def main() -> None:
         )
         sections += ["## The default task (no environment latency)", "", *_table(results, 64), ""]
     if "real" in args.parts:
-        base = ["--config-name", "smollm2", "rllm.trainer.test_freq=0", "rllm.trainer.val_before_train=false"]
+        base = ["--config-name", "smollm2", "rllm.trainer.test_freq=4", "rllm.trainer.val_before_train=false"]
         base += ["rllm.trainer.log_table_every=0", "rllm.trainer.save_freq=0", "task.val_size=16"]
         modes = [MODES[0], MODES[2]]  # sync, and staleness 1 with partial rollouts
         results = _runs(args.out, "smollm2", base, "val/word_addition/pass@1", args.seeds[0], 4, 4, modes, args.reuse)

@@ -65,10 +65,10 @@ def main() -> None:
     for name, overrides, key in [
         (
             "guess, 50-200 ms per environment reply",
-            ["--config-name", "guess", "task.env_latency_ms=[50,200]", "rllm.trainer.test_freq=0"],
+            ["--config-name", "guess", "task.env_latency_ms=[50,200]", "rllm.trainer.test_freq=48"],
             "val/guess/pass@1",
         ),
-        ("default (arithmetic, no latency)", ["rllm.trainer.test_freq=0"], "val/arithmetic/pass@1"),
+        ("default (arithmetic, no latency)", ["rllm.trainer.test_freq=48"], "val/arithmetic/pass@1"),
     ]:
         rates, stale = [], 0.0
         for extra in ([], [*ASYNC, "rllm.async_training.staleness_threshold=1"]):

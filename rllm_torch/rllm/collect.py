@@ -12,9 +12,12 @@ Two modes per group, as rLLM decides them:
 * **RL**: otherwise. The role's estimator (``estimator_map[role]``, else ``estimator``) turns
   trajectory rewards into one advantage per trajectory, and each step of the trajectory gets it
   as a Python float (``step.advantage = a``). A trajectory with no trained token
-  (:meth:`~rllm_torch.rllm.types.Trajectory.is_trained`) takes no part in the statistics (nor in the
-  ``reward/*`` metrics; its reward is not read) and gets ``0.0``; ``advantage/{role}/num_untrained``
-  counts them. The backend multiplies it by each step's own
+  (:meth:`~rllm_torch.rllm.types.Trajectory.is_trained`: every response mask all 0) takes no part
+  in the statistics (nor in the ``reward/*`` metrics; its reward is not read) and gets ``0.0``;
+  ``advantage/{role}/num_untrained`` counts them. A trajectory whose steps carry no tokens at all
+  (no ``response_ids``, no ``response_mask``: rewards only, as rLLM's tests build them) counts as
+  rLLM counts it in broadcast mode: its reward is read and each step gets its advantage (``opo``
+  weighs it as one token). The backend multiplies it by each step's own
   response mask (:meth:`~rllm_torch.rllm.types.Step.token_advantages`), so every step of a
   multi-step trajectory gets the advantage exactly at its own response tokens. In a turn mode
   (``stepwise_advantage_mode`` ``turn_level``, ``mt_grpo``, ``gigpo``; :mod:`rllm_torch.rllm.stepwise`)
@@ -51,13 +54,12 @@ def _where(group: TrajectoryGroup, traj: Trajectory, step_index: int | None = No
     return f"task {group.task_id!r}, trajectory {traj.name!r} (group {group.group_id!r}){step}"
 
 
-def _locate_bad_reward(groups: list[TrajectoryGroup]) -> None:
-    """Raise the error for the first trained trajectory's reward that is not a real number
+def _locate_bad_reward(pairs: list[tuple[TrajectoryGroup, Trajectory]], counted: list[bool]) -> None:
+    """Raise the error for the first counted trajectory's reward that is not a real number
     (slow path, on failure only)."""
-    for group in groups:
-        for traj in group.trajectories:
-            if traj.is_trained():
-                check_reward(traj.reward, _where(group, traj))
+    for (group, traj), is_counted in zip(pairs, counted, strict=True):
+        if is_counted:
+            check_reward(traj.reward, _where(group, traj))
 
 
 def _precomputed_values(
@@ -216,9 +218,10 @@ def role_batch(groups: list[TrajectoryGroup], precomputed: list[bool], mode: str
         size = 0
         for traj in trajectories:
             trained_tokens = traj.trained_tokens()  # > 0: Trajectory.is_trained()
-            size += trained_tokens > 0
+            token_free = not turn_mode and _token_free(traj)  # rLLM's: its reward counts, weight 1
+            size += trained_tokens > 0 or token_free
             pairs.append((group, traj))
-            tokens.append(trained_tokens)
+            tokens.append(-1 if token_free else trained_tokens)
             steps.extend(traj.steps)
             step_counts.append(len(traj.steps))
             if turn_mode:
@@ -233,12 +236,13 @@ def role_batch(groups: list[TrajectoryGroup], precomputed: list[bool], mode: str
                 ]
         members.append(len(trajectories))
         sizes.append(size)
-    trained = [n > 0 for n in tokens]
+    trained = [n != 0 for n in tokens]
+    tokens = [1 if n < 0 else n for n in tokens]
     group_index = torch.repeat_interleave(torch.arange(len(groups)), torch.tensor(members, dtype=torch.int64))
     step_trajectory = torch.repeat_interleave(torch.arange(len(pairs)), torch.tensor(step_counts, dtype=torch.int64))
     values = [t.reward if is_trained else 0.0 for (_, t), is_trained in zip(pairs, trained, strict=True)]
     if not all_rewards_are_numbers(values):  # a list, array, string, None...: never read as a number
-        _locate_bad_reward(groups)
+        _locate_bad_reward(pairs, trained)
     trained_pairs = [pair for pair, is_trained in zip(pairs, trained, strict=True) if is_trained]
     components = reward_components_tensor(trained_pairs)
     if components is not None:  # untrained trajectories' rows are not read
@@ -262,6 +266,14 @@ def role_batch(groups: list[TrajectoryGroup], precomputed: list[bool], mode: str
         trajectory_groups=list(groups),
     )
     return batch, steps
+
+
+def _token_free(traj: Trajectory) -> bool:
+    """Whether no step of ``traj`` carries tokens: no ``response_ids`` and no ``response_mask``
+    (rLLM's tests build trajectories of rewards only; rLLM's collector reads their reward and gives
+    each step the estimator's advantage: rllm/trainer/algorithms/advantage.py,
+    ``collect_reward_and_advantage_from_trajectory_groups``)."""
+    return all(len(step.response_ids) == 0 and step.response_mask is None for step in traj.steps)
 
 
 def _precomputed_writes(

@@ -65,7 +65,8 @@ class AlgorithmConfig:
     (``run_wide``: :attr:`estimator_kwargs`). The attribute list below is that declaration's help.
 
     Attributes:
-        use_rllm: ignored; kept for rLLM configs (a ``True`` value warns that it does nothing).
+        use_rllm: ignored; kept for rLLM configs (None by default; any other value, ``False``
+            included, warns that it does nothing, as rLLM's ``__post_init__`` does).
         estimator: default estimator: an ``rLLMAdvantageEstimator`` or a registered custom name.
         estimator_map: group role → estimator name, overriding ``estimator`` for that role; or
             → an ``(estimator, loss_fn)`` pair (rLLM's), whose loss goes into ``loss_fn_map``.
@@ -108,9 +109,9 @@ class AlgorithmConfig:
         step_advantage_w: GiGPO's weight of the step advantage (verl-agent's name).
     """
 
-    use_rllm: bool = setting(
-        False,
-        "ignored (kept for rLLM configs)",
+    use_rllm: bool | None = setting(
+        None,
+        "ignored (kept for rLLM configs); set at all (true or false), it warns as rLLM does",
         key="rllm.algorithm.use_rllm",
         aliases=("rllm.stepwise_advantage.use_rllm",),
         resumable=True,  # read by nothing
@@ -317,9 +318,12 @@ class AlgorithmConfig:
                 stacklevel=3,
             )
             self.stepwise_advantage_mode = "broadcast"
-        if self.use_rllm:
+        if self.use_rllm is not None:  # rLLM warns for any value but None (rllm/trainer/algorithms/config.py)
             warnings.warn(
-                "`use_rllm` is ignored: rllm_torch always uses the rLLM estimators.", DeprecationWarning, stacklevel=3
+                f"`algorithm.use_rllm={self.use_rllm}` is deprecated and ignored: the advantages are always the rLLM "
+                "estimators'; remove it from the config.",
+                DeprecationWarning,
+                stacklevel=3,
             )
         if self.normalize_by_steps and self.stepwise_advantage_mode != "broadcast":
             raise ConfigError(

@@ -164,7 +164,9 @@ class RolloutCorrectionConfig:
         tis_mode: None (off), ``"token"`` / ``"sequence"`` (truncated IS at that level), or
             ``"token_mask"`` / ``"sequence_mask"`` (TRL's masks).
         bypass_mode: True: the rollout log-probs are pi_old (no recomputation); None / False: recomputed.
-        tis_cap: the cap C of the importance weight (truncated above C, or masked beyond C).
+        tis_cap: the cap C of the importance weight (truncated above C, or masked beyond C); 5.0
+            here as in rLLM's dataclass, 2.0 in a run config and from ``AlgorithmConfig.from_config``
+            (rLLM's ``base.yaml`` and ``from_config``: rllm/trainer/algorithms/config.py).
         tis_cap_lower: the mask modes' lower cap (token_mask with 0.5 and tis_cap 5: IcePop's mask).
         rollout_rs: rejection sampling by ``log(pi_old / pi_rollout)`` (verl's option names, comma-separated).
         rollout_rs_threshold: its bounds (verl's syntax).
@@ -179,8 +181,11 @@ class RolloutCorrectionConfig:
     bypass_mode: bool | None = setting(
         None, "true: the rollout log-probs are pi_old (no recomputation); null/false: recomputed"
     )
-    tis_cap: float = setting(
-        2.0, "the cap C of the importance weight (truncated above C, or masked beyond C)", minimum=1
+    tis_cap: float = setting(  # rLLM: 5.0 in the dataclass, 2.0 in its base.yaml and from_config
+        5.0,
+        "the cap C of the importance weight (truncated above C, or masked beyond C)",
+        minimum=1,
+        schema_default=2.0,
     )
     tis_cap_lower: float | None = setting(
         None,

@@ -11,7 +11,9 @@ reads each field, with rLLM's keyword arguments:
   map come from the keywords, as in rLLM. A key that is neither an ``AlgorithmConfig`` field nor
   one of the section's trainer settings (:data:`SECTION_TRAINER_KEYS`) is refused, naming it.
 
-``episilon`` is the deprecated ``epsilon``."""
+``episilon`` is the deprecated ``epsilon``. A ``rollout_correction`` left out, or without
+``tis_cap``, has ``tis_cap=2.0`` (rLLM's ``from_config`` and ``base.yaml``; its dataclass's is 5.0:
+rllm/trainer/algorithms/config.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +21,8 @@ import warnings
 from typing import Any
 
 from rllm_torch.core.errors import ConfigError
-from rllm_torch.rllm.settings import declared
+from rllm_torch.rllm.config_fields import RolloutCorrectionConfig
+from rllm_torch.rllm.settings import declared, with_schema_defaults
 
 __all__ = ["algorithm_fields_from", "SECTION_TRAINER_KEYS"]
 
@@ -113,6 +116,8 @@ def algorithm_fields_from(
                 )
             merged[role] = value
         given["estimator_map"] = merged
+    # rLLM's from_config reads an absent tis_cap as 2.0 (its base.yaml's), not its dataclass's 5.0
+    given["rollout_correction"] = with_schema_defaults(RolloutCorrectionConfig, given.get("rollout_correction"))
     return {name: value for name, value in given.items() if value is not None}  # absent: the defaults
 
 

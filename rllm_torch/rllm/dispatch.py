@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import os
+import sys
 import warnings
 from collections.abc import Callable
 from enum import Enum
@@ -41,6 +43,8 @@ __all__ = ["get_tensor_adv_estimator", "compute_advantages"]
 
 _RUN_DECLARATIONS = {name: declared(AlgorithmConfig)[name] for name in RUN_OPTIONS}
 _RUN_DEFAULTS = {f.name: default_of(f) for f in dataclasses.fields(AlgorithmConfig) if f.name in RUN_OPTIONS}
+#: The run-wide options that are fields of rLLM's own ``AlgorithmConfig`` (its estimators read them there).
+_RLLM_CONFIG_OPTIONS = frozenset({"norm_adv_by_std_in_grpo"})
 
 
 def get_tensor_adv_estimator(name: str | Enum) -> Callable[[GroupedRewards], tuple[Tensor, Tensor]]:
@@ -83,20 +87,42 @@ def _checked_run_options(options: dict[str, object]) -> dict[str, object]:
 
 def _merged_options(name: str, config: AlgorithmConfig | None, explicit: dict[str, object]) -> dict[str, object]:
     """The defaults of the run-wide options, then ``config``'s options, then the ``explicit``
-    keywords; an option given both in ``config`` and as a keyword must have one value."""
+    keywords, where an option given both ways with two values (``1`` is not ``True``) takes the
+    config's, with a warning naming both (rLLM's estimators read the config and drop such a
+    keyword: ``rllm/trainer/algorithms/advantage.py``). A run-wide option rLLM's config does not
+    have (``epsilon``, ``std_correction``, ``gamma``, ``lam``) left at its default in ``config`` is
+    not given there: the keyword's value is used, as rLLM's estimators read such a keyword."""
     from_config = config.estimator_call_kwargs(name) if config is not None else {}
     for option, value in explicit.items():
-        if option in from_config and not _same(from_config[option], value):
-            where = (
-                f"algorithm_config.{option}"
-                if option in RUN_OPTIONS
-                else f"algorithm_config.estimator_options[{name!r}][{option!r}]"
-            )
-            raise ConfigError(
-                f"estimator {name!r}: option {option!r} is given twice, {option}={value!r} as a keyword and "
-                f"{where}={from_config[option]!r}; give it once (or make the two agree)."
-            )
+        if option not in from_config or _same(from_config[option], value):
+            continue
+        if (
+            option in RUN_OPTIONS
+            and option not in _RLLM_CONFIG_OPTIONS
+            and _same(from_config[option], _RUN_DEFAULTS[option])
+        ):
+            continue  # rLLM's config has no such field: the keyword is the only value given, and it is used
+        where = (
+            f"algorithm_config.{option}"
+            if option in RUN_OPTIONS
+            else f"algorithm_config.estimator_options[{name!r}][{option!r}]"
+        )
+        warnings.warn(
+            f"estimator {name!r}: {option}={value!r} as a keyword and {where}={from_config[option]!r} differ; the "
+            "config's value is used (as rLLM does): drop the keyword, or set the config.",
+            UserWarning,
+            stacklevel=_caller_level(),
+        )
+        explicit = {k: v for k, v in explicit.items() if k != option}
     return dict(_RUN_DEFAULTS) | from_config | explicit
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` (from the function calling this one) of the first frame outside rllm_torch."""
+    package, frame, level = os.path.dirname(os.path.dirname(__file__)), sys._getframe(1), 1
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _same(a: object, b: object) -> bool:

@@ -34,7 +34,18 @@ from typing import Any
 
 from rllm_torch.core.errors import ConfigError
 
-__all__ = ["Setting", "setting", "declared", "check_value", "schema_fields", "default_of", "walk", "UNSET"]
+__all__ = [
+    "Setting",
+    "setting",
+    "declared",
+    "check_value",
+    "schema_fields",
+    "default_of",
+    "walk",
+    "UNSET",
+    "schema_section",
+    "with_schema_defaults",
+]
 
 
 class _Unset:
@@ -160,7 +171,8 @@ def schema_fields(
             continue
         default = s.schema_default if s.schema_default is not UNSET else default_of(f)
         if dataclasses.is_dataclass(default):  # a section (rollout_correction): its own dataclass
-            out.append((s.key.rpartition(".")[2], type(default), dataclasses.field(default_factory=type(default))))
+            section_cls = schema_section(type(default))
+            out.append((s.key.rpartition(".")[2], section_cls, dataclasses.field(default_factory=section_cls)))
         elif isinstance(default, (dict, list)):
             value = default
             out.append(
@@ -173,6 +185,31 @@ def schema_fields(
         else:
             out.append((s.key.rpartition(".")[2], kind, dataclasses.field(default=default, metadata=f.metadata)))
     return out
+
+
+def schema_section(cls: type) -> type:
+    """The typed run config's class of the section dataclass ``cls``: ``cls`` itself, or where a
+    field declares a ``schema_default`` (rLLM's ``RolloutCorrectionConfig.tis_cap``: 5.0 in its
+    dataclass, 2.0 in its ``base.yaml``), a subclass with those defaults."""
+    changed = [
+        (f.name, f.type, dataclasses.field(default=f.metadata["setting"].schema_default, metadata=f.metadata))
+        for f in dataclasses.fields(cls)
+        if "setting" in f.metadata and f.metadata["setting"].schema_default is not UNSET
+    ]
+    return dataclasses.make_dataclass(f"{cls.__name__}Section", changed, bases=(cls,)) if changed else cls
+
+
+def with_schema_defaults(cls: type, section: Any) -> Any:
+    """A section read from a config (a dict, or None when absent) with the ``schema_default`` of
+    each field of dataclass ``cls`` it leaves out (what the run config would hold); an instance
+    of ``cls`` is returned as it is."""
+    if section is not None and not isinstance(section, dict):
+        return section
+    filled = dict(section or {})
+    for name, s in declared(cls).items():
+        if s.schema_default is not UNSET and name not in filled:
+            filled[name] = s.schema_default
+    return filled
 
 
 def walk(cls: type, prefix: str = "") -> list[tuple[str, Setting | None, Field]]:

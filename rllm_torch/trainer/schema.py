@@ -1,10 +1,9 @@
 """The typed schema of a training run's config: every setting declared once, as a field made with
 :func:`~rllm_torch.rllm.settings.setting` (its type, default, one-line help, and what the rest
 of the package reads from it: whether a resumed run may change it, its bounds or choices). The
-``rllm.algorithm`` and ``rllm.stepwise_advantage`` settings rLLM has are
-:class:`~rllm_torch.rllm.config.AlgorithmConfig`'s own declarations, taken from it
-(:func:`~rllm_torch.rllm.settings.schema_fields`), so each is written once for both; the
-``backend`` section is declared in :mod:`~rllm_torch.trainer.backend_schema`.
+``rllm.algorithm`` and ``rllm.stepwise_advantage`` settings rLLM has are :class:`~rllm_torch.rllm.config.AlgorithmConfig`'s
+own declarations, taken from it (:func:`~rllm_torch.rllm.settings.schema_fields`), so each is written once for
+both; the ``backend`` section is declared in :mod:`~rllm_torch.trainer.backend_schema`.
 
 Read from here: the command line composes over it (a misspelled key or a value of the wrong type
 stops the run at start-up; ``rllm_torch/configs`` gives each group's defaults); :func:`typed_run_config`
@@ -132,7 +131,7 @@ class TrainerSection:
     total_batches: int | None = setting(
         None, "stop after this many steps (None: run every epoch)", minimum=1, resumable=True
     )
-    test_freq: int = setting(32, "validate every test_freq steps (<= 0: only before and after)", resumable=True)
+    test_freq: int = setting(32, "validate every test_freq steps and at the end (<= 0: neither; rLLM)", resumable=True)
     val_before_train: bool = setting(True, "validate before the first step", resumable=True)
     val_only: bool = setting(False, "validate the weights and train nothing", resumable=True)
     save_freq: int = setting(
@@ -188,7 +187,8 @@ class WorkflowSection:
 class RejectionSampleSection:
     enable: bool = setting(False, "rLLM's episode-mode rejection sampling")
     multiplier: int = setting(1, "rLLM's batch multiplier (needs enable)")
-    min_partial_solve_tasks: int = setting(1, "partially solved tasks a batch needs before it is released")
+    min_partial_solve_tasks: int = setting(1, "partially solved tasks a batch needs, else it is dropped (rLLM)")
+    accumulate: bool = setting(False, "true: keep a batch short of them for the next step's (rLLM: dropped)")
     min_trajs_per_group: int = setting(2, "groups with fewer trajectories are dropped")
     filter_uniform_groups: bool = setting(False, "drop groups with no signal (by uniform_filter_metric)")
     uniform_filter_metric: str = setting(

@@ -151,6 +151,8 @@ class TrainingStep:
         if self.dynamic_sampler.config.enable:  # the chosen prompts' groups that have signal
             groups = self.dynamic_sampler.config.signal(groups)
         metrics.update(transform_metrics)
+        if not settings.rs_config.accumulate:  # rLLM's trainer empties it every batch (TrainerState.reset_batch)
+            state.rs_state.reset()
         groups, state.episodes, rs_metrics = apply_rejection_sampling_and_filtering(
             state.episodes, groups, settings.rs_config, state.rs_state, process_group=group
         )

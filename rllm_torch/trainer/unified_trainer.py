@@ -205,15 +205,14 @@ class UnifiedTrainer:
 
     async def fit_async(self) -> None:
         """Validate (if configured), train for the planned steps, then the end of the run: the
-        final validation, its checkpoint and the backend's ``on_train_end`` (the torch backend's
-        ``checkpoints/final`` export). Rank 0 prints the start-up summary first.
+        final validation (with ``test_freq > 0`` only, as rLLM's ``_fit_on_policy``), its checkpoint
+        and the backend's ``on_train_end`` (the torch backend's ``checkpoints/final`` export).
 
         The end of the run is a stage of its own: a run stopped during it (after its last step)
         does on the next start only what is missing. A run is complete, and a start says so and
         writes nothing, only when its checkpoint holds every planned step, the final validation
-        (when there is a validation set) and the backend's :meth:`~BackendProtocol.train_end_complete`.
-        ``rllm.trainer.val_only=true`` validates the checkpoint's (or the initial) weights again
-        whatever was done, and trains nothing.
+        (when due) and the backend's :meth:`~BackendProtocol.train_end_complete`. ``rllm.trainer.val_only=true``
+        validates the checkpoint's (or the initial) weights again, and trains nothing. Rank 0 prints the summary.
         """
         await self.agent_workflow_engine.initialize_pool()
         state = TrainerState(needs=self.settings.plan.needs)  # what the backend's passes compute
@@ -246,7 +245,8 @@ class UnifiedTrainer:
         if not trained:
             await self._train_steps(state, dataloader, plan)
             self.stop_if_asked(state)  # a SIGTERM during the last step: its checkpoint before the end of the run
-        if await self._validate_async(state) or self.checkpointer.saved_step != state.global_step:
+        validated = trainer.test_freq > 0 and await self._validate_async(state)  # rLLM: test_freq <= 0, none
+        if validated or self.checkpointer.saved_step != state.global_step:
             if state.global_step > 0:  # the final validation's metrics belong in the last checkpoint
                 self.checkpointer.save(state, self.val_history)
         with self.stop_guard.stage(state):  # a SIGTERM during the export: it is done again by the same command
@@ -271,8 +271,8 @@ class UnifiedTrainer:
 
     def _unfinished_end(self, state: TrainerState) -> list[str]:
         """What the end of a run resumed at its last step still has to do (the same on every rank)."""
-        unfinished = []
-        if self.val_dataset is not None and state.last_validation_step != state.global_step:
+        unfinished, trainer = [], self.rllm_config.trainer
+        if self.val_dataset is not None and trainer.test_freq > 0 and state.last_validation_step != state.global_step:
             unfinished.append("the final validation")
         if self.ranks.any(not self.backend.train_end_complete()):
             unfinished.append("the end of training (the torch backend: the checkpoints/final export)")

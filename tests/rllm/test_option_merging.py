@@ -2,8 +2,8 @@
 gets every option (the run-wide ones and its own), the user's own ``estimator_options`` win over
 ``compat="rllm"``, the trainer's ``traj_group_adv_estimator_map`` and the config's
 ``estimator_map`` may not name one role two ways (nor an ``estimator_map`` pair and
-``loss_fn_map`` one role's loss), an option given twice must be the same value (``1`` is not
-``True``), ``rllm.rejection_sample.min_trajs_per_group`` survives ``from_config``, and an
+``loss_fn_map`` one role's loss), an option given in the config and as a keyword with two
+values (``1`` is not ``True``) takes the config's with a warning naming both (rLLM uses the config), ``rllm.rejection_sample.min_trajs_per_group`` survives ``from_config``, and an
 explicit ``Episode.rollout_idx`` wins over the id's. Expected values are worked by hand or in
 float64 here, not read from the code under test."""
 
@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from trainer_fakes import make_config
 
 from rllm_torch import Episode, GroupedRewards, compute_advantages
-from rllm_torch.core.errors import ConfigError
+from rllm_torch.core.errors import ConfigError, InvalidRewardsError
 from rllm_torch.rllm.collect import collect_reward_and_advantage_from_trajectory_groups
 from rllm_torch.rllm.config import AlgorithmConfig
 from rllm_torch.rllm.registry import register_rllm_adv_estimator
@@ -63,13 +63,14 @@ def test_an_estimator_taking_kwargs_gets_the_run_wide_options_and_its_own_from_t
         assert adv.tolist() == pytest.approx([1.5, -1.5, 0.0, -3.0, 3.0])
 
 
-def test_an_option_given_as_a_keyword_reaches_a_kwargs_estimator_and_a_second_value_is_refused():
+def test_an_option_given_as_a_keyword_reaches_a_kwargs_estimator_and_a_second_value_warns_and_loses():
     batch = GroupedRewards.from_groups([[1.0, 0.0]])
     adv, _ = compute_advantages(batch, "merging_scaled_centre", scale=-2.0, epsilon=0.5)
     assert adv.tolist() == pytest.approx([-1.0, 1.0]) and SEEN["arrays"]["epsilon"] == 0.5
     config = AlgorithmConfig(estimator_options={"merging_scaled_centre": {"scale": 3.0}})
-    with pytest.raises(ConfigError, match="'scale' is given twice"):
-        compute_advantages(batch, "merging_scaled_centre", algorithm_config=config, scale=2.0)
+    with pytest.warns(UserWarning, match=r"scale=2.0 as a keyword and .*\['scale'\]=3.0 differ; the config's"):
+        adv, _ = compute_advantages(batch, "merging_scaled_centre", algorithm_config=config, scale=2.0)
+    assert adv.tolist() == pytest.approx([1.5, -1.5])  # the config's 3 * (r - 0.5)
 
 
 def test_a_kwargs_estimator_run_by_the_collector_gets_its_options_and_traj_groups():
@@ -209,7 +210,8 @@ def test_a_run_config_naming_a_roles_loss_in_both_maps_runs_when_they_agree_and_
         check_run_config(make_config(tmp_path, pair, "rllm.algorithm.loss_fn_map={judge: ppo}"))
 
 
-# an option given in the config and as a keyword: a bool is only the same bool (1 is not True) ----------
+# an option given in the config and as a keyword: a bool is only the same bool (1 is not True); two values:
+# the config's, with a warning ------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -222,22 +224,33 @@ def test_a_run_config_naming_a_roles_loss_in_both_maps_runs_when_they_agree_and_
         ({"norm_adv_by_std_in_grpo": False}, {"norm_adv_by_std_in_grpo": 0}, 0.5),
     ],
 )
-def test_a_run_wide_option_given_as_a_number_one_way_and_a_bool_the_other_is_given_twice(in_config, keyword, same):
+def test_a_run_wide_option_given_as_a_number_one_way_and_a_bool_the_other_takes_the_configs(in_config, keyword, same):
     batch = GroupedRewards.from_groups([[1.0, 0.0]])
     config = AlgorithmConfig(**in_config)
-    with pytest.raises(ConfigError, match=rf"option '{next(iter(keyword))}' is given twice"):
-        compute_advantages(batch, "grpo", algorithm_config=config, **keyword)
+    option = next(iter(keyword))
+    if option == "std_correction" and in_config[option] == 0:
+        # rLLM's config has no std_correction: left at its default it is not given, the keyword is, and a bool
+        # is not a std correction
+        with pytest.raises(InvalidRewardsError, match="std_correction must be a non-negative int.*got False"):
+            compute_advantages(batch, "grpo", algorithm_config=config, **keyword)
+        adv, _ = compute_advantages(batch, "grpo", algorithm_config=config, std_correction=0)
+    else:
+        with pytest.warns(UserWarning, match=rf"{option}={keyword[option]!r} as a keyword and .* differ"):
+            adv, _ = compute_advantages(batch, "grpo", algorithm_config=config, **keyword)
+    assert adv.tolist() == pytest.approx([same, -same], rel=1e-6)
     # the same value (the same bool, or the same int) both ways is one setting
     adv, _ = compute_advantages(batch, "grpo", algorithm_config=config, **in_config)
     assert adv.tolist() == pytest.approx([same, -same], rel=1e-6)
 
 
 @pytest.mark.parametrize("in_config, keyword", [(1, True), (True, 1), (0, False), (False, 0), (1.0, True)])
-def test_an_estimators_own_option_given_as_a_number_one_way_and_a_bool_the_other_is_given_twice(in_config, keyword):
+def test_an_estimators_own_option_given_as_a_number_one_way_and_a_bool_the_other_takes_the_configs(in_config, keyword):
     batch = GroupedRewards.from_groups([[1.0, 0.0]])
     config = AlgorithmConfig(estimator_options={"merging_scaled_centre": {"scale": in_config}})
-    with pytest.raises(ConfigError, match=r"'scale' is given twice, scale=.* as a keyword"):
-        compute_advantages(batch, "merging_scaled_centre", algorithm_config=config, scale=keyword)
+    with pytest.warns(UserWarning, match=r"scale=.* as a keyword and .* differ; the config's value is used"):
+        adv, _ = compute_advantages(batch, "merging_scaled_centre", algorithm_config=config, scale=keyword)
+    assert adv.tolist() == pytest.approx([0.5 * float(in_config), -0.5 * float(in_config)])
+    assert type(SEEN["arrays"]["scale"]) is type(in_config)  # the config's value itself, not the keyword's
     # equal values of one type are one setting: scale * (r - mean), mean 0.5
     adv, _ = compute_advantages(batch, "merging_scaled_centre", algorithm_config=config, scale=in_config)
     assert adv.tolist() == pytest.approx([0.5 * float(in_config), -0.5 * float(in_config)])

@@ -9,6 +9,7 @@ import warnings
 
 import numpy as np
 import pytest
+import torch
 from omegaconf import OmegaConf
 
 from rllm_torch import (
@@ -79,17 +80,32 @@ def test_rllm_default_config_gives_rllm_grpo_values_groups_of_one_included():
     np.testing.assert_allclose(adv[1], [1.999998], rtol=1e-7)
 
 
-def test_an_option_given_as_keyword_and_in_the_config_must_agree_or_stop():
+def test_an_option_given_as_keyword_and_in_the_config_with_two_values_takes_the_configs_with_a_warning():
+    # rLLM's calculate_grpo_advantages reads algorithm_config.norm_adv_by_std_in_grpo and drops the keyword
     config = AlgorithmConfig(norm_adv_by_std_in_grpo=True)
-    with pytest.raises(ConfigError, match="given twice.*norm_adv_by_std_in_grpo=False as a keyword"):
-        calculate_grpo_advantages([np.array([1.0, 0.0])], config, norm_adv_by_std_in_grpo=False)
-    agree, _ = calculate_grpo_advantages([np.array([1.0, 0.0])], config, norm_adv_by_std_in_grpo=True)
+    with pytest.warns(UserWarning, match="norm_adv_by_std_in_grpo=False as a keyword and algorithm_config.norm_adv"):
+        adv, _ = calculate_grpo_advantages([np.array([1.0, 0.0])], config, norm_adv_by_std_in_grpo=False)
+    np.testing.assert_allclose(adv[0], [0.5 / (0.5 + EPS), -0.5 / (0.5 + EPS)])  # divided by the std, as the config
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        agree, _ = calculate_grpo_advantages([np.array([1.0, 0.0])], config, norm_adv_by_std_in_grpo=True)
     np.testing.assert_allclose(agree[0], [1 / (0.5 + EPS) * 0.5, -1 / (0.5 + EPS) * 0.5])
     batch = GroupedRewards.from_groups([[1.0, 0.0]])
-    with pytest.raises(ConfigError, match="given twice"):
-        compute_advantages(
-            batch, "pass_at_k", algorithm_config=AlgorithmConfig(estimator_options={"pass_at_k": {"k": 2}}), k=1
+    config = AlgorithmConfig(estimator_options={"pass_at_k": {"k": 2}})
+    with pytest.warns(UserWarning, match=r"k=1 as a keyword and .*\['pass_at_k'\]\['k'\]=2 differ"):
+        by_config, _ = compute_advantages(batch, "pass_at_k", algorithm_config=config, k=1)
+    torch.testing.assert_close(by_config, compute_advantages(batch, "pass_at_k", k=2)[0])
+
+
+def test_epsilon_given_as_a_keyword_is_used_where_the_config_leaves_it_at_its_default_as_rllm_reads_it():
+    # rLLM's AlgorithmConfig has no epsilon: calculate_reinforce_plus_plus_baseline_advantages(rewards, config,
+    # epsilon=1e-3) reads the keyword. [1, 0, 0, 0]: centred [.75, -.25, -.25, -.25], std sqrt(3)/4
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        adv, _ = calculate_reinforce_plus_plus_baseline_advantages(
+            [np.array([1.0, 0.0, 0.0, 0.0])], AlgorithmConfig(), epsilon=1e-3
         )
+    np.testing.assert_allclose(adv[0], np.array([0.75, -0.25, -0.25, -0.25]) / (np.sqrt(3) / 4 + 1e-3), rtol=1e-12)
 
 
 def test_nothing_that_carries_an_option_is_swallowed_by_kwargs():

@@ -16,7 +16,7 @@ from rllm_torch import AlgorithmConfig, compute_advantages
 from rllm_torch.core.errors import ConfigError
 from rllm_torch.rllm.config import RUN_OPTIONS
 from rllm_torch.rllm.registry import builtin_estimator_options
-from rllm_torch.rllm.settings import UNSET, check_value, declared, default_of, setting, walk
+from rllm_torch.rllm.settings import UNSET, check_value, declared, default_of, schema_section, setting, walk
 from rllm_torch.trainer.runtime import fingerprint
 from rllm_torch.trainer.schema import TrainConfig
 
@@ -38,8 +38,8 @@ def test_the_schema_takes_the_algorithm_settings_from_algorithm_config():
             expected = default_of(field)
         value = OmegaConf.select(schema, s.key)
         plain = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
-        if dataclasses.is_dataclass(expected):  # a section (rollout_correction)
-            expected = dataclasses.asdict(expected)
+        if dataclasses.is_dataclass(expected):  # a section (rollout_correction), its fields' schema defaults
+            expected = dataclasses.asdict(schema_section(type(expected))())
         assert plain == getattr(expected, "value", expected), s.key
 
 

@@ -197,6 +197,7 @@ def test_the_rejection_sampling_accumulation_survives_a_restart(tmp_path):
     settings = (
         "rllm.rejection_sample.enable=true",
         "rllm.rejection_sample.min_partial_solve_tasks=3",
+        "rllm.rejection_sample.accumulate=true",
         "rllm.trainer.save_freq=1",
     )
     whole = trainer_for(tmp_path / "whole", "rllm.trainer.total_batches=4", *settings)

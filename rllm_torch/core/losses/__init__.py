@@ -20,7 +20,7 @@ from rllm_torch.core.losses.policy import (
     loss_requirement,
     policy_loss,
 )
-from rllm_torch.core.losses.ppo import gspo_loss, ppo_clip_loss
+from rllm_torch.core.losses.ppo import gspo_loss, ppo_clip_loss, vanilla_loss
 from rllm_torch.core.losses.ratio import IMPORTANCE_SAMPLING_LEVELS, dual_clip, log_importance_ratio
 from rllm_torch.core.losses.registry import (
     LOSS_INPUTS,
@@ -56,6 +56,7 @@ __all__ = [
     "check_registered_loss",
     "run_registered_loss",
     "gspo_loss",
+    "vanilla_loss",
     "POLICY_LOSSES",
     "loss_options",
     "loss_requirement",

@@ -29,7 +29,7 @@ from torch import Tensor
 
 from rllm_torch.core.losses.aggregation import aggregate_loss, token_mean
 from rllm_torch.core.losses.covariance import clip_cov_loss, kl_cov_loss
-from rllm_torch.core.losses.ppo import gspo_loss, ppo_clip_loss
+from rllm_torch.core.losses.ppo import gspo_loss, ppo_clip_loss, vanilla_loss
 from rllm_torch.core.losses.ratio import IMPORTANCE_SAMPLING_LEVELS, approx_kl, log_importance_ratio
 from rllm_torch.core.losses.sequence import geo_mean_loss, luspo_loss
 from rllm_torch.core.losses.soft_gate import sapo_loss, vespo_loss
@@ -176,7 +176,11 @@ POLICY_LOSSES: dict[str, Callable[..., tuple[Tensor, dict[str, Tensor]]]] = {
     "luspo": luspo_loss,
     "vespo": vespo_loss,
     "gspo": gspo_loss,
+    "vanilla": vanilla_loss,  # verl's names, in rLLM's (estimator, loss) pairs
+    "gpg": cross_entropy_loss,  # verl's compute_policy_loss_gpg: -A log π, aggregated: cross_entropy's loss
 }
+#: The losses of the log-likelihood alone (no old policy).
+_LOG_LIKELIHOOD = ("cross_entropy", "gpg")
 LOSS_FNS = tuple(POLICY_LOSSES)
 #: Losses whose math needs one aggregation, whatever ``rllm.algorithm.loss_agg_mode`` says (rLLM's pins).
 PINNED_AGG_MODES = {"gspo": "seq-mean-token-mean"}
@@ -272,6 +276,6 @@ def policy_loss(
                 f"(leave it at {off!r}, or use one of those losses)."
             )
     chosen = {k: v for k, v in options.items() if k in takes}
-    if name == "cross_entropy":  # a log-likelihood loss: no old policy
+    if name in _LOG_LIKELIHOOD:  # a log-likelihood loss: no old policy
         return cross_entropy_loss(log_probs, advantages, response_mask, **chosen)
     return POLICY_LOSSES[name](log_probs, old_log_probs, advantages, response_mask, **chosen)

@@ -1,5 +1,6 @@
-"""PPO's clipped surrogate loss (``ppo``), and GSPO under its own loss name (``gspo``: the same
-loss on the sequence ratio, its aggregation pinned).
+"""PPO's clipped surrogate loss (``ppo``), GSPO under its own loss name (``gspo``: the same
+loss on the sequence ratio, its aggregation pinned) and verl's ``vanilla`` (the same loss, dual-clipped
+at verl's ``clip_ratio_c = 3`` unless set).
 
 Notation as :mod:`~rllm_torch.core.losses.policy`; the surrogate, the ratio and the dual clip are
 :mod:`~rllm_torch.core.losses.ratio`'s.
@@ -12,7 +13,10 @@ from torch import Tensor
 from rllm_torch.core.losses.aggregation import aggregate_loss, token_mean
 from rllm_torch.core.losses.ratio import approx_kl, clipped_surrogate, dual_clip, log_importance_ratio
 
-__all__ = ["ppo_clip_loss", "gspo_loss"]
+__all__ = ["ppo_clip_loss", "gspo_loss", "vanilla_loss", "VERL_CLIP_RATIO_C"]
+
+#: verl's ``actor.clip_ratio_c`` default (verl/workers/config/actor.py), which its ``vanilla`` loss reads.
+VERL_CLIP_RATIO_C = 3.0
 
 
 def ppo_clip_loss(
@@ -86,6 +90,42 @@ def gspo_loss(
         clip_ratio_low=clip_ratio_low,
         clip_ratio_high=clip_ratio_high,
         importance_sampling_level="sequence",
+        loss_agg_mode=loss_agg_mode,
+        horizon=horizon,
+        normaliser=normaliser,
+    )
+
+
+def vanilla_loss(
+    log_probs: Tensor,
+    old_log_probs: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    *,
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: float = 0.2,
+    clip_ratio_c: float | None = None,
+    loss_agg_mode: str = "token-mean",
+    horizon: int | None = None,
+    normaliser: Tensor | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """verl's ``vanilla`` policy loss (the name rLLM's verl backend passes, in an ``(estimator,
+    loss)`` pair): :func:`ppo_clip_loss` on the token ratio, always dual-clipped, at ``clip_ratio_c``
+    or, left None, at verl's default :data:`VERL_CLIP_RATIO_C` (3.0): ``ℓ = min(ℓ_ppo, -c A)``
+    where ``A < 0``. verl also clamps ``log ρ`` to ``[-20, 20]``; the losses differ only for a
+    ratio below ``e^-20`` (by less than ``2e-9 |A|`` a token).
+
+    Source: verl ``verl/trainer/ppo/core_algos.py``, ``compute_policy_loss_vanilla``.
+    Example: ``ρ = 4`` on a token with ``A = -1``: PPO's ``-ρA = 4``, capped at ``-3A = 3``.
+    """
+    return ppo_clip_loss(
+        log_probs,
+        old_log_probs,
+        advantages,
+        response_mask,
+        clip_ratio_low=clip_ratio_low,
+        clip_ratio_high=clip_ratio_high,
+        clip_ratio_c=VERL_CLIP_RATIO_C if clip_ratio_c is None else clip_ratio_c,
         loss_agg_mode=loss_agg_mode,
         horizon=horizon,
         normaliser=normaliser,

@@ -10,7 +10,10 @@
   episodes accumulate in a :class:`RejectionSamplingState` across batches until at least
   ``min_partial_solve_tasks`` tasks are partially solved (some but not all rollouts
   ``is_correct``); then everything accumulated is returned and the state is emptied.
-  Until then the call returns no groups and the trainer skips the batch.
+  Until then the call returns no groups and the trainer skips the batch. The trainer empties the
+  state before every batch, as rLLM's does (``TrainerState.reset_batch``,
+  rllm/trainer/unified_trainer.py), so a batch short of partial solves is dropped, unless
+  ``rllm.rejection_sample.accumulate=true`` (:attr:`RejectionSamplingConfig.accumulate`) carries it on.
 """
 
 from __future__ import annotations
@@ -57,6 +60,8 @@ class RejectionSamplingConfig:
             sampling filters on accuracy rather than on a shaped reward, Yu et al. 2025,
             arXiv:2503.14476; read from ``TrajectoryGroup.metadata``, which the default grouping
             fills).
+        accumulate: the trainer keeps the state across batches (a batch short of partial solves
+            waits for the next); False (rLLM's trainer): it empties it before every batch.
 
     Raises:
         ValueError: an unknown mode, a negative count or tolerance.
@@ -68,6 +73,7 @@ class RejectionSamplingConfig:
     filter_uniform_groups: bool = RejectionSampleSection.filter_uniform_groups
     uniform_reward_tolerance: float = UNIFORM_REWARD_TOLERANCE
     uniform_filter_metric: Literal["reward", "is_correct"] = RejectionSampleSection.uniform_filter_metric
+    accumulate: bool = RejectionSampleSection.accumulate
 
     @classmethod
     def from_config(cls, section: RejectionSampleSection) -> RejectionSamplingConfig:
@@ -78,6 +84,7 @@ class RejectionSamplingConfig:
             min_trajs_per_group=section.min_trajs_per_group,
             filter_uniform_groups=section.filter_uniform_groups,
             uniform_filter_metric=section.uniform_filter_metric,
+            accumulate=section.accumulate,
         )
 
     def __post_init__(self) -> None:
@@ -88,8 +95,9 @@ class RejectionSamplingConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ConfigError(f"RejectionSamplingConfig.{name} must be a non-negative int, got {value!r}.")
-        if not isinstance(self.filter_uniform_groups, bool):
-            raise ConfigError(f"filter_uniform_groups must be a bool, got {self.filter_uniform_groups!r}.")
+        for name in ("filter_uniform_groups", "accumulate"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"RejectionSamplingConfig.{name} must be a bool, got {getattr(self, name)!r}.")
         if self.uniform_filter_metric not in ("reward", "is_correct"):
             raise ConfigError(
                 f"uniform_filter_metric must be 'reward' or 'is_correct', got {self.uniform_filter_metric!r}."
