@@ -174,6 +174,7 @@ def _check_composes(config_name: str, overrides: list[Any]) -> None:
     from omegaconf.errors import OmegaConfBaseException
 
     texts = [o.input_line for o in overrides]
+    register_configs()  # the schema the shipped configs name first (train_schema), whoever calls this
     try:
         with initialize_config_module(config_module=CONFIG_PACKAGE, version_base=None):
             compose(config_name=config_name, overrides=texts)
