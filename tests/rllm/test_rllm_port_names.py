@@ -92,3 +92,21 @@ def test_fwd_bwd_group_size_defaults_to_mini_batch_size_as_rllms_post_init_sets_
 def test_rllm_data_names_that_are_not_mirrored_raise_an_import_error_saying_what_to_use(name):
     with pytest.raises(ImportError, match=rf"rllm\.data\.{name} is not mirrored in rllm_torch: \w"):
         exec(f"from rllm_torch.compat.rllm.data import {name}", {})
+
+
+@pytest.mark.parametrize(
+    "module, named, backend",
+    [
+        ("trainer.verl.dataclass", "trainer.verl", "verl"),  # what rLLM's tests/unified_trainer import (the
+        ("trainer.tinker", "trainer.tinker", "tinker"),  # package is imported first, and named)
+        ("trainer.fireworks.fireworks_backend", "trainer.fireworks", "fireworks"),
+    ],
+)
+def test_rllms_backend_modules_raise_an_import_error_naming_the_backend_and_what_to_use(module, named, backend):
+    with pytest.raises(ImportError, match=rf"rLLM's rllm\.{named} runs on rLLM's {backend} backend.*backend='torch'"):
+        importlib.import_module(f"rllm_torch.compat.rllm.{module}")
+
+
+def test_a_module_that_rllm_does_not_have_either_is_still_module_not_found():
+    with pytest.raises(ModuleNotFoundError, match="No module named 'rllm_torch.compat.rllm.no_such_module'"):
+        importlib.import_module("rllm_torch.compat.rllm.no_such_module")

@@ -11,7 +11,11 @@ Where rllm_torch differs from rLLM on purpose, ``AlgorithmConfig(compat="rllm")`
 Its top level holds rLLM's data types, as ``import rllm`` does, and (loaded on first use, as rLLM
 loads them) ``BaseAgent`` and the ``terminal-rl`` branch's ``register_loss``, ``LossContext`` and
 ``register_adv_estimator``. rLLM's ``rollout``, ``evaluator`` and ``Task`` (its AgentFlow / eval
-surface, run through rLLM's gateway) raise an ``ImportError`` that says what to use here."""
+surface, run through rLLM's gateway) raise an ``ImportError`` that says what to use here, and so
+does importing one of rLLM's modules that need its verl, tinker or fireworks backends
+(:data:`BACKEND_MODULES`, e.g. ``rllm.trainer.verl.dataclass``)."""
+
+import sys
 
 from rllm_torch.rllm.types import Action, Episode, Step, Trajectory, TrajectoryGroup
 
@@ -36,6 +40,36 @@ NOT_MIRRORED = {
     "Task": "rllm.types.Task (an eval task with a dataset directory): rows here are dicts in rLLM's format "
     "(question, ground_truth, data_source, ...), e.g. from rllm_torch.compat.rllm.data.DatasetRegistry",
 }
+
+#: rLLM's modules (under ``rllm.``) that run on one of its backends, and the backend.
+BACKEND_MODULES = {
+    "trainer.verl": "verl",
+    "trainer.tinker": "tinker",
+    "trainer.fireworks": "fireworks",
+    "trainer.deprecated": "verl",
+    "trainer.distill": "tinker",
+}
+
+
+class _BackendModuleFinder:
+    """Last on ``sys.meta_path``: an import of one of :data:`BACKEND_MODULES` (anything under it)
+    that no module here answers raises an ``ImportError`` naming the backend and what to use."""
+
+    @staticmethod
+    def find_spec(fullname: str, path: object = None, target: object = None) -> None:
+        rest = fullname.removeprefix(f"{__name__}.")
+        for module, backend in BACKEND_MODULES.items():
+            if rest != fullname and (rest == module or rest.startswith(f"{module}.")):
+                raise ImportError(
+                    f"rLLM's rllm.{rest} runs on rLLM's {backend} backend, which rllm_torch does not have: train with "
+                    "AgentTrainer(..., backend='torch') (rllm_torch.compat.rllm.trainer) or "
+                    "rllm_torch.compat.rllm.trainer.unified_trainer.UnifiedTrainer.",
+                    name=fullname,
+                )
+
+
+if not any(isinstance(finder, _BackendModuleFinder) for finder in sys.meta_path):
+    sys.meta_path.append(_BackendModuleFinder())
 
 
 def __getattr__(name: str) -> object:
