@@ -148,3 +148,20 @@ def test_rllms_solver_judge_cookbook_trains_three_steps_with_both_roles(rllm_hom
         assert (r["groups/num_trajs_before_filter"], r["groups/num_groups"]) == (24.0, 8.0)
         assert (r["groups/max_group_size"], r["groups/min_group_size"], r["groups/avg_group_size"]) == (4.0, 2.0, 3.0)
         assert "reward/solver/mean" in r and "reward/judge/mean" in r and "batch/judge_acc" in r
+
+
+def test_a_dataset_the_registry_lacks_stops_at_start_up_naming_the_registry_and_how_to_fill_it(tmp_path):
+    from trainer_fakes import make_config
+
+    from rllm_torch.compat.rllm.data import DatasetRegistry
+    from rllm_torch.compat.rllm.trainer import AgentTrainer
+    from rllm_torch.compat.rllm.workflows.simple_workflow import SimpleWorkflow
+    from rllm_torch.core.errors import ConfigError
+
+    DatasetRegistry.set_dataset_dir(tmp_path / "datasets")
+    try:
+        train = DatasetRegistry.load_dataset("countdown", "train")  # None, as in rLLM
+        with pytest.raises(ConfigError, match=rf"no training rows\. .*\({tmp_path / 'datasets'}\) lacks: register it"):
+            AgentTrainer(config=make_config(tmp_path), workflow_class=SimpleWorkflow, train_dataset=train)
+    finally:
+        DatasetRegistry.set_dataset_dir(None)
