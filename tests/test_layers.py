@@ -38,6 +38,7 @@ UNITS = {
             "model_defaults",
             "ranks",
             "rllm_settings",
+            "rllm_sections",
             "backend_args",
             "user_errors",
             "trainer_arguments",

@@ -1,24 +1,25 @@
 """rLLM's examples/countdown/unified_trainer/train_countdown_unified_tinker.py, ported: only the
-imports (``rllm.`` -> ``rllm_torch.compat.rllm.``), the Hydra config package, the backend name and
-the datasets (rows generated in rLLM's format instead of the HuggingFace download) changed.
-docs/porting.md shows the two side by side.
+imports (``rllm.`` -> ``rllm_torch.compat.rllm.``), the Hydra config package and the backend name
+changed; the data is what prepare_countdown_data.py registered. docs/porting.md shows the two side
+by side.
 
-    python examples/rllm_countdown/train_countdown_unified.py rllm.trainer.total_batches=3 \\
-        rllm.rollout.max_new_tokens=16 data.train_batch_size=8 rllm.rollout.n=4
+    python examples/rllm_countdown/prepare_countdown_data.py
+    python examples/rllm_countdown/train_countdown_unified.py model.max_positions=512 \\
+        rllm.trainer.total_batches=3 rllm.rollout.max_new_tokens=16 data.train_batch_size=8 rllm.rollout.n=4
 """
 
 import hydra
 
+from rllm_torch.compat.rllm.data.dataset import DatasetRegistry
 from rllm_torch.compat.rllm.rewards.countdown_reward import countdown_reward_fn
 from rllm_torch.compat.rllm.trainer import AgentTrainer
 from rllm_torch.compat.rllm.workflows.simple_workflow import SimpleWorkflow
-from rllm_torch.rollouts.countdown import countdown_rows
 
 
 @hydra.main(config_path="pkg://rllm_torch.compat.rllm.trainer.config", config_name="unified", version_base=None)
 def main(config):
-    train_dataset = countdown_rows(256, seed=0)
-    test_dataset = countdown_rows(32, seed=1)
+    train_dataset = DatasetRegistry.load_dataset("countdown", "train")
+    test_dataset = DatasetRegistry.load_dataset("countdown", "test")
 
     trainer = AgentTrainer(
         workflow_class=SimpleWorkflow,

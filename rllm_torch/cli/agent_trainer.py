@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rllm_torch.cli.train_command import run
 from rllm_torch.core.errors import ConfigError
+from rllm_torch.rollouts.rllm_data import DatasetRegistry
 from rllm_torch.rollouts.task import Task
 from rllm_torch.trainer.schema import typed_run_config
 from rllm_torch.trainer.workflow import PROMPT_KEYS
@@ -72,8 +73,9 @@ class AgentTrainer:
     and answers as its vocabulary.
 
     Raises:
-        ConfigError: another backend, rLLM's agent flows / sandbox hooks, no workflow class, or
-            datasets that are not task dicts.
+        ConfigError: another backend, rLLM's agent flows / sandbox hooks, no workflow class,
+            datasets that are not task dicts, or no training rows (rLLM's ``load_dataset`` gives
+            None for a dataset its registry lacks) unless ``rllm.trainer.val_only``.
     """
 
     def __init__(
@@ -103,6 +105,13 @@ class AgentTrainer:
             raise ConfigError("AgentTrainer needs workflow_class (a Workflow subclass).")
         self.config = typed_run_config(config)
         train, val = task_rows(train_dataset, "train_dataset"), task_rows(val_dataset, "val_dataset")
+        if not train and not self.config.rllm.trainer.val_only:
+            raise ConfigError(
+                f"AgentTrainer(train_dataset={train_dataset!r:.40}): no training rows. rLLM's DatasetRegistry.load_dataset "
+                f"gives None for a split its registry ({DatasetRegistry.dataset_dir()}) lacks: register it there (e.g. "
+                "examples/rllm_countdown/prepare_countdown_data.py), or point $RLLM_HOME / DatasetRegistry.set_dataset_dir "
+                "at the registry that has it."
+            )
         sources = sorted({str(row.get("data_source")) for row in train if row.get("data_source") is not None})
         name = sources[0] if len(sources) == 1 else getattr(workflow_class, "__name__", "workflow")
         OmegaConf.update(self.config, "task.name", name)  # the summary's and the default run directory's name

@@ -16,6 +16,7 @@ from rllm_torch.rllm.arrays import (
     calculate_reinforce_plus_plus_baseline_advantages,
     calculate_rloo_advantages,
     calculate_rloo_advantages_per_group,
+    get_adv_estimator,
     get_rllm_adv_estimator,
 )
 from rllm_torch.rllm.collect import collect_reward_and_advantage_from_trajectory_groups
@@ -46,6 +47,7 @@ __all__ = [
     "is_token_level",
     "estimator_options",
     "get_rllm_adv_estimator",
+    "get_adv_estimator",
     "get_tensor_adv_estimator",
     "register_rllm_adv_estimator",
     "registered_estimator_names",

@@ -35,6 +35,7 @@ from rllm_torch.rllm.registry import registered_name, registration
 
 __all__ = [
     "get_rllm_adv_estimator",
+    "get_adv_estimator",
     "rllm_call",
     "calculate_grpo_advantages",
     "calculate_reinforce_advantages",
@@ -81,6 +82,20 @@ def get_rllm_adv_estimator(name: str | Enum) -> Callable:
     rllm_form.__name__ = rllm_form.__qualname__ = f"{getattr(entry.fn, '__name__', key)}_by_group"
     rllm_form.__doc__ = f"rLLM form of the tensor estimator {key!r}: per-group arrays in, per-group lists out."
     return rllm_form
+
+
+def get_adv_estimator(name: str | Enum) -> Callable:
+    """rLLM's newer name of :func:`get_rllm_adv_estimator` (its ``terminal-rl`` branch,
+    ``rllm/trainer/algorithms/advantage.py``, pairs it with ``register_adv_estimator``): the
+    estimator registered under ``name``, called with per-group arrays, returning
+    ``(advantages_by_group, returns_by_group)``.
+
+    Raises:
+        UnknownEstimatorError: ``name`` is not registered (a ``ValueError``, as rLLM's); the
+            message lists the registered names.
+        ConfigError: ``name`` is token-level: it has no per-group form.
+    """
+    return get_rllm_adv_estimator(name)
 
 
 def rllm_call(

@@ -41,10 +41,14 @@ def evaluate_arithmetic(expression: str) -> float | None:
         return None
 
 
-def countdown_rows(count: int, *, seed: int = 0, numbers: int = 3, largest: int = 9) -> list[dict[str, Any]]:
+def countdown_rows(
+    count: int, *, seed: int = 0, numbers: int = 3, largest: int = 9, rllm_question: bool = False
+) -> list[dict[str, Any]]:
     """``count`` countdown rows in rLLM's format, each solvable: ``numbers`` integers in
     ``1..largest`` and the target of a random ``+``/``-``/``*`` expression of them (at least 1).
-    The question is short (``"3 5 2 = 13?"``) so that a tiny model's context holds it."""
+    The question is short (``"3 5 2 = 13?"``) so that a tiny model's context holds it; with
+    ``rllm_question``, it is the text rLLM's ``examples/countdown/prepare_countdown_data.py`` writes
+    (about 300 characters: a tiny model needs ``model.max_positions`` to hold it)."""
     rng = random.Random(seed)
     rows = []
     while len(rows) < count:
@@ -57,7 +61,9 @@ def countdown_rows(count: int, *, seed: int = 0, numbers: int = 3, largest: int 
             continue
         rows.append(
             {
-                "question": f"{' '.join(map(str, nums))} = {int(target)}?",
+                "question": _rllm_question(nums, int(target))
+                if rllm_question
+                else f"{' '.join(map(str, nums))} = {int(target)}?",
                 "ground_truth": str(int(target)),
                 "data_source": "countdown",
                 "target": int(target),
@@ -65,3 +71,13 @@ def countdown_rows(count: int, *, seed: int = 0, numbers: int = 3, largest: int 
             }
         )
     return rows
+
+
+def _rllm_question(nums: list[int], target: int) -> str:
+    """rLLM's countdown question (``examples/countdown/prepare_countdown_data.py``'s ``preprocess_fn``)."""
+    return (
+        f"Using the numbers {', '.join(map(str, nums))}, find a way to reach the target number {target}. You can use "
+        "basic arithmetic operations (+, -, *, /) and each number can only be used once. Show your step-by-step "
+        "calculation and output the final answer within <answer>...</answer>, for example <answer> (1 + 2) / 3 "
+        "</answer>."
+    )

@@ -29,7 +29,7 @@ from rllm_torch.rllm.dispatch import compute_advantages
 from rllm_torch.rllm.plan import AdvantagePlan
 from rllm_torch.rllm.registry import is_token_level, registration
 from rllm_torch.rllm.settings import check_value, walk
-from rllm_torch.trainer.pipeline.async_rollouts import AsyncTrainingConfig
+from rllm_torch.trainer.pipeline.async_rollouts import AsyncTrainingConfig, check_rllm_async_keys
 from rllm_torch.trainer.pipeline.compact_filtering import CompactFilteringConfig
 from rllm_torch.trainer.pipeline.dynamic_sampling import DynamicSamplingConfig
 from rllm_torch.trainer.pipeline.rejection_sampling import RejectionSamplingConfig
@@ -306,9 +306,10 @@ def _check_sampler_and_correction(config: Any) -> None:
 def _check_filters(config: Any, plan: AdvantagePlan) -> None:
     rllm = config.rllm
 
-    if rllm.rejection_sample.multiplier != 1 and not rllm.rejection_sample.enable:
+    if rllm.rejection_sample.multiplier != 1:  # rLLM's key; no trainer of rLLM main reads it
         raise ConfigError(
-            f"rllm.rejection_sample.multiplier={rllm.rejection_sample.multiplier} needs rllm.rejection_sample.enable=true."
+            f"rllm.rejection_sample.multiplier={rllm.rejection_sample.multiplier:g} is read by no trainer of rLLM main nor "
+            "here (rLLM's verl-era batch multiplier): drop it; rllm.algorithm.filter_groups.enable=true fills a step."
         )
     if rllm.algorithm.filter_groups.enable and "baselines" in plan.needs:
         raise ConfigError(
@@ -333,6 +334,7 @@ def _check_async_training(config: Any, plan: AdvantagePlan) -> None:
                 f"{key}.{changed[0]}={section[changed[0]]} is read only in async mode: add {key}.enable=true, or drop it."
             )
         return
+    check_rllm_async_keys(section, prompts_per_step(config))
     greedy = plan.estimators_needing("baselines")
     cannot = {
         f"estimator {', '.join(greedy)} (greedy baselines sampled with the step's own weights)": bool(greedy),

@@ -25,7 +25,15 @@ from rllm_torch.rllm.registry import builtin_estimator_options
 from rllm_torch.rllm.settings import schema_fields, setting
 from rllm_torch.trainer.backend_schema import COMPUTE_DTYPES, PARALLELISMS, ROLLOUT_ENGINES, BackendConfig
 from rllm_torch.trainer.resolvers import register_resolvers
-from rllm_torch.trainer.user_errors import FAILED_STEPS_LIMIT
+from rllm_torch.trainer.rllm_sections import (
+    GROUP_SIGNAL_METRICS,
+    STALE_GROUP_POLICIES,
+    AsyncTrainingSection,
+    EpisodeLoggingSection,
+    RejectionSampleSection,
+    StepwiseAdvantageSection,
+    WorkflowSection,
+)
 
 __all__ = [
     "TrainConfig",
@@ -47,7 +55,6 @@ __all__ = [
 ]
 
 ARCHITECTURES = ("gpt2", "llama")  # model.arch: a model built from scratch
-GROUP_SIGNAL_METRICS = ("reward", "is_correct")  # what a group without signal is judged by
 
 
 @dataclass
@@ -102,11 +109,6 @@ class AlgorithmSection(make_dataclass("AlgorithmOptions", _ALGORITHM_OPTIONS)):
     )
     kl_coef: float = setting(0.001, "the KL penalty's coefficient", minimum=0)
     filter_groups: FilterGroupsSection = field(default_factory=FilterGroupsSection)
-
-
-StepwiseAdvantageSection = make_dataclass(
-    "StepwiseAdvantageSection", schema_fields(AlgorithmConfig, "rllm.stepwise_advantage")
-)
 
 
 @dataclass
@@ -166,81 +168,6 @@ class TrainerSection:
     )
     default_local_dir: str | None = setting(
         None, "the run directory (set to Hydra's output dir by the CLI)", resumable=True
-    )
-
-
-@dataclass
-class WorkflowSection:
-    n_parallel_tasks: int = setting(
-        1024, "episodes running at once (also the sampling batch)", minimum=1, resumable=True
-    )
-    retry_limit: int = setting(3, "attempts per episode", minimum=1, resumable=True)
-    raise_on_error: bool = setting(
-        True, f"False: record failed episodes, go on until all fail {FAILED_STEPS_LIMIT} steps in a row", resumable=True
-    )
-    reward_timeout_s: float | None = setting(
-        None, "seconds a reward call may take (an attempt fails past it); null: no limit", resumable=True
-    )
-
-
-@dataclass
-class RejectionSampleSection:
-    enable: bool = setting(False, "rLLM's episode-mode rejection sampling")
-    multiplier: int = setting(1, "rLLM's batch multiplier (needs enable)")
-    min_partial_solve_tasks: int = setting(1, "partially solved tasks a batch needs, else it is dropped (rLLM)")
-    accumulate: bool = setting(False, "true: keep a batch short of them for the next step's (rLLM: dropped)")
-    min_trajs_per_group: int = setting(2, "groups with fewer trajectories are dropped")
-    filter_uniform_groups: bool = setting(False, "drop groups with no signal (by uniform_filter_metric)")
-    uniform_filter_metric: str = setting(
-        "reward",
-        "reward (raw rewards all equal) | is_correct (all right or all wrong, DAPO)",
-        choices=GROUP_SIGNAL_METRICS,
-    )
-
-
-@dataclass
-class EpisodeLoggingSection:
-    log_episodes: bool = setting(False, "write every episode to a JSONL file", resumable=True)
-    episode_log_dir: str | None = setting(None, "where (None: the run directory)", resumable=True)
-
-
-STALE_GROUP_POLICIES = ("wait", "drop")  # rllm.async_training.stale_groups
-
-
-@dataclass
-class AsyncTrainingSection:
-    """rLLM's ``AsyncTrainingConfig`` (``rllm.async_training``): sampling runs ahead of the update on
-    weights it holds, synced every ``trigger_parameter_sync_step`` steps (policy versions)."""
-
-    enable: bool = setting(
-        False, "sample the next steps' episodes while the update runs (a producer and a buffer)", resumable=True
-    )
-    staleness_threshold: float = setting(
-        0.0,
-        "the most policy versions a trained group may lag the trainer (0 with trigger_parameter_sync_step=1: on-policy)",
-        minimum=0,
-        maximum=1e6,
-        resumable=True,
-    )
-    trigger_parameter_sync_step: int = setting(
-        1,
-        "training steps between two weight syncs into the sampler (one sync = one policy version)",
-        minimum=1,
-        resumable=True,
-    )
-    partial_rollout: bool = setting(
-        False,
-        "a sync reaches episodes in flight (their later turns sample the new weights); false: between batches",
-        resumable=True,
-    )
-    mini_batch_size: int | None = setting(
-        None, "prompts per training step in async mode; null: data.train_batch_size", minimum=1
-    )
-    stale_groups: str = setting(
-        "wait",
-        "wait: sampling waits rather than run past the bound | drop: it runs on, and groups past the bound are dropped",
-        choices=STALE_GROUP_POLICIES,
-        resumable=True,
     )
 
 

@@ -151,7 +151,8 @@ def check_context(longest_prompt: int, max_new_tokens: int, context: int | None)
         raise ConfigError(
             f"the longest prompt has {longest_prompt} tokens and rllm.rollout.max_new_tokens={max_new_tokens}: "
             f"{longest_prompt + max_new_tokens} positions, beyond the model's context of {context}; {lower}shorten the "
-            "prompts, or use a model with a longer context (model.max_positions for a model built from scratch)."
+            f"prompts, or use a model with a longer context (model.max_positions={longest_prompt + max_new_tokens} or more "
+            "for a model built from scratch)."
         )
 
 

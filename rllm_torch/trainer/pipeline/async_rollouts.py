@@ -28,17 +28,20 @@ from __future__ import annotations
 
 import asyncio
 import math
+import warnings
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from rllm_torch.core.errors import ConfigError
 from rllm_torch.rllm.types import Episode
 from rllm_torch.trainer.schema import AsyncTrainingSection
 
 __all__ = [
     "AsyncTrainingConfig",
+    "check_rllm_async_keys",
     "RolloutProducer",
     "StalenessTally",
     "drop_stale_groups",
@@ -49,7 +52,13 @@ __all__ = [
 @dataclass
 class AsyncTrainingConfig(AsyncTrainingSection):
     """``rllm.async_training``: the schema's section (its settings, defaults and meaning:
-    :class:`~rllm_torch.trainer.schema.AsyncTrainingSection`) with the rules read from it."""
+    :class:`~rllm_torch.trainer.schema.AsyncTrainingSection`) with the rules read from it.
+    As in rLLM (``rllm/trainer/algorithms/config.py``), a ``fwd_bwd_group_size`` of None becomes
+    ``mini_batch_size`` (when that is set; None here means ``data.train_batch_size``)."""
+
+    def __post_init__(self) -> None:
+        if self.fwd_bwd_group_size is None and self.mini_batch_size is not None:
+            self.fwd_bwd_group_size = self.mini_batch_size
 
     @classmethod
     def from_config(cls, config: DictConfig) -> AsyncTrainingConfig:
@@ -69,6 +78,40 @@ class AsyncTrainingConfig(AsyncTrainingSection):
     def capacity(self) -> int:
         """Batches the buffer holds."""
         return (self.bound + 1) * self.trigger_parameter_sync_step
+
+
+def check_rllm_async_keys(section: Any, batch: int) -> None:
+    """rLLM's ``rllm.async_training`` keys that change nothing here when left at their defaults
+    (``rllm/trainer/unified_trainer.py`` and ``rllm/trainer/buffer.py`` read them).
+
+    Args:
+        section: the run config's ``rllm.async_training`` (async mode on).
+        batch: the prompts (task batches) of a training step (``prompts_per_step``).
+
+    Warns:
+        UserWarning: ``episode_offload_dir`` / ``trajectory_group_offload_dir`` set: rLLM pickles the
+            buffer's waiting episodes / groups there; here they stay in memory (the same numbers).
+
+    Raises:
+        ConfigError: ``fwd_bwd_group_size`` other than None or ``batch``: rLLM's tinker and fireworks
+            backends then run ``batch / fwd_bwd_group_size`` forward-backward passes a step, each
+            aggregating its own loss; here a step is one pass over its batch.
+    """
+    size = section.fwd_bwd_group_size
+    if size is not None and size != batch:
+        raise ConfigError(
+            f"rllm.async_training.fwd_bwd_group_size={size}: rLLM's backends split a step's {batch} task batches into "
+            f"forward-backward passes of {size}, each aggregating its own loss; here a step's loss is one pass over "
+            f"its batch (backend.micro_batch_tokens bounds the memory): set it to null or {batch}."
+        )
+    for name in ("episode_offload_dir", "trajectory_group_offload_dir"):
+        if section[name]:
+            warnings.warn(
+                f"rllm.async_training.{name}={section[name]!r}: rLLM's disk offload of the async buffer is not "
+                "implemented here; the buffer stays in memory (the trained numbers are the same). Drop the key.",
+                UserWarning,
+                stacklevel=2,
+            )
 
 
 def drop_stale_groups(episodes: list[Episode], version_now: int, bound: int) -> tuple[list[Episode], list[int], int]:

@@ -6,6 +6,7 @@ from rllm_torch.rllm.arrays import (
     calculate_reinforce_advantages,
     calculate_reinforce_plus_plus_baseline_advantages,
     calculate_rloo_advantages,
+    get_adv_estimator,
     get_rllm_adv_estimator,
 )
 from rllm_torch.rllm.collect import collect_reward_and_advantage_from_trajectory_groups
@@ -22,6 +23,7 @@ __all__ = [
     "calculate_reinforce_plus_plus_baseline_advantages",
     "calculate_rloo_advantages",
     "collect_reward_and_advantage_from_trajectory_groups",
+    "get_adv_estimator",
     "get_rllm_adv_estimator",
     "rLLMAdvantageEstimator",
     "register_adv_estimator",
