@@ -139,3 +139,26 @@ def test_greedy_next_tokens_take_the_first_maximum_with_its_log_prob_at_temperat
     tokens, logp = sample_next_tokens(logits, temperature=0.0)
     assert tokens.tolist() == [1, 0]
     torch.testing.assert_close(logp, logits.log_softmax(-1)[[0, 1], [1, 0]])
+
+
+def test_each_sampling_setting_of_the_run_reaches_its_own_phase_of_the_engine():
+    """rllm.rollout's training and validation settings, each given a value of its own, are the
+    engine's settings in each phase (validation, training, and remax's greedy rollouts)."""
+    from trainer_rank_tasks import backend_config
+
+    from rllm_torch.backends.torch_backend.backend import TorchBackend
+    from rllm_torch.backends.torch_backend.rollout import SamplingParams
+
+    config = backend_config(
+        "rllm.rollout.temperature=0.7",
+        "rllm.rollout.top_p=0.9",
+        "rllm.rollout.val_temperature=0.3",
+        "rllm.rollout.val_top_p=0.8",
+        "rllm.rollout.max_new_tokens=3",
+    )
+    engine = TorchBackend(config, alphabet="0123456789+=").init_rollout_engine()
+    assert engine.params == SamplingParams(temperature=0.7, top_p=0.9, max_new_tokens=3)
+    engine.validation = True
+    assert engine.params == SamplingParams(temperature=0.3, top_p=0.8, max_new_tokens=3)
+    engine.validation, engine.greedy = False, True
+    assert engine.params == SamplingParams(temperature=0.0, top_p=0.9, max_new_tokens=3)
