@@ -121,3 +121,21 @@ def test_role_maps_are_set_from_the_command_line_without_a_plus():
     assert algorithm.loss_fn_map == {"distill": "cross_entropy", "solver": "ppo"}
     with pytest.raises(ConfigCompositionException):  # a typo in a fixed key still stops Hydra
         compose_train("rllm.algorithm.loss_fn_mapp={distill:cross_entropy}")
+
+
+@pytest.mark.parametrize(
+    ("kl_terms", "refused"),
+    [
+        ((), True),  # no KL term reads the reference: the path is unused
+        (("rllm.algorithm.use_kl_loss=true",), False),
+        (("rllm.algorithm.use_kl_in_reward=true",), False),
+        (("rllm.algorithm.use_kl_loss=true", "rllm.algorithm.use_kl_in_reward=true"), False),
+    ],
+)
+def test_a_reference_model_is_accepted_with_either_kl_term_and_refused_with_none(tmp_path, kl_terms, refused):
+    config = compose_train(f"model.ref_path={tmp_path}", *kl_terms)
+    if refused:
+        with pytest.raises(ConfigError, match=r"model.ref_path=.* is set but no KL term uses a reference policy"):
+            check_run_config(config)
+    else:
+        check_run_config(config)

@@ -141,3 +141,9 @@ def test_a_reward_module_that_fails_at_import_is_a_config_error_naming_the_setti
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ConfigError, match=rf"task.reward_fn='broken_rewards:score': cannot import it \({error}"):
         load_reward_fn("broken_rewards:score")
+
+
+def test_a_rows_own_data_source_wins_over_the_files(tmp_path):
+    path = tmp_path / "train.jsonl"
+    path.write_text('{"prompt": "a", "answer": "1", "data_source": "mine"}\n{"prompt": "b", "answer": "2"}\n')
+    assert [r["data_source"] for r in load_rows(str(path), data_source="train")] == ["mine", "train"]

@@ -33,6 +33,18 @@ def test_a_saved_checkpoint_is_complete_named_by_its_step_and_leaves_no_temporar
     assert json.loads((path / "manifest.json").read_text())["files"] == {"a.bin": 10}
 
 
+def test_the_latest_checkpoint_is_the_complete_one_with_the_highest_step_whatever_the_save_order(tmp_path):
+    store = CheckpointStore(tmp_path, max_to_keep=4)
+    assert store.latest() is None
+    for step in (4, 2, 6):  # saved out of order (a re-save of an older step)
+        store.save(step, write_files, {"step": step})
+    assert (store.latest().step, store.latest().metadata) == (6, {"step": 6})
+    assert [i.step for i in store.complete()] == [2, 4, 6]
+    (tmp_path / "step_000006" / "manifest.json").unlink()  # the newest left incomplete: the one before it
+    with pytest.warns(UserWarning, match="step_000006"):
+        assert store.latest().step == 4
+
+
 def test_old_checkpoints_are_pruned_to_max_to_keep(tmp_path):
     store = CheckpointStore(tmp_path, max_to_keep=2)
     for step in (2, 4, 6, 8):
