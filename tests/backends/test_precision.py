@@ -13,6 +13,7 @@ import trainer_rank_tasks as tasks
 
 from rllm_torch.backends.torch_backend import TorchBackend
 from rllm_torch.backends.torch_backend import actor as actor_module
+from rllm_torch.backends.torch_backend import precision as precision_module
 from rllm_torch.backends.torch_backend.model import enable_gradient_checkpointing
 from rllm_torch.backends.torch_backend.precision import (
     BF16_MARGIN,
@@ -156,7 +157,9 @@ def test_the_backend_samples_and_updates_in_the_dtypes_chosen_for_each(monkeypat
     assert shapes.sampling_rows == config.data.train_batch_size * config.rllm.rollout.n
 
 
-def test_the_probe_times_both_phases_and_leaves_the_model_and_the_random_state_as_they_were(saved_model):
+def test_the_probe_times_both_phases_and_leaves_the_model_and_the_random_state_as_they_were(saved_model, monkeypatch):
+    # no cut-off: on a loaded machine a slow bf16 call would be stopped and the calls below differ
+    monkeypatch.setattr(precision_module, "PROBE_CUTOFF", float("inf"))
     backend = TorchBackend(tasks.backend_config(f"model.path={saved_model}", "backend.dtype=float32"))
     model = backend.model
     before = {k: v.clone() for k, v in model.state_dict().items()}
