@@ -61,6 +61,7 @@ RESUMABLE_UNDER_THEM = {  # each read where it is used, and a run that changes i
     "data.val_batch_size",  # how validation is batched, not what it samples
     "rllm.algorithm.warmup_steps_ratio",
     "rllm.algorithm.use_rllm",  # read by nothing
+    "rllm.stepwise_advantage.enable",  # rLLM's verl switch, read by nothing here
     "model.gguf_cache_dir",  # a cache of the .gguf file's conversion, not part of the model
     "task.env_latency_ms",  # how long the environment waits: when episodes finish, not what they hold
 }
