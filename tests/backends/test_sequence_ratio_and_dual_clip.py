@@ -163,7 +163,7 @@ def test_dual_clip_with_the_sequence_ratio():
         (dict(name="ppo", importance_sampling_level="sentence"), "not one of"),
         (dict(name="dro", importance_sampling_level="sequence"), "has none"),
         (dict(name="cross_entropy", importance_sampling_level="sequence"), "has none"),
-        (dict(name="cispo", clip_ratio_c=3.0), "it applies to 'ppo', 'dppo_tv', 'dppo_kl' only"),
+        (dict(name="cispo", clip_ratio_c=3.0), "it applies to 'ppo', 'dppo_tv', 'dppo_kl', 'vanilla' only"),
         (dict(name="ppo", clip_ratio_c=1.0), "above 1"),
     ],
 )
