@@ -12,7 +12,7 @@ import pytest
 from rllm_torch.cli.command_line import check_command_line
 from rllm_torch.core.errors import ConfigError
 from rllm_torch.rllm.settings import walk
-from rllm_torch.trainer.rllm_settings import RLLM_BACKEND_KEYS
+from rllm_torch.trainer.rllm_settings import RLLM_BACKEND_KEYS, key_hint
 from rllm_torch.trainer.schema import TrainConfig
 
 SETTINGS = {key for key, _, _ in walk(TrainConfig)}
@@ -42,3 +42,14 @@ def test_every_hint_names_a_setting_that_exists_here(theirs):
     assert targets, f"{theirs}: hint {text!r} names no setting"
     for key in targets:
         assert key in SETTINGS, f"{theirs}: hint names {key!r}, not a setting of the schema"
+
+
+@pytest.mark.parametrize("prefix", ["", "+", "++", "~"])
+@pytest.mark.parametrize(("theirs", "ours"), sorted(RLLM_BACKEND_KEYS.items())[:12])
+def test_an_rllm_backend_key_gets_the_hint_naming_ours_with_any_of_hydras_prefixes(prefix, theirs, ours):
+    hint = key_hint(f"{prefix}{theirs}=1")
+    assert hint.startswith(f" (did you mean {ours}? {theirs} is a key of rLLM's backends")
+
+
+def test_a_key_of_neither_gets_no_hint():
+    assert key_hint("+backend.lrr=0.1") == "" and key_hint("actor_rollout_ref.actor.optim") == ""

@@ -181,3 +181,21 @@ def test_the_correctness_filter_names_a_group_without_is_correct():
         apply_rejection_sampling_and_filtering(episodes, groups, config, RejectionSamplingState())
     with pytest.raises(ValueError, match="'reward' or 'is_correct'"):
         RejectionSamplingConfig(uniform_filter_metric="acc")
+
+
+@pytest.mark.parametrize(("n", "refused"), [(1, True), (2, False), (3, False)])
+def test_a_group_of_exactly_min_trajs_per_group_can_train_and_one_fewer_cannot(tmp_path, n, refused):
+    # rejection sampling keeps a group of min_trajs_per_group (2) trajectories: only n < 2 drops every group
+    from trainer_fakes import make_config
+
+    from rllm_torch.core.errors import ConfigError
+    from rllm_torch.trainer.config_checks import check_run_config
+    from rllm_torch.trainer.pipeline.trainable_groups import check_groups_can_train
+
+    config = make_config(tmp_path, f"rllm.rollout.n={n}", "rllm.rejection_sample.min_trajs_per_group=2")
+    plan = check_run_config(config).plan
+    if refused:
+        with pytest.raises(ConfigError, match="min_trajs_per_group=2"):
+            check_groups_can_train(config, plan, one_trajectory_per_episode=True)
+    else:
+        check_groups_can_train(config, plan, one_trajectory_per_episode=True)

@@ -1,6 +1,6 @@
 """rLLM's keys that have another home here (``trainer/rllm_settings.py``): each given alone lands
 in our key; given both ways with one value it is one setting (accepted); with two values it
-stops naming both. rLLM's backend keys get a hint naming ours however Hydra's prefixes wrap them."""
+stops naming both (the hints for rLLM's backend keys: tests/cli/test_rllm_key_hints.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from rllm_torch.core.errors import ConfigError
 from rllm_torch.trainer.model_defaults import learning_rates
-from rllm_torch.trainer.rllm_settings import RLLM_BACKEND_KEYS, key_hint, resolve_rllm_settings
+from rllm_torch.trainer.rllm_settings import resolve_rllm_settings
 from rllm_torch.trainer.schema import TrainConfig
 
 # (rLLM's key, ours, a value that is not the schema's default, another one)
@@ -51,17 +51,6 @@ def test_eps_clip_alone_is_rllms_symmetric_clip():
     run = config("rllm.algorithm.eps_clip=0.1")
     resolve_rllm_settings(run)
     assert (run.backend.clip_ratio_low, run.backend.clip_ratio_high) == (0.1, 0.1)
-
-
-@pytest.mark.parametrize("prefix", ["", "+", "++", "~"])
-@pytest.mark.parametrize(("theirs", "ours"), sorted(RLLM_BACKEND_KEYS.items())[:12])
-def test_an_rllm_backend_key_gets_the_hint_naming_ours_with_any_of_hydras_prefixes(prefix, theirs, ours):
-    hint = key_hint(f"{prefix}{theirs}=1")
-    assert hint.startswith(f" (did you mean {ours}? {theirs} is a key of rLLM's backends")
-
-
-def test_a_key_of_neither_gets_no_hint():
-    assert key_hint("+backend.lrr=0.1") == "" and key_hint("actor_rollout_ref.actor.optim") == ""
 
 
 @pytest.mark.parametrize(
