@@ -211,7 +211,16 @@ def role_batch(groups: list[TrajectoryGroup], precomputed: list[bool], mode: str
     """
     turn_mode = mode in TURN_MODES
     observation_ids = ObservationIds() if mode == "gigpo" else None
-    pairs, tokens, steps, step_counts, step_rewards, step_weights, observations = [], [], [], [], [], [], []
+    pairs, tokens, trained, steps, step_counts, step_rewards, step_weights, observations = (
+        [],
+        [],
+        [],
+        [],
+        [],
+        [],
+        [],
+        [],
+    )
     members, sizes = [], []  # per group
     for g, group in enumerate(groups):
         trajectories = group.trajectories if not precomputed[g] else []
@@ -219,9 +228,10 @@ def role_batch(groups: list[TrajectoryGroup], precomputed: list[bool], mode: str
         for traj in trajectories:
             trained_tokens = traj.trained_tokens()  # > 0: Trajectory.is_trained()
             token_free = not turn_mode and _token_free(traj)  # rLLM's: its reward counts, weight 1
-            size += trained_tokens > 0 or token_free
+            trained.append(trained_tokens > 0 or token_free)
+            size += trained[-1]
             pairs.append((group, traj))
-            tokens.append(-1 if token_free else trained_tokens)
+            tokens.append(1 if token_free else trained_tokens)
             steps.extend(traj.steps)
             step_counts.append(len(traj.steps))
             if turn_mode:
@@ -236,8 +246,6 @@ def role_batch(groups: list[TrajectoryGroup], precomputed: list[bool], mode: str
                 ]
         members.append(len(trajectories))
         sizes.append(size)
-    trained = [n != 0 for n in tokens]
-    tokens = [1 if n < 0 else n for n in tokens]
     group_index = torch.repeat_interleave(torch.arange(len(groups)), torch.tensor(members, dtype=torch.int64))
     step_trajectory = torch.repeat_interleave(torch.arange(len(pairs)), torch.tensor(step_counts, dtype=torch.int64))
     values = [t.reward if is_trained else 0.0 for (_, t), is_trained in zip(pairs, trained, strict=True)]
