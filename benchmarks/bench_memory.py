@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.metadata
 import json
 import os
 import resource
@@ -198,8 +199,10 @@ def ratio(results: dict, key: str) -> str:
 
 
 def report(table: dict, args) -> str:
-    import trl
-
+    try:  # --sides ours runs without TRL installed
+        trl_version = importlib.metadata.version("trl")
+    except importlib.metadata.PackageNotFoundError:
+        trl_version = "not installed"
     lines = [
         "# Memory and time of one training step on real model shapes, against TRL",
         "",
@@ -207,7 +210,7 @@ def report(table: dict, args) -> str:
         + (" (the other rows: the earlier run it updates)" if args.update else "")
         + f" on {cpu_name()}, {os.cpu_count()} cores, "
         f"{args.threads} torch thread(s) per run, one run at a time, address space capped at {args.cap_gb:g} GiB; "
-        f"torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}.",
+        f"torch {torch.__version__}, transformers {transformers.__version__}, trl {trl_version}.",
         "",
         "Peak resident memory of the whole process (GiB) and seconds of the training step; TRL / ours above 1: "
         "TRL needs more. See the script's docstring for every setting.",
