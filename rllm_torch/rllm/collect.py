@@ -41,7 +41,9 @@ from rllm_torch.core.checks import all_rewards_are_numbers, check_reward
 from rllm_torch.core.distributed import ONE_PROCESS, resolve_process_group
 from rllm_torch.core.errors import InvalidRewardsError, InvalidRewardTypeError, RLLMTorchError
 from rllm_torch.rllm.config import TURN_MODES, AlgorithmConfig
-from rllm_torch.rllm.role_plan import RoleBatch, compute_role_advantages, token_advantage_metrics
+from rllm_torch.rllm.metrics import difficulty_metrics
+from rllm_torch.rllm.plan import AdvantagePlan
+from rllm_torch.rllm.role_plan import RoleBatch, compute_role_advantages, role_reward_metrics, token_advantage_metrics
 from rllm_torch.rllm.roles import group_baselines_tensor, reward_components_tensor
 from rllm_torch.rllm.stepwise import ObservationIds, turn_rewards
 from rllm_torch.rllm.types import Step, Trajectory, TrajectoryGroup
@@ -158,9 +160,11 @@ def collect_reward_and_advantage_from_trajectory_groups(
         for g in groups
     ]
     # every check that reads this rank's data runs before the first collective
-    error, batch, steps, token_writes, pre_tokens = None, None, [], [], {}
+    plan, batch, steps, token_writes, pre_tokens = None, None, [], [], {}
     try:
         if collect_advantage:
+            plan = AdvantagePlan(algorithm_config)
+            plan.check_outcome_level()
             pre_groups = defaultdict(list)
             for g, p in zip(groups, pre, strict=True):
                 if p:
@@ -170,21 +174,16 @@ def collect_reward_and_advantage_from_trajectory_groups(
     except (RLLMTorchError, ValueError, TypeError) as exc:
         if group is None:
             raise
-        error = exc
-    if batch is None:  # this rank failed: an empty batch, so that it meets the others' collectives
-        batch, steps = role_batch([], [], mode)
-    result = compute_role_advantages(
-        batch,
-        algorithm_config,
-        process_group=group,
-        difficulty=True,
-        outcome_only=True,
-        rewards_only=not collect_advantage,
-        input_error=error,
-    )
+        batch, steps = role_batch([], [], mode)  # this rank failed: an empty batch meets the others' collectives
+        batch.error = exc
+    if not collect_advantage:  # validation: the reward metrics only
+        return role_reward_metrics(batch, process_group=group)
+    if plan is None:  # this rank failed before its plan: its error, met in the first collective, raises on every rank
+        role_reward_metrics(batch, process_group=group)
+    result = compute_role_advantages(batch, plan, process_group=group)
     metrics = result.metrics
-    if not collect_advantage:
-        return metrics
+    for role, packed in result.packed.items():  # rLLM's difficulty diagnostics of each RL role
+        metrics |= difficulty_metrics(packed, role)
     for role in result.precomputed_roles:  # over its tokens, and its RL trajectories if it has both
         parts = [a for a in (result.by_role.get(role), pre_tokens.get(role)) if a is not None]
         adv_all = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)

@@ -21,25 +21,21 @@ import warnings
 from collections.abc import Callable
 from enum import Enum
 
-import numpy as np
-import torch
 from torch import Tensor
 
-from rllm_torch.core.distributed import agree_across_ranks, gather_objects
+from rllm_torch.core.distributed import agree_across_ranks
 from rllm_torch.core.errors import (
     ConfigError,
-    EstimatorOutputError,
-    InvalidRewardTypeError,
     RLLMTorchError,
 )
 from rllm_torch.core.packing import GroupedRewards
-from rllm_torch.core.segment import accumulation_dtype
 from rllm_torch.core.tokens import TokenRewards
+from rllm_torch.rllm.bound_estimator import BoundEstimator, _check_batch_kind
 from rllm_torch.rllm.config import BATCH_INPUTS, RUN_OPTIONS, AlgorithmConfig
 from rllm_torch.rllm.registry import CALL_DATA, Registration, registered_name, registration
 from rllm_torch.rllm.settings import check_value, declared, default_of
 
-__all__ = ["get_tensor_adv_estimator", "compute_advantages"]
+__all__ = ["get_tensor_adv_estimator", "compute_advantages", "bind_estimator"]
 
 _RUN_DECLARATIONS = {name: declared(AlgorithmConfig)[name] for name in RUN_OPTIONS}
 _RUN_DEFAULTS = {f.name: default_of(f) for f in dataclasses.fields(AlgorithmConfig) if f.name in RUN_OPTIONS}
@@ -136,15 +132,11 @@ def _same(a: object, b: object) -> bool:
 
 
 def _call_kwargs(
-    entry: Registration,
-    name: str,
-    options: dict[str, object],
-    config: AlgorithmConfig | None,
-    traj_groups: list | None,
+    entry: Registration, name: str, options: dict[str, object], config: AlgorithmConfig | None
 ) -> dict[str, object]:
     """The keywords ``entry`` is called with: the run-wide options it declares, every other option
-    (each must be declared), rLLM's ``algorithm_config`` (built from the options when the caller
-    gave none) and ``traj_groups`` when it takes them."""
+    (each must be declared) and rLLM's ``algorithm_config`` (built from the options when the caller
+    gave none)."""
     run_options = _checked_run_options({k: options[k] for k in RUN_OPTIONS})
     own = {k: v for k, v in options.items() if k not in RUN_OPTIONS}
     accepted = entry.options
@@ -161,15 +153,25 @@ def _call_kwargs(
     kwargs = {k: v for k, v in run_options.items() if accepted is None or k in accepted} | own
     if entry.takes_config:
         kwargs["algorithm_config"] = config if config is not None else _config_of(name, run_options, own)
-    if traj_groups is not None and entry.takes_traj_groups:
-        kwargs["traj_groups"] = traj_groups
-    elif entry.needs_traj_groups:
-        raise ConfigError(
-            f"estimator {name!r} takes traj_groups (rLLM passes each role's TrajectoryGroups), which this call does not "
-            "have: run it through collect_reward_and_advantage_from_trajectory_groups or the trainer, or pass "
-            "traj_groups= to compute_advantages."
-        )
     return kwargs
+
+
+def bind_estimator(
+    estimator: str | Enum, algorithm_config: AlgorithmConfig | None = None, **options: object
+) -> BoundEstimator:
+    """The estimator registered as ``estimator`` with its options merged and checked (as
+    :func:`compute_advantages` does them), ready to call on batches: a run's plan binds each
+    role's estimator once.
+
+    Raises:
+        UnknownEstimatorError: ``estimator`` is not registered.
+        ConfigError: an option it does not take; an option given two ways with two values.
+        InvalidRewardsError / InvalidRewardTypeError: a run option out of range or of the wrong type.
+    """
+    entry = registration(estimator)
+    name = registered_name(estimator)
+    merged = _merged_options(name, algorithm_config, options)
+    return BoundEstimator(name, entry, _call_kwargs(entry, name, merged, algorithm_config))
 
 
 def _config_of(name: str, run_options: dict[str, object], own: dict[str, object]) -> AlgorithmConfig:
@@ -260,113 +262,21 @@ def compute_advantages(
                 f"algorithm_config must be an AlgorithmConfig (AlgorithmConfig.from_config(cfg) builds one from a config "
                 f"section), got {type(algorithm_config).__name__}."
             )
-        entry = registration(estimator)
-        name = registered_name(estimator)
-        _check_batch_kind(batch, entry, name)
-        merged = _merged_options(name, algorithm_config, options)
-        call_options = _call_kwargs(entry, name, merged, algorithm_config, traj_groups)
+        bound = bind_estimator(estimator, algorithm_config, **options)
+        _check_batch_kind(batch, bound.registration, bound.name)
     except RLLMTorchError as exc:
         if not checked:
             raise
         agree_across_ranks(batch.process_group, exc, {}, must_match=())
     if checked:  # every rank must run the same estimator with the same options, or collectives cross
-        facts = {k: v for k, v in call_options.items() if k not in CALL_DATA | BATCH_INPUTS}
+        facts = {k: v for k, v in bound.options.items() if k not in CALL_DATA | BATCH_INPUTS}
         agree_across_ranks(
             batch.process_group,
             None,
-            {"estimator": name, "options": facts},
+            {"estimator": bound.name, "options": facts},
             must_match=("estimator", "options"),
         )
-    if entry.tensor_fn is not None or entry.form in ("tensors", "tokens"):
-        out = (entry.tensor_fn or entry.fn)(batch, **call_options)
-        return _check_tensor_pair(out, batch, name)
-    whole, mine = batch.all_ranks()  # the whole batch on every rank: the function sees every group
-    if "traj_groups" in call_options and batch.process_group is not None:
-        parts = gather_objects(list(call_options["traj_groups"]), batch.process_group)
-        call_options["traj_groups"] = [g for part in parts for g in part]
-    dtype = accumulation_dtype(whole.rewards.dtype)
-    groups = [g.cpu().numpy() for g in whole.split(whole.rewards.detach().to(dtype))]
-    if "traj_groups" in call_options and len(call_options["traj_groups"]) != len(groups):
-        raise ConfigError(
-            f"estimator {name!r}: traj_groups holds {len(call_options['traj_groups'])} groups for a batch of {len(groups)}; "
-            "give one TrajectoryGroup per group of the batch, in its order."
-        )
-    out = entry.fn(rewards=groups, **call_options)
-    advantages, returns = _pack_array_pair(out, whole, name, dtype)
-    return advantages[mine], returns[mine]
-
-
-def _check_batch_kind(batch: object, entry: Registration, name: str) -> None:
-    if entry.form == "tokens" and not isinstance(batch, TokenRewards):
-        raise InvalidRewardTypeError(
-            f"estimator {name!r} is token-level: pass a TokenRewards(token_level_rewards_BT, response_mask_BT) "
-            f"(values=values_BT for gae), not a {type(batch).__name__}."
-        )
-    if entry.form != "tokens" and not isinstance(batch, GroupedRewards):
-        hint = (
-            " For token rewards, pack the sequence scores: GroupedRewards.from_padded(sequence_scores(rewards_BT).view(G, K))."
-            if isinstance(batch, TokenRewards)
-            else ""
-        )
-        raise InvalidRewardTypeError(
-            f"estimator {name!r} works on groups: pass a GroupedRewards, not a {type(batch).__name__}.{hint}"
-        )
-
-
-def _check_tensor_pair(out: object, batch: GroupedRewards | TokenRewards, name: str) -> tuple[Tensor, Tensor]:
-    if not (isinstance(out, tuple) and len(out) == 2 and all(isinstance(t, Tensor) for t in out)):
-        raise EstimatorOutputError(
-            f"estimator {name!r} must return a pair (advantages, returns) of tensors, got {type(out).__name__}."
-        )
-    for what, t in zip(("advantages", "returns"), out, strict=True):
-        if not t.is_floating_point():
-            raise EstimatorOutputError(
-                f"estimator {name!r} returned {what} of dtype {t.dtype}; return a floating-point tensor."
-            )
-        expected = batch.shape if isinstance(batch, TokenRewards) else (batch.num_trajectories,)
-        if tuple(t.shape) != tuple(expected):
-            per = "one per token" if isinstance(batch, TokenRewards) else "one per trajectory in flat order"
-            raise EstimatorOutputError(
-                f"estimator {name!r} returned {what} of shape {tuple(t.shape)}; expected {tuple(expected)}, {per}."
-            )
-    advantages, returns = out
-    if advantages is returns:  # keep rLLM's one object for both
-        detached = advantages.detach()
-        return detached, detached
-    return advantages.detach(), returns.detach()
-
-
-def _pack_array_pair(out: object, batch: GroupedRewards, name: str, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    if not (isinstance(out, (tuple, list)) and len(out) == 2):
-        raise EstimatorOutputError(
-            f"estimator {name!r} must return a pair (advantages_by_group, returns_by_group), got {type(out).__name__}."
-        )
-    packed = []
-    for what, by_group in zip(("advantages", "returns"), out, strict=True):
-        if len(by_group) != batch.num_groups:
-            raise EstimatorOutputError(
-                f"estimator {name!r} returned {what} for {len(by_group)} groups; the batch has {batch.num_groups}."
-            )
-        per_group = []
-        for g, values in enumerate(by_group):
-            try:
-                arr = (
-                    values.detach().cpu()
-                    if isinstance(values, Tensor)
-                    else torch.from_numpy(np.asarray(values, dtype=np.float64).reshape(-1))
-                )
-            except (TypeError, ValueError) as exc:
-                raise EstimatorOutputError(
-                    f"estimator {name!r} returned {what} for group {g} that are not numbers: {exc}"
-                ) from exc
-            per_group.append(arr.to(dtype))
-        try:
-            packed.append(batch.merge(per_group).to(batch.device))
-        except ValueError as exc:
-            raise EstimatorOutputError(
-                f"estimator {name!r} returned {what} that do not match the groups: {exc}"
-            ) from exc
-    return packed[0], packed[1]
+    return bound(batch, traj_groups=traj_groups)
 
 
 # compute_advantages' signature shows the run-wide options, read from their one declaration

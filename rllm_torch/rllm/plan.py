@@ -13,40 +13,74 @@ from dataclasses import dataclass
 from enum import Enum
 
 from rllm_torch.core.errors import ConfigError, UnknownEstimatorError
-from rllm_torch.core.losses import registered_loss
+from rllm_torch.core.losses import PINNED_AGG_MODES, RegisteredLoss, registered_loss
+from rllm_torch.rllm.bound_estimator import BoundEstimator
 from rllm_torch.rllm.config import AlgorithmConfig
-from rllm_torch.rllm.registry import Registration, registered_name, registration
+from rllm_torch.rllm.dispatch import bind_estimator
+from rllm_torch.rllm.registry import registered_name, registration
 from rllm_torch.rllm.stepwise import check_stepwise_estimator
 
-__all__ = ["RolePlan", "AdvantagePlan"]
+__all__ = ["RolePlan", "RoleLoss", "AdvantagePlan"]
+
+
+@dataclass(frozen=True)
+class RoleLoss:
+    """A role's policy loss, resolved once.
+
+    Attributes:
+        name: its name (``loss_fn_map[role]``, else ``loss_fn``, else ``ppo``).
+        registered: a loss registered with ``register_loss`` (its function, pinned aggregation
+            and needs); None: a built-in of :data:`~rllm_torch.core.losses.LOSS_FNS`.
+        agg_mode: the aggregation it pins (``gspo``'s, a registration's); None: the run's.
+    """
+
+    name: str
+    registered: RegisteredLoss | None
+    agg_mode: str | None
+
+    @classmethod
+    def of(cls, name: str) -> RoleLoss:
+        custom = registered_loss(name)
+        return cls(name, custom, PINNED_AGG_MODES.get(name) or (custom.agg_mode if custom else None))
+
+    @property
+    def needs(self) -> frozenset[str]:
+        """What it needs from the batch (:data:`~rllm_torch.core.losses.LOSS_INPUTS`)."""
+        return self.registered.needs if self.registered is not None else frozenset()
 
 
 @dataclass(frozen=True)
 class RolePlan:
-    """What one group role trains with.
+    """What one group role trains with, resolved once: what the advantage and update stages call.
 
     Attributes:
         role: the group role.
-        estimator: the registered name of its estimator (``estimator_map[role]``, else ``estimator``).
-        registration: the estimator's registration (form, options, needs, ...).
-        loss: its policy loss (``loss_fn_map[role]``, else ``loss_fn``, else ``ppo``).
-        source: where the estimator came from, for messages (``"estimator_map['judge']"``).
+        estimator: its estimator with the run's options bound (``estimator_map[role]``, else
+            ``estimator``): called on the role's packed rewards.
+        loss: its policy loss.
+        source: where the estimator was named, for messages (``"role 'judge': estimator_map['judge']"``).
     """
 
     role: str
-    estimator: str
-    registration: Registration
-    loss: str
+    estimator: BoundEstimator
+    loss: RoleLoss
     source: str
+
+    @property
+    def needs(self) -> frozenset[str]:
+        """What its estimator and its loss need from the batch besides the rewards."""
+        return self.estimator.needs | self.loss.needs
 
     @property
     def token_level(self) -> bool:
         """Whether its estimator gives one advantage per token (``form="tokens"``)."""
-        return self.registration.form == "tokens"
+        return self.estimator.token_level
 
 
 class AdvantagePlan:
-    """Each role's :class:`RolePlan`, resolved once per role from ``algorithm_config``.
+    """Each role's :class:`RolePlan`: every estimator and loss the config names is resolved and
+    bound here, once; asking for a role's plan afterwards looks nothing up in a registry
+    (an estimator or loss registered again later is not seen by this plan).
 
     Args:
         algorithm_config: the run's algorithm config (its maps already merged).
@@ -54,71 +88,84 @@ class AdvantagePlan:
     Raises:
         UnknownEstimatorError: an estimator the config names is not registered (the message says
             where it was named).
-        ConfigError: an estimator the stepwise mode cannot run.
+        ConfigError: an estimator the stepwise mode cannot run, or an option it does not take.
+        InvalidRewardsError / InvalidRewardTypeError: a run-wide option out of range.
     """
 
     def __init__(self, algorithm_config: AlgorithmConfig) -> None:
-        self.algorithm_config = algorithm_config
+        self.algorithm_config = config = algorithm_config
         self._roles: dict[str, RolePlan] = {}
-        self.estimators = {self._checked(algorithm_config.estimator, "estimator (rllm.algorithm.adv_estimator)")}
-        for role, name in algorithm_config.estimator_map.items():
-            self.estimators.add(self._checked(name, f"role {role!r}: estimator_map[{role!r}]"))
+        self._default = self._bound(config.estimator, "estimator (rllm.algorithm.adv_estimator)")
+        self._mapped = {
+            role: self._bound(name, f"role {role!r}: estimator_map[{role!r}]")
+            for role, name in config.estimator_map.items()
+        }
+        self._losses = {loss: RoleLoss.of(loss) for loss in config.losses_in_use().values()}
+        self.estimators = {self._default.name} | {bound.name for bound in self._mapped.values()}
 
-    def _checked(self, name: object, source: str) -> str:
+    @classmethod
+    def of(cls, plan: AdvantagePlan | AlgorithmConfig) -> AdvantagePlan:
+        """``plan`` itself, or the plan of an :class:`AlgorithmConfig` (a caller of the public
+        functions may give either)."""
+        return plan if isinstance(plan, AdvantagePlan) else cls(plan)
+
+    def _bound(self, name: object, source: str) -> BoundEstimator:
         try:
             key = registered_name(name)
             registration(key)
         except UnknownEstimatorError as exc:
             raise UnknownEstimatorError(f"{source} = {_label(name)!r} is not registered. {exc}") from exc
         check_stepwise_estimator(key, self.algorithm_config.stepwise_advantage_mode)
-        return key
+        return bind_estimator(key, self.algorithm_config)
 
     def role(self, role: str) -> RolePlan:
-        """The plan of ``role`` (built the first time it is asked for)."""
+        """The plan of ``role`` (from what was bound at construction)."""
         plan = self._roles.get(role)
         if plan is None:
-            mapped = role in self.algorithm_config.estimator_map
-            source = f"estimator_map[{role!r}]" if mapped else "estimator"
-            name = registered_name(self.algorithm_config.estimator_for(role))
-            plan = self._roles[role] = RolePlan(
-                role, name, registration(name), self.algorithm_config.loss_fn_for(role), f"role {role!r}: {source}"
-            )
+            mapped = role in self._mapped
+            source = f"role {role!r}: " + (f"estimator_map[{role!r}]" if mapped else "estimator")
+            loss = self._losses[self.algorithm_config.loss_fn_for(role)]
+            plan = self._roles[role] = RolePlan(role, self._mapped.get(role, self._default), loss, source)
         return plan
 
-    def outcome(self, role: str) -> RolePlan:
-        """:meth:`role`, whose estimator must give one advantage per trajectory (the collector's).
+    def check_outcome_level(self) -> None:
+        """Refuse a token-level estimator (the trajectory-level collector gives one advantage per
+        trajectory).
 
         Raises:
-            ConfigError: a token-level estimator.
+            ConfigError: naming the role (or the default estimator) and the estimator.
         """
-        plan = self.role(role)
-        if plan.token_level:
-            raise ConfigError(
-                f"role {role!r}: estimator {plan.estimator!r} is token-level (one advantage per response token, from token "
-                "rewards and values): the trajectory-level collector cannot run it. Use a backend's compute_advantages on "
-                "its token batch (rllm_torch.trainer.compute_token_advantages; the torch backend does), or an outcome "
-                "estimator (grpo, rloo, opo, ...)."
-            )
-        return plan
+        for role, bound in [("*", self._default), *self._mapped.items()]:
+            if bound.token_level:
+                where = "estimator" if role == "*" else f"role {role!r}: estimator_map[{role!r}]"
+                raise ConfigError(
+                    f"{where}: estimator {bound.name!r} is token-level (one advantage per response token, from token "
+                    "rewards and values): the trajectory-level collector cannot run it. Use a backend's "
+                    "compute_advantages on its token batch (rllm_torch.trainer.compute_token_advantages; the torch "
+                    "backend does), or an outcome estimator (grpo, rloo, opo, ...)."
+                )
+
+    @property
+    def loss(self) -> RoleLoss:
+        """The run's policy loss (``loss_fn``, else ``ppo``): a role's unless ``loss_fn_map`` names another."""
+        return self._losses[self.algorithm_config.loss_fn or "ppo"]
 
     @property
     def losses(self) -> set[str]:
         """Every policy loss the run trains with."""
-        return set(self.algorithm_config.losses_in_use().values())
+        return set(self._losses)
 
     @property
     def needs(self) -> frozenset[str]:
         """What the run's estimators (:data:`~rllm_torch.rllm.registry.ESTIMATOR_INPUTS`) and losses
         (:data:`~rllm_torch.core.losses.LOSS_INPUTS`) need from the batch: the union."""
-        found = set().union(*(registration(name).needs for name in self.estimators))
-        for loss in self.losses:
-            if (custom := registered_loss(loss)) is not None:
-                found |= custom.needs
-        return frozenset(found)
+        bound = [self._default, *self._mapped.values()]
+        return frozenset().union(*(b.needs for b in bound), *(loss.needs for loss in self._losses.values()))
 
     def estimators_needing(self, need: str) -> list[str]:
         """The run's estimators that declare ``need``, sorted."""
-        return sorted(name for name in self.estimators if need in registration(name).needs)
+        bound = [self._default, *self._mapped.values()]
+        return sorted({b.name for b in bound if need in b.needs})
 
 
 def _label(name: object) -> str:

@@ -34,14 +34,20 @@ from torch import Tensor
 from rllm_torch.core.distributed import agree_across_ranks, gather_objects
 from rllm_torch.core.packing import GroupedRewards
 from rllm_torch.core.turns import GroupedTurns
+from rllm_torch.rllm.bound_estimator import BoundEstimator
 from rllm_torch.rllm.config import TURN_MODES, AlgorithmConfig
-from rllm_torch.rllm.metrics import difficulty_metrics, summary_metrics
-from rllm_torch.rllm.plan import AdvantagePlan
-from rllm_torch.rllm.registry import is_token_level
-from rllm_torch.rllm.roles import estimator_inputs, role_advantages
+from rllm_torch.rllm.metrics import summary_metrics
+from rllm_torch.rllm.plan import AdvantagePlan, RolePlan
+from rllm_torch.rllm.roles import estimator_inputs
 from rllm_torch.rllm.stepwise import role_turn_advantages
 
-__all__ = ["RoleBatch", "RoleAdvantages", "compute_role_advantages", "token_advantage_metrics"]
+__all__ = [
+    "RoleBatch",
+    "RoleAdvantages",
+    "compute_role_advantages",
+    "role_reward_metrics",
+    "token_advantage_metrics",
+]
 
 
 @dataclass
@@ -70,6 +76,8 @@ class RoleBatch:
         trajectory_groups: ``G`` host objects, each group's ``TrajectoryGroup`` (its trajectories
             in the batch's flat order), for an estimator that reads rLLM's ``traj_groups``; None:
             the caller has none.
+        error: the error this rank met describing its batch (the batch is then empty): raised
+            on every rank by the rule, after the ranks meet, so that none waits for it.
     """
 
     scores: Tensor
@@ -86,6 +94,7 @@ class RoleBatch:
     step_weights: Tensor | None = None
     step_observation: Tensor | None = None
     trajectory_groups: list | None = None
+    error: Exception | None = None
 
     @property
     def num_groups(self) -> int:
@@ -110,6 +119,7 @@ class RoleAdvantages:
         token_level_roles: the roles whose estimator is token-level (the caller runs them on its
             tokens; the collector refuses them).
         precomputed_roles: the roles with precomputed groups on some rank.
+        packed: each RL role's packed trained trajectories (the collector's difficulty metrics).
     """
 
     steps: Tensor
@@ -117,104 +127,104 @@ class RoleAdvantages:
     by_role: dict[str, Tensor] = field(default_factory=dict)
     token_level_roles: list[str] = field(default_factory=list)
     precomputed_roles: list[str] = field(default_factory=list)
+    packed: dict[str, GroupedRewards] = field(default_factory=dict)
 
 
-def compute_role_advantages(
-    batch: RoleBatch,
-    plan: AdvantagePlan | AlgorithmConfig,
-    *,
-    process_group: object = None,
-    difficulty: bool = False,
-    outcome_only: bool = False,
-    rewards_only: bool = False,
-    input_error: Exception | None = None,
-) -> RoleAdvantages:
-    """The per-role rule (module docstring) on one rank's batch.
+def compute_role_advantages(batch: RoleBatch, plan: AdvantagePlan, *, process_group: object = None) -> RoleAdvantages:
+    """The per-role rule (module docstring) on one rank's batch: each RL role's
+    :class:`~rllm_torch.rllm.plan.RolePlan` estimator called once on its packed trained trajectories.
 
     Args:
-        batch: this rank's trajectories and steps (an empty batch on a rank without any).
-        plan: each role's estimator and the run's options (an ``AlgorithmConfig`` is planned here).
+        batch: this rank's trajectories and steps (an empty batch carrying this rank's ``error``
+            on a rank that could not describe its own).
+        plan: each role's estimator, bound once for the run.
         process_group: None (one process) or the resolved ``ProcessGroup`` whose ranks hold the
             rest of the batch (rank-local groups); every rank must call.
-        difficulty: also the ``batch/{role}/*`` difficulty metrics (the collector's).
-        outcome_only: refuse a token-level estimator (the collector: one advantage per trajectory).
-        rewards_only: the ``reward/{role}/*`` metrics only, no estimator (validation).
-        input_error: this rank's error while describing its batch: raised on every rank.
 
     Raises:
-        UnknownEstimatorError: a role's estimator is not registered (under a process group, on
-            every rank, as every error here).
-        ConfigError: a token-level estimator with ``outcome_only``, or one the stepwise mode
-            cannot run.
-        ValueError: what the estimator raises on its input.
+        ValueError: ``batch.error`` of any rank (under a process group, on every rank), or what
+            the estimator raises on its input.
     """
-    roles, pre_roles, error, estimators = _roles(batch), _precomputed_roles(batch), input_error, {}
-    algorithm_config = plan.algorithm_config if isinstance(plan, AdvantagePlan) else plan
-    try:
-        if not rewards_only and error is None:
-            plan = plan if isinstance(plan, AdvantagePlan) else AdvantagePlan(algorithm_config)
-            estimators = {
-                role: _estimator(plan, role, outcome_only) for role in {*algorithm_config.estimator_map, *roles}
-            }
-    except (ValueError, TypeError) as exc:
-        if process_group is None:
-            raise
-        error = exc
-    if process_group is not None:  # the roles of every rank, and every rank's error on every rank
-        everyone = agree_across_ranks(process_group, error, {"rl": roles, "pre": pre_roles}, must_match=())
-        roles = sorted({role for facts in everyone for role in facts["rl"]})
-        pre_roles = sorted({role for facts in everyone for role in facts["pre"]})
-        if not rewards_only:
-            plan = plan if isinstance(plan, AdvantagePlan) else AdvantagePlan(algorithm_config)
-            estimators |= {role: _estimator(plan, role, outcome_only) for role in set(roles) - set(estimators)}
-    elif error is not None:
-        raise error
+    roles, pre_roles = _agreed_roles(batch, process_group)
+    config = plan.algorithm_config
+    turn_mode = config.stepwise_advantage_mode in TURN_MODES
     out = RoleAdvantages(torch.zeros(batch.step_trajectory.shape[0], dtype=torch.float64, device=batch.scores.device))
     out.precomputed_roles = pre_roles
     trained_N = batch.trained if batch.trained is not None else torch.ones_like(batch.group_index, dtype=torch.bool)
     all_trained = batch.trained is None or bool(trained_N.all())  # one host sync
     adv_N = torch.zeros_like(batch.scores, dtype=torch.float64)
     for role in roles:
-        if not rewards_only and is_token_level(estimators[role]):
+        role_plan = plan.role(role)
+        if role_plan.token_level:
             out.token_level_roles.append(role)
             continue
         rows_N, packed, untrained = _pack_role(batch, role, trained_N, all_trained, len(roles) == 1, process_group)
-        if rewards_only:
-            if process_group is not None or packed.num_trajectories:
-                out.metrics |= summary_metrics(packed.rewards, f"reward/{role}", process_group=process_group)
-            continue
-        if algorithm_config.stepwise_advantage_mode in TURN_MODES:
-            steps_M, adv_M, metrics = _turn_role(batch, role, rows_N, estimators[role], algorithm_config, process_group)
-            if count := sum(gather_objects(untrained, process_group)):
-                metrics[f"advantage/{role}/num_untrained"] = float(count)
-            if difficulty:
-                metrics |= difficulty_metrics(packed, role)
+        out.packed[role] = packed
+        if turn_mode:
+            steps_M, role_adv, metrics = _turn_role(batch, role, rows_N, role_plan.estimator, config, process_group)
             out.steps = (
-                out.steps.index_copy(0, steps_M, adv_M.to(torch.float64)) if steps_M is not None else adv_M.double()
+                out.steps.index_copy(0, steps_M, role_adv.double()) if steps_M is not None else role_adv.double()
             )
-            out.by_role[role], out.metrics = adv_M.double(), out.metrics | metrics
-            continue
-        role_adv, metrics = role_advantages(
-            packed,
-            role,
-            estimators[role],
-            algorithm_config,
-            num_untrained=untrained,
-            process_group=process_group,
-            difficulty=difficulty,
-            inputs=estimator_inputs(batch, role, estimators[role], process_group, rows_N),
-        )
-        role_adv = role_adv.to(torch.float64)
-        adv_N = role_adv if rows_N is None else adv_N.index_copy(0, rows_N, role_adv)
-        out.by_role[role], out.metrics = role_adv, out.metrics | metrics
-    if rewards_only or algorithm_config.stepwise_advantage_mode in TURN_MODES:
+        else:
+            role_adv, metrics = _outcome_role(batch, role_plan, packed, rows_N, process_group)
+            adv_N = role_adv if rows_N is None else adv_N.index_copy(0, rows_N, role_adv)
+        if count := sum(gather_objects(untrained, process_group)):
+            metrics[f"advantage/{role}/num_untrained"] = float(count)
+        out.by_role[role], out.metrics = role_adv.double(), out.metrics | metrics
+    if turn_mode:
         return out
     steps_M = adv_N[batch.step_trajectory]
-    if algorithm_config.normalize_by_steps:  # rLLM's: each step's share of its trajectory's advantage
+    if config.normalize_by_steps:  # rLLM's: each step's share of its trajectory's advantage
         counts_N = torch.bincount(batch.step_trajectory, minlength=adv_N.shape[0]).to(steps_M.dtype)
         steps_M = steps_M / counts_N[batch.step_trajectory]
     out.steps = steps_M
     return out
+
+
+def _outcome_role(
+    batch: RoleBatch, role_plan: RolePlan, packed: GroupedRewards, rows_N: Tensor | None, process_group: object
+) -> tuple[Tensor, dict[str, float]]:
+    """The role's estimator, once, on its packed trained trajectories: ``(adv_N, metrics)`` in
+    ``packed``'s flat order (float64; empty, the estimator not called, when no rank holds one of
+    them), ``reward/{role}/*`` and ``advantage/{role}/*`` (with ``fraction_zero``) over every rank."""
+    role = role_plan.role
+    inputs = estimator_inputs(batch, role, role_plan.estimator, process_group, rows_N) or {}
+    metrics: dict[str, float] = {}
+    if process_group is not None or packed.num_trajectories:
+        metrics = summary_metrics(packed.rewards, f"reward/{role}", process_group=process_group)
+    if not metrics:  # no rank holds a trajectory of the role (the same answer on every rank)
+        return packed.rewards.new_zeros(0, dtype=torch.float64), metrics
+    adv_N, _ = role_plan.estimator(packed, **inputs)
+    metrics |= summary_metrics(adv_N, f"advantage/{role}", fraction_zero=True, process_group=process_group)
+    return adv_N.to(torch.float64), metrics
+
+
+def role_reward_metrics(batch: RoleBatch, *, process_group: object = None) -> dict[str, float]:
+    """``reward/{role}/*`` of each RL role over its trained trajectories, no estimator run
+    (validation's metrics); collectives and errors as :func:`compute_role_advantages`."""
+    roles, _ = _agreed_roles(batch, process_group)
+    trained_N = batch.trained if batch.trained is not None else torch.ones_like(batch.group_index, dtype=torch.bool)
+    all_trained = batch.trained is None or bool(trained_N.all())
+    metrics: dict[str, float] = {}
+    for role in roles:
+        _, packed, _ = _pack_role(batch, role, trained_N, all_trained, len(roles) == 1, process_group)
+        if process_group is not None or packed.num_trajectories:
+            metrics |= summary_metrics(packed.rewards, f"reward/{role}", process_group=process_group)
+    return metrics
+
+
+def _agreed_roles(batch: RoleBatch, process_group: object) -> tuple[list[str], list[str]]:
+    """The RL roles and the precomputed roles of every rank (sorted), and any rank's
+    ``batch.error`` raised on every rank (one ``all_gather_object``)."""
+    roles, pre_roles = _roles(batch), _precomputed_roles(batch)
+    if process_group is None:
+        if batch.error is not None:
+            raise batch.error
+        return roles, pre_roles
+    everyone = agree_across_ranks(process_group, batch.error, {"rl": roles, "pre": pre_roles}, must_match=())
+    return sorted({r for facts in everyone for r in facts["rl"]}), sorted(
+        {r for facts in everyone for r in facts["pre"]}
+    )
 
 
 def token_advantage_metrics(
@@ -249,10 +259,6 @@ def _roles(batch: RoleBatch) -> list[str]:
 def _precomputed_roles(batch: RoleBatch) -> list[str]:
     pre = batch.group_precomputed or [False] * batch.num_groups
     return sorted({r for r, p in zip(batch.group_roles, pre, strict=True) if p})
-
-
-def _estimator(plan: AdvantagePlan, role: str, outcome_only: bool) -> str:
-    return (plan.outcome(role) if outcome_only else plan.role(role)).estimator
 
 
 def _pack_role(
@@ -300,7 +306,7 @@ def _turn_role(
     batch: RoleBatch,
     role: str,
     rows_N: Tensor | None,
-    estimator,
+    estimator: BoundEstimator,
     algorithm_config: AlgorithmConfig,
     process_group: object,
 ) -> tuple[Tensor | None, Tensor, dict[str, float]]:
@@ -309,7 +315,6 @@ def _turn_role(
     groups = batch.rl_groups(role)
     if rows_N is None:
         steps_M, trajectory_M, group_N = None, batch.step_trajectory, batch.group_index
-        num_trajectories = batch.group_index.shape[0]
     else:
         dense_N = torch.full_like(batch.group_index, -1)
         dense_N[rows_N] = torch.arange(rows_N.shape[0], device=rows_N.device)  # the role's trajectories, renumbered
@@ -317,7 +322,7 @@ def _turn_role(
         trajectory_M = dense_N[batch.step_trajectory[steps_M]]
         remap_G = torch.full((batch.num_groups,), -1, dtype=torch.int64, device=batch.group_index.device)
         remap_G[groups] = torch.arange(len(groups), device=remap_G.device)
-        group_N, num_trajectories = remap_G[batch.group_index[rows_N]], rows_N.shape[0]
+        group_N = remap_G[batch.group_index[rows_N]]
 
     def pick(x: Tensor | None) -> Tensor | None:
         return x if x is None or steps_M is None else x[steps_M]
@@ -330,6 +335,5 @@ def _turn_role(
         observation_index=pick(batch.step_observation),
         weights=pick(batch.step_weights),
     ).rank_local(process_group)
-    del num_trajectories
     adv_M, metrics = role_turn_advantages(turns, role, estimator, algorithm_config, process_group=process_group)
     return steps_M, adv_M, metrics

@@ -1,9 +1,8 @@
-"""One role's pieces of the per-role rule (:mod:`~rllm_torch.rllm.role_plan`; which estimator a
-role runs is its :class:`~rllm_torch.rllm.plan.RolePlan`): the estimator once on a role's
-packed *trained* trajectories with its metrics (:func:`role_advantages`; an untrained trajectory
-takes no part, gets advantage 0 and is counted in ``advantage/{role}/num_untrained``), what it
-takes besides the rewards (:func:`estimator_inputs`: rLLM's ``traj_groups``, greedy baselines),
-and the trajectories' reward components as one tensor (:func:`reward_components_tensor`).
+"""One role's inputs to the per-role rule (:mod:`~rllm_torch.rllm.role_plan`; which estimator a
+role runs is its :class:`~rllm_torch.rllm.plan.RolePlan`): what its estimator takes besides the
+rewards (:func:`estimator_inputs`: rLLM's ``traj_groups``, greedy baselines), the trajectories'
+reward components and the groups' baselines as tensors, and the warning for role maps naming
+roles no batch has (:func:`unseen_map_roles`).
 """
 
 from __future__ import annotations
@@ -16,17 +15,13 @@ import torch
 from torch import Tensor
 
 from rllm_torch.core.checks import check_reward
-from rllm_torch.core.distributed import agree_across_ranks, gather_objects
+from rllm_torch.core.distributed import agree_across_ranks
 from rllm_torch.core.errors import ConfigError, InvalidRewardsError
-from rllm_torch.core.packing import GroupedRewards
+from rllm_torch.rllm.bound_estimator import BoundEstimator
 from rllm_torch.rllm.config import AlgorithmConfig, rLLMAdvantageEstimator
-from rllm_torch.rllm.dispatch import compute_advantages
-from rllm_torch.rllm.metrics import difficulty_metrics, summary_metrics
-from rllm_torch.rllm.registry import registered_name, registration
 from rllm_torch.rllm.types import Trajectory, TrajectoryGroup
 
 __all__ = [
-    "role_advantages",
     "reward_components_tensor",
     "group_baselines_tensor",
     "unseen_map_roles",
@@ -37,59 +32,6 @@ __all__ = [
 
 def _label(name: rLLMAdvantageEstimator | str) -> str:
     return name.value if isinstance(name, Enum) else name
-
-
-def role_advantages(
-    batch: GroupedRewards,
-    role: str,
-    estimator: rLLMAdvantageEstimator | str,
-    algorithm_config: AlgorithmConfig,
-    *,
-    num_untrained: int = 0,
-    process_group: object = None,
-    difficulty: bool = False,
-    inputs: dict[str, Tensor] | None = None,
-) -> tuple[Tensor, dict[str, float]]:
-    """Run ``estimator`` once on a role's packed trained trajectories, with ``algorithm_config``
-    (its options, and the config itself for an estimator with rLLM's signature) and this batch's
-    ``inputs``, and summarise the role.
-
-    Args:
-        batch: the role's trained trajectories (under a process group, this rank's share of
-            rank-local groups); its rewards are the scores the estimator sees.
-        role: the group role, for the metric names.
-        estimator: the role's outcome estimator (:meth:`AdvantagePlan.outcome <rllm_torch.rllm.plan.AdvantagePlan.outcome>`).
-        algorithm_config: the run-wide and per-estimator options.
-        num_untrained: this rank's untrained trajectories of the role.
-        process_group: ``None`` (one process) or the resolved ``ProcessGroup`` holding the rest
-            of the batch; every rank must call, in the same order of roles.
-        difficulty: also the ``batch/{role}/*`` difficulty metrics (the collector's).
-        inputs: what the estimator takes besides the rewards and options: ``remax``'s
-            ``baselines`` tensor, rLLM's ``traj_groups``; or None.
-
-    Returns:
-        ``(adv_N, metrics)``: the advantages in ``batch``'s flat order (empty when no rank
-        holds a trajectory of the role: the estimator is then not called); ``reward/{role}/*``
-        and ``advantage/{role}/*`` (with ``fraction_zero``) over every rank's trajectories,
-        ``batch/{role}/*`` difficulty with ``difficulty``, and ``advantage/{role}/num_untrained``
-        when some rank has untrained ones.
-
-    Raises:
-        InvalidRewardsError: what the estimator raises on its input.
-    """
-    metrics: dict[str, float] = {}
-    if process_group is not None or batch.num_trajectories:
-        metrics = summary_metrics(batch.rewards, f"reward/{role}", process_group=process_group)
-    if metrics:  # some rank holds a trajectory of the role (the same answer on every rank)
-        adv_N, _ = compute_advantages(batch, estimator, algorithm_config=algorithm_config, **(inputs or {}))
-        metrics |= summary_metrics(adv_N, f"advantage/{role}", fraction_zero=True, process_group=process_group)
-        if difficulty:
-            metrics |= difficulty_metrics(batch, role)
-    else:
-        adv_N = batch.rewards.new_zeros(0, dtype=torch.float64)
-    if count := sum(gather_objects(num_untrained, process_group)):
-        metrics[f"advantage/{role}/num_untrained"] = float(count)
-    return adv_N, metrics
 
 
 def reward_components_tensor(trajectories: list[tuple[TrajectoryGroup, Trajectory]]) -> Tensor | None:
@@ -172,17 +114,16 @@ def role_traj_groups(batch: Any, role: str, rows_N: Tensor | None) -> list | Non
 
 
 def estimator_inputs(
-    batch: Any, role: str, estimator, process_group: object, rows_N: Tensor | None = None
+    batch: Any, role: str, estimator: BoundEstimator, process_group: object, rows_N: Tensor | None = None
 ) -> dict[str, object] | None:
     """What ``estimator`` takes besides the rewards and options: rLLM's ``traj_groups`` (when it
     takes them and the caller has groups) and, when it needs ``baselines`` (``remax``), the role's
     groups' greedy rewards. A group without one is refused (one host sync; under a process group
     one ``all_gather_object``, so every rank raises)."""
     inputs: dict[str, object] = {}
-    entry = registration(estimator)
-    if entry.takes_traj_groups and (views := role_traj_groups(batch, role, rows_N)) is not None:
+    if estimator.takes_traj_groups and (views := role_traj_groups(batch, role, rows_N)) is not None:
         inputs["traj_groups"] = views
-    if "baselines" not in entry.needs:
+    if "baselines" not in estimator.needs:
         return inputs or None
     groups = batch.rl_groups(role)
     baselines_G = batch.group_baselines[groups] if batch.group_baselines is not None else None
@@ -190,7 +131,7 @@ def estimator_inputs(
     error = None
     if missing:
         error = ConfigError(
-            f"role {role!r}: {registered_name(estimator)}'s baseline is each group's greedy reward "
+            f"role {role!r}: {estimator.name}'s baseline is each group's greedy reward "
             f"(TrajectoryGroup.reward_baseline), and {missing} of the role's {len(groups)} group(s) have none. The trainer "
             "samples them for a role whose estimator needs baselines; a caller of the collector sets reward_baseline on "
             "every group."

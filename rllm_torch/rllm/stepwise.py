@@ -40,8 +40,8 @@ from rllm_torch.core.estimators.turns import (
     turn_level_advantages,
 )
 from rllm_torch.core.turns import GroupedTurns
+from rllm_torch.rllm.bound_estimator import BoundEstimator
 from rllm_torch.rllm.config import TURN_MODES, AlgorithmConfig, rLLMAdvantageEstimator
-from rllm_torch.rllm.dispatch import compute_advantages
 from rllm_torch.rllm.metrics import summary_metrics
 from rllm_torch.rllm.registry import registration
 from rllm_torch.rllm.types import Trajectory
@@ -143,7 +143,7 @@ def check_stepwise_estimator(estimator: rLLMAdvantageEstimator | str, mode: str)
 def role_turn_advantages(
     turns: GroupedTurns,
     role: str,
-    estimator: rLLMAdvantageEstimator | str,
+    estimator: BoundEstimator,
     algorithm_config: AlgorithmConfig,
     *,
     episode_scores: Tensor | None = None,
@@ -154,7 +154,8 @@ def role_turn_advantages(
     Args:
         turns: the role's trained trajectories' turns (under a process group, this rank's share).
         role: the group role, for the metric names.
-        estimator: the role's estimator, run through ``compute_advantages`` with the run's options.
+        estimator: the role's estimator with the run's options bound (its plan's; one a turn
+            mode can run: :func:`check_stepwise_estimator`).
         algorithm_config: the mode and its options (``stepwise_gamma``, ``step_advantage_w``,
             ``normalize_by_steps``).
         episode_scores: ``[N]`` the trajectories' scores (default: their summed turn rewards).
@@ -165,12 +166,7 @@ def role_turn_advantages(
         a turn of the role); ``reward/{role}/*`` over trajectory scores, ``advantage/{role}/*``
         over turns (with ``fraction_zero``), ``turns/{role}/*`` the turns per trajectory.
     """
-    config = algorithm_config
-    check_stepwise_estimator(estimator, config.stepwise_advantage_mode)
-
-    def run(batch):
-        return compute_advantages(batch, estimator, algorithm_config=config)
-
+    config, run = algorithm_config, estimator
     scores_N = turns.episode_returns() if episode_scores is None else episode_scores
     metrics: dict[str, float] = {}
     if process_group is not None or turns.num_trajectories:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rllm_torch.rllm.plan import AdvantagePlan
 from rllm_torch.rllm.types import Episode, TrajectoryGroup
 from rllm_torch.trainer.pipeline.rejection_sampling import RejectionSamplingState
 
@@ -33,6 +34,8 @@ class TrainerState:
         needs: what the run's estimators and losses need from the batch besides its rewards
             (:attr:`~rllm_torch.rllm.plan.AdvantagePlan.needs`, e.g. ``old_log_probs``,
             ``sum_pi_squared``): the trainer asks the backend for them through this field.
+        plan: the run's :class:`~rllm_torch.rllm.plan.AdvantagePlan` (each role's bound estimator
+            and loss), for a backend's update; None outside a trainer.
     """
 
     global_step: int = 0
@@ -48,6 +51,7 @@ class TrainerState:
     last_validation_step: int | None = None
     is_training: bool = True
     needs: frozenset[str] = frozenset()
+    plan: AdvantagePlan | None = None
 
     def reset_batch(self) -> None:
         """Forget the previous batch (episodes, groups, backend batch, metrics, timings)."""

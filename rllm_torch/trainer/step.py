@@ -165,7 +165,7 @@ class TrainingStep:
             self._warn(unseen_map_roles(settings.algorithm_config, roles))
         if self.greedy_baselines:  # remax: each group's greedy reward, or the group is left out (counted)
             groups, baseline_metrics = attach_reward_baselines(
-                groups, greedy, settings.algorithm_config, settings.transform_config, self.traj_grouping_hook, ranks
+                groups, greedy, settings.plan, settings.transform_config, self.traj_grouping_hook, ranks
             )
             metrics.update(baseline_metrics)
         return groups

@@ -215,7 +215,7 @@ class UnifiedTrainer:
         validates the checkpoint's (or the initial) weights again, and trains nothing. Rank 0 prints the summary.
         """
         await self.agent_workflow_engine.initialize_pool()
-        state = TrainerState(needs=self.settings.plan.needs)  # what the backend's passes compute
+        state = TrainerState(needs=self.settings.plan.needs, plan=self.settings.plan)  # needs: what the passes compute
         resumed = self.checkpointer.resume(state, self.val_history)
         trainer = self.rllm_config.trainer
         dataloader = self.backend.get_dataloader(self.train_dataset, state)

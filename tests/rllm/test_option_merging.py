@@ -152,7 +152,7 @@ def test_the_trainer_refuses_a_role_its_map_and_the_run_config_name_two_ways(tmp
     with pytest.raises(ConfigError, match=r"estimator_map\['judge'\]"):
         check_run_config(config, estimator_map={"judge": "reinforce"})
     settings = check_run_config(config, estimator_map={"solver": "reinforce"})
-    assert settings.plan.role("judge").estimator == "rloo" and settings.plan.role("solver").estimator == "reinforce"
+    assert settings.plan.role("judge").estimator.name == "rloo" and settings.plan.role("solver").estimator.name == "reinforce"
 
 
 @pytest.mark.parametrize("value", [1, 3, 5])
@@ -203,7 +203,7 @@ def test_a_run_config_naming_a_roles_loss_in_both_maps_runs_when_they_agree_and_
     pair = "rllm.algorithm.estimator_map={judge:[reinforce,cispo]}"
     settings = check_run_config(make_config(tmp_path, pair, "rllm.algorithm.loss_fn_map={judge: cispo}"))
     assert settings.algorithm_config.loss_fn_for("judge") == "cispo"
-    assert settings.plan.role("judge").estimator == "reinforce"
+    assert settings.plan.role("judge").estimator.name == "reinforce"
     with pytest.raises(
         ConfigError, match=r"estimator_map\['judge'\] names loss 'cispo' but loss_fn_map\['judge'\]='ppo'"
     ):

@@ -57,7 +57,7 @@ GRPO_JUDGE = 0.25 / (0.25 + 1e-6)
 )
 def test_a_remax_role_needs_baselines_and_a_grpo_role_does_not_whatever_the_run_default(config):
     assert "baselines" in AdvantagePlan(config).needs  # the greedy rollouts are sampled
-    kept, metrics = attach_reward_baselines(groups(), greedy_episodes(), config, TransformConfig())
+    kept, metrics = attach_reward_baselines(groups(), greedy_episodes(), AdvantagePlan(config), TransformConfig())
     # c:solver (remax) has no greedy reward: left out and counted; c:judge (grpo) needs none: kept
     assert [g.group_id for g in kept] == ["a:solver", "a:judge", "b:solver", "b:judge", "c:judge"]
     assert metrics["batch/remax_groups_without_baseline"] == 1.0
@@ -72,7 +72,7 @@ def test_a_remax_role_needs_baselines_and_a_grpo_role_does_not_whatever_the_run_
 
 def test_a_grpo_role_in_a_remax_run_keeps_its_groups_and_the_remax_role_drops_its():
     config = AlgorithmConfig(estimator="remax", estimator_map={"solver": "grpo"})
-    kept, metrics = attach_reward_baselines(groups(), greedy_episodes(), config, TransformConfig())
+    kept, metrics = attach_reward_baselines(groups(), greedy_episodes(), AdvantagePlan(config), TransformConfig())
     # now the solver is grpo (c:solver kept) and the judge remax (b:judge and c:judge have no greedy reward)
     assert [g.group_id for g in kept] == ["a:solver", "a:judge", "b:solver", "c:solver"]
     assert metrics["batch/remax_groups_without_baseline"] == 2.0
@@ -86,5 +86,5 @@ def test_a_grpo_role_in_a_remax_run_keeps_its_groups_and_the_remax_role_drops_it
 def test_a_run_without_a_remax_role_needs_no_baselines_and_keeps_every_group():
     config = AlgorithmConfig(estimator="grpo", estimator_map={"judge": "rloo"})
     assert "baselines" not in AdvantagePlan(config).needs
-    kept, _ = attach_reward_baselines(groups(), [], config, TransformConfig())
+    kept, _ = attach_reward_baselines(groups(), [], AdvantagePlan(config), TransformConfig())
     assert len(kept) == 6

@@ -26,7 +26,6 @@ from rllm_torch.backends.torch_backend.micro_batches import gradient_sync, stage
 from rllm_torch.backends.torch_backend.passes import MicroBatcher, rollout_weights, summarise_weights_over_ranks
 from rllm_torch.core.losses import (
     LOSS_FNS,
-    PINNED_AGG_MODES,
     aggregate_loss,
     bias_corrected_kl,
     entropy_bonus,
@@ -36,10 +35,10 @@ from rllm_torch.core.losses import (
     loss_options,
     off_policy_sequence_mask,
     policy_loss,
-    registered_loss,
     run_registered_loss,
 )
 from rllm_torch.rllm.config import AlgorithmConfig
+from rllm_torch.rllm.plan import AdvantagePlan, RoleLoss
 from rllm_torch.trainer.runtime.stop import StopRequested, no_stop_points, stop_point
 from rllm_torch.trainer.state import TrainerState
 
@@ -82,8 +81,8 @@ class PolicyUpdater:
         self.settings, self.algorithm, self.ranks = config.backend, config.rllm.algorithm, micro.ranks
         # the run's loss and each role's (rllm.algorithm.loss_fn_map, or estimator_map's pairs)
         self.algorithm_config = algorithm_config
-        self.loss_fn = algorithm_config.loss_fn or "ppo"
-        self._row_losses: list[tuple[str, Tensor | None]] = [(self.loss_fn, None)]
+        self.plan = AdvantagePlan(algorithm_config)  # the trainer's own, when it gives one (TrainerState.plan)
+        self._row_losses: list[tuple[RoleLoss, Tensor | None]] = [(self.plan.loss, None)]
         self.loss_agg_mode = self.algorithm.loss_agg_mode or "token-mean"
         self.loss_agg_horizon = self.algorithm.loss_agg_horizon or config.rllm.rollout.max_new_tokens
         self.use_kl_loss = bool(self.algorithm.use_kl_loss)
@@ -139,8 +138,8 @@ class PolicyUpdater:
             return
         epochs, num_minis = self.micro.updates_per_batch(total_rows)
         self._ensure_scheduler(trainer_state, epochs * num_minis)
-        self._row_losses = self.row_losses(batch)
-        modes = sorted({self.agg_mode_of(name) for name, _ in self._row_losses} - {self.loss_agg_mode})
+        self._row_losses = self.row_losses(batch, trainer_state.plan or self.plan)
+        modes = sorted({self.agg_mode_of(loss) for loss, _ in self._row_losses} - {self.loss_agg_mode})
         local_stats, grad_norms = [], []
         self._weight_stats.clear()
         # before the first optimizer step a stop may abandon the update (nothing changed yet); after it the
@@ -199,25 +198,25 @@ class PolicyUpdater:
                 self.critic.optimizer.zero_grad(set_to_none=True)
             raise
 
-    def row_losses(self, batch) -> list[tuple[str, Tensor | None]]:
-        """The policy loss of each row of ``batch``: ``[(loss_fn, None)]`` when every group's role
-        trains with the same loss (the run's ``loss_fn`` unless a role's entry says otherwise),
-        else one ``(loss, [R] bool rows)`` per loss in use, each role's rows by its
-        ``loss_fn_for(role)``; all of them aggregated over the mini-batch's one normaliser."""
-        names_G = [self.algorithm_config.loss_fn_for(role) for role in batch.group_roles]
-        used = sorted(set(names_G))
+    def row_losses(self, batch, plan: AdvantagePlan) -> list[tuple[RoleLoss, Tensor | None]]:
+        """The policy loss of each row of ``batch``, each role's from its plan:
+        ``[(loss, None)]`` when every group's role trains with the same loss (the run's
+        ``loss_fn`` unless a role's entry says otherwise), else one ``(loss, [R] bool rows)`` per
+        loss in use; all of them aggregated over the mini-batch's one normaliser."""
+        of_role = {role: plan.role(role).loss for role in set(batch.group_roles)}
+        losses = {loss.name: loss for loss in of_role.values()}
+        used = sorted(losses)
         if len(used) <= 1:
-            return [(used[0] if used else self.loss_fn, None)]
-        loss_G = torch.tensor([used.index(n) for n in names_G], device=batch.group_index.device)
+            return [(losses[used[0]] if used else plan.loss, None)]
+        loss_G = torch.tensor([used.index(of_role[r].name) for r in batch.group_roles], device=batch.group_index.device)
         trajectory_R = batch.row_index if batch.row_index is not None else torch.arange(len(batch.input_ids))
         loss_R = loss_G[batch.group_index[trajectory_R.to(batch.group_index.device)]]
-        return [(name, loss_R == i) for i, name in enumerate(used)]
+        return [(losses[name], loss_R == i) for i, name in enumerate(used)]
 
-    def agg_mode_of(self, name: str) -> str:
-        """The aggregation of loss ``name``: its pinned one (``gspo``'s, or its registration's),
-        else the run's ``loss_agg_mode``."""
-        custom = registered_loss(name)
-        return PINNED_AGG_MODES.get(name) or (custom.agg_mode if custom else None) or self.loss_agg_mode
+    def agg_mode_of(self, loss: RoleLoss) -> str:
+        """The aggregation of ``loss``: its pinned one (``gspo``'s, or its registration's), else
+        the run's ``loss_agg_mode``."""
+        return loss.agg_mode or self.loss_agg_mode
 
     def global_normaliser(self, mask_RT: Tensor, mode: str | None = None) -> Tensor:
         """``mode``'s (default: ``loss_agg_mode``'s) normaliser of a mini-batch over every rank's
@@ -261,21 +260,21 @@ class PolicyUpdater:
             log_probs, entropy, advantages, batch.rollout_log_probs[rows], mask_RT
         )
         loss, stats = log_probs.new_zeros(()), {}
-        for name, of_loss_R in self._row_losses:  # one loss for the whole batch, or one per role's rows
+        for role_loss, of_loss_R in self._row_losses:  # one loss for the whole batch, or one per role's rows
             part_RT, trained_RT = mask_RT, loss_mask_RT
             if of_loss_R is not None:
                 if not bool(of_loss_R[rows].any()):
                     continue  # none of this loss's rows in the micro-batch
                 part_RT, trained_RT = mask_RT * of_loss_R[rows, None], loss_mask_RT * of_loss_R[rows, None]
-            mode = self.agg_mode_of(name)
+            mode = self.agg_mode_of(role_loss)
             own = aggregation | {"loss_agg_mode": mode, "normaliser": (pinned or {}).get(mode, normaliser)}
-            if (custom := registered_loss(name)) is not None:
+            if role_loss.registered is not None:
                 references = batch.ref_log_probs[rows] if batch.ref_log_probs is not None else None
                 inputs = (log_probs, old_log_probs, advantages, trained_RT, batch.rollout_log_probs[rows], references)
-                part, extra = self._registered_loss(name, custom, inputs, own)
+                part, extra = self._registered_loss(role_loss.name, role_loss.registered, inputs, own)
             else:
                 part, extra = policy_loss(
-                    name,
+                    role_loss.name,
                     log_probs,
                     old_log_probs,
                     advantages,

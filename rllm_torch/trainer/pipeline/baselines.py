@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rllm_torch.rllm.config import AlgorithmConfig
-from rllm_torch.rllm.registry import registration
+from rllm_torch.rllm.plan import AdvantagePlan
 from rllm_torch.rllm.types import Episode, TrajectoryGroup
 from rllm_torch.trainer.pipeline.transform import (
     TrajGroupingHook,
@@ -31,7 +30,7 @@ async def sample_greedy_episodes(backend: Any, engine: Any, batch: Any, *, step:
 def attach_reward_baselines(
     groups: list[TrajectoryGroup],
     greedy_episodes: list[Episode],
-    algorithm_config: AlgorithmConfig,
+    plan: AdvantagePlan,
     transform_config: TransformConfig,
     traj_grouping_hook: TrajGroupingHook | None = None,
     ranks: RunRanks | None = None,
@@ -56,12 +55,11 @@ def attach_reward_baselines(
         for g in greedy
         if g.trajectories and all(t.reward is not None for t in g.trajectories)
     }
-    kept = []
+    kept, needs_one = [], {role: "baselines" in plan.role(role).needs for role in {g.group_role for g in groups}}
     for group in groups:
         if group.group_id in rewards and group.reward_baseline is None:
             group.reward_baseline = rewards[group.group_id]
-        needs_one = "baselines" in registration(algorithm_config.estimator_for(group.group_role)).needs
-        if group.reward_baseline is not None or not needs_one:
+        if group.reward_baseline is not None or not needs_one[group.group_role]:
             kept.append(group)
     baselines = [g.reward_baseline for g in kept if g.reward_baseline is not None]
     values = [sum(baselines), float(len(baselines)), float(len(groups) - len(kept))]

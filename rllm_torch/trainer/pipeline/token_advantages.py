@@ -12,8 +12,8 @@ import torch
 from rllm_torch.core.distributed import ONE_PROCESS, resolve_process_group
 from rllm_torch.core.errors import ConfigError
 from rllm_torch.core.tokens import TokenRewards, broadcast_to_tokens
+from rllm_torch.rllm.bound_estimator import BoundEstimator
 from rllm_torch.rllm.config import TURN_MODES, AlgorithmConfig
-from rllm_torch.rllm.dispatch import compute_advantages
 from rllm_torch.rllm.plan import AdvantagePlan
 from rllm_torch.rllm.role_plan import RoleBatch, compute_role_advantages, token_advantage_metrics
 from rllm_torch.trainer.pipeline.token_batch import TokenBatch
@@ -95,13 +95,7 @@ def token_level_rewards(batch: TokenBatch, rows: torch.Tensor | None = None) -> 
 
 
 def _token_level_role(
-    batch: TokenBatch,
-    estimator: object,
-    in_role: list[bool],
-    scores_N: torch.Tensor,
-    algorithm_config: AlgorithmConfig,
-    group: object,
-    role: str,
+    batch: TokenBatch, estimator: BoundEstimator, in_role: list[bool], scores_N: torch.Tensor, group: object, role: str
 ) -> dict[str, float]:
     """Token-level estimator of one role (``in_role``: whether each group is one of its RL
     groups, a host list): over the role's rows, written into ``batch.advantages`` and
@@ -129,7 +123,7 @@ def _token_level_role(
         process_group=ONE_PROCESS if group is None else group,
         validate=False,
     )
-    adv_RT, returns_RT = compute_advantages(tokens, estimator, algorithm_config=algorithm_config)
+    adv_RT, returns_RT = estimator(tokens)
     adv_RT, returns_RT = adv_RT.to(torch.float32) * mask_RT, returns_RT.to(torch.float32) * mask_RT
     if batch.returns is None:
         batch.returns = torch.zeros_like(batch.response_mask)
@@ -195,7 +189,7 @@ def compute_token_advantages(
         UnknownEstimatorError: a role's estimator is not registered.
     """
     group = resolve_process_group(process_group)
-    plan = plan if isinstance(plan, AdvantagePlan) else AdvantagePlan(plan)
+    plan = AdvantagePlan.of(plan)
     algorithm_config = plan.algorithm_config
     mode = algorithm_config.stepwise_advantage_mode
     if mode in TURN_MODES and (batch.turn_rewards is None or (mode == "gigpo" and batch.observation_index is None)):
@@ -211,9 +205,8 @@ def compute_token_advantages(
         scores_N = outcome_scores(batch)
         pre_G = batch.group_precomputed or [False] * batch.num_groups
         for role in result.token_level_roles:
-            estimator = plan.role(role).estimator
             in_role = [r == role and not p for r, p in zip(batch.group_roles, pre_G, strict=True)]
-            metrics |= _token_level_role(batch, estimator, in_role, scores_N, algorithm_config, group, role)
+            metrics |= _token_level_role(batch, plan.role(role).estimator, in_role, scores_N, group, role)
     if result.precomputed_roles:
         pre_G = batch.group_precomputed or [False] * batch.num_groups
         metrics |= _keep_precomputed(batch, pre_G, result.precomputed_roles, group)

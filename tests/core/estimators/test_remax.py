@@ -23,6 +23,7 @@ from rllm_torch import (
 from rllm_torch.cli.train_command import run
 from rllm_torch.core.errors import ConfigError, InvalidRewardsError, InvalidRewardTypeError
 from rllm_torch.core.estimators import remax
+from rllm_torch.rllm.plan import AdvantagePlan
 from rllm_torch.trainer.config_checks import check_run_config
 
 
@@ -275,10 +276,14 @@ def test_a_group_that_already_carries_a_baseline_keeps_it_when_the_greedy_ones_a
         for task, r in (("a", 0.25), ("b", 0.75))
     ]
     groups = [group("a", baseline=0.5), group("b"), group("c")]  # a: rejection sampling's, from an earlier step
-    kept, metrics = attach_reward_baselines(groups, greedy, AlgorithmConfig(estimator="remax"), TransformConfig())
+    kept, metrics = attach_reward_baselines(
+        groups, greedy, AdvantagePlan(AlgorithmConfig(estimator="remax")), TransformConfig()
+    )
     assert [(g.group_id, g.reward_baseline) for g in kept] == [("a:solver", 0.5), ("b:solver", 0.75)]
     # c has no greedy episode: left out and counted; the mean baseline is over the kept groups' (.5 + .75) / 2
     assert metrics == {"batch/remax_groups_without_baseline": 1.0, "batch/remax_greedy_reward": 0.625}
     # a role whose estimator does not need baselines keeps its groups without one
-    kept, _ = attach_reward_baselines([group("c")], greedy, AlgorithmConfig(estimator="grpo"), TransformConfig())
+    kept, _ = attach_reward_baselines(
+        [group("c")], greedy, AdvantagePlan(AlgorithmConfig(estimator="grpo")), TransformConfig()
+    )
     assert [g.group_id for g in kept] == ["c:solver"]
