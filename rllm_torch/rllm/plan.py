@@ -101,7 +101,8 @@ class AdvantagePlan:
             for role, name in config.estimator_map.items()
         }
         self._losses = {loss: RoleLoss.of(loss) for loss in config.losses_in_use().values()}
-        self.estimators = {self._default.name} | {bound.name for bound in self._mapped.values()}
+        #: every estimator the run names, by its registered name
+        self.estimators: dict[str, BoundEstimator] = {b.name: b for b in (self._default, *self._mapped.values())}
 
     @classmethod
     def of(cls, plan: AdvantagePlan | AlgorithmConfig) -> AdvantagePlan:
@@ -159,13 +160,12 @@ class AdvantagePlan:
     def needs(self) -> frozenset[str]:
         """What the run's estimators (:data:`~rllm_torch.rllm.registry.ESTIMATOR_INPUTS`) and losses
         (:data:`~rllm_torch.core.losses.LOSS_INPUTS`) need from the batch: the union."""
-        bound = [self._default, *self._mapped.values()]
+        bound = self.estimators.values()
         return frozenset().union(*(b.needs for b in bound), *(loss.needs for loss in self._losses.values()))
 
     def estimators_needing(self, need: str) -> list[str]:
         """The run's estimators that declare ``need``, sorted."""
-        bound = [self._default, *self._mapped.values()]
-        return sorted({b.name for b in bound if need in b.needs})
+        return sorted(name for name, bound in self.estimators.items() if need in bound.needs)
 
 
 def _label(name: object) -> str:

@@ -95,8 +95,8 @@ def _backend_and_batch(*dotlist: str):
 def test_each_roles_rows_take_their_own_loss_over_the_mini_batchs_one_normaliser():
     backend, batch = _backend_and_batch("rllm.algorithm.estimator_map={teacher:[reinforce,cross_entropy]}")
     updater, rows = backend.updater, torch.arange(batch.input_ids.shape[0])
-    updater._row_losses = updater.row_losses(batch)
-    assert [name for name, _ in updater._row_losses] == ["cross_entropy", "ppo"]
+    updater._row_losses = updater.row_losses(batch, updater.plan)
+    assert [loss.name for loss, _ in updater._row_losses] == ["cross_entropy", "ppo"]
     teacher_R = updater._row_losses[0][1]
     assert teacher_R.tolist() == [True] * 6 + [False] * 6  # groups 0 and 1: 3 rows each
     normaliser = updater.global_normaliser(batch.response_mask)
@@ -120,8 +120,8 @@ def test_a_map_that_gives_every_role_the_runs_loss_is_the_run_without_a_map():
     mapped, _ = _backend_and_batch("rllm.algorithm.loss_fn_map={teacher: ppo, solver: ppo}")
     rows = torch.arange(batch.input_ids.shape[0])
     for updater in (plain.updater, mapped.updater):
-        updater._row_losses = updater.row_losses(batch)
-    assert mapped.updater._row_losses == [("ppo", None)]
+        updater._row_losses = updater.row_losses(batch, updater.plan)
+    assert [(loss.name, rows) for loss, rows in mapped.updater._row_losses] == [("ppo", None)]
     normaliser = plain.updater.global_normaliser(batch.response_mask)
     with torch.no_grad():
         a, _ = plain.updater.micro_batch_loss(batch, rows, normaliser)
@@ -163,8 +163,8 @@ def test_a_map_that_gives_every_role_one_loss_other_than_the_runs_trains_with_th
     plain, _ = _backend_and_batch("rllm.algorithm.loss_fn=cispo")
     rows = torch.arange(batch.input_ids.shape[0])
     for updater in (plain.updater, mapped.updater):
-        updater._row_losses = updater.row_losses(batch)
-    assert mapped.updater._row_losses == [("cispo", None)]  # not the run's ppo
+        updater._row_losses = updater.row_losses(batch, updater.plan)
+    assert [(loss.name, rows) for loss, rows in mapped.updater._row_losses] == [("cispo", None)]  # not the run's ppo
     normaliser = plain.updater.global_normaliser(batch.response_mask)
     with torch.no_grad():
         a, _ = plain.updater.micro_batch_loss(batch, rows, normaliser)

@@ -152,7 +152,10 @@ def test_the_trainer_refuses_a_role_its_map_and_the_run_config_name_two_ways(tmp
     with pytest.raises(ConfigError, match=r"estimator_map\['judge'\]"):
         check_run_config(config, estimator_map={"judge": "reinforce"})
     settings = check_run_config(config, estimator_map={"solver": "reinforce"})
-    assert settings.plan.role("judge").estimator.name == "rloo" and settings.plan.role("solver").estimator.name == "reinforce"
+    assert (
+        settings.plan.role("judge").estimator.name == "rloo"
+        and settings.plan.role("solver").estimator.name == "reinforce"
+    )
 
 
 @pytest.mark.parametrize("value", [1, 3, 5])

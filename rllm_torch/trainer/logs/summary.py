@@ -10,10 +10,8 @@ from typing import Any
 
 import torch
 
-from rllm_torch.core.errors import RLLMTorchError
-from rllm_torch.rllm.dispatch import get_tensor_adv_estimator
+from rllm_torch.rllm.bound_estimator import BoundEstimator
 from rllm_torch.rllm.plan import AdvantagePlan
-from rllm_torch.rllm.registry import registration
 from rllm_torch.trainer.runtime.fingerprint import describe_changes
 from rllm_torch.trainer.schema import prompts_per_step
 
@@ -65,11 +63,11 @@ def plan_steps(steps_per_epoch: int, total_epochs: int, total_batches: int | Non
     return StepPlan(total_batches, epochs, steps_per_epoch, note)
 
 
-def _changed_options(name: str, options: dict) -> dict:
+def _changed_options(estimator: BoundEstimator, options: dict) -> dict:
     """``options`` but those equal to the estimator's own default (its signature's)."""
     try:
-        params = inspect.signature(get_tensor_adv_estimator(name)).parameters
-    except (RLLMTorchError, TypeError, ValueError):  # not registered (yet), or no signature
+        params = inspect.signature(estimator.registration.tensor_fn or estimator.registration.fn).parameters
+    except (TypeError, ValueError):  # no signature
         params = {}
     return {k: v for k, v in options.items() if k not in params or params[k].default != v}
 
@@ -85,7 +83,7 @@ def _extras_line(config: Any, plan: AdvantagePlan) -> str:
     parts = []
     estimators = plan.estimators
     for name, options in algorithm.estimator_options.items():
-        if name in estimators and (changed := _changed_options(name, dict(options))):
+        if name in estimators and (changed := _changed_options(estimators[name], dict(options))):
             parts.append(f"{name} {', '.join(f'{k}={v}' for k, v in changed.items())}")
     if algorithm.gamma != 1.0 or algorithm.lam != 1.0:
         parts.append(f"gamma={algorithm.gamma}, lam={algorithm.lam}")
@@ -213,7 +211,7 @@ def _singleton_groups_warning(config: Any, plan: AdvantagePlan) -> str:
     registration): with one rollout a prompt every group is a singleton, and each advantage is
     the reward itself ("group of one")."""
     rllm = config.rllm
-    grouped = [name for name in sorted(plan.estimators) if registration(name).group_baseline]
+    grouped = [name for name, bound in sorted(plan.estimators.items()) if bound.registration.group_baseline]
     if rllm.rollout.n != 1 or not grouped:
         return ""
     return (
