@@ -143,10 +143,9 @@ class BackendProtocol(ABC):
         computes: token-level advantages on ``trainer_state.backend_batch`` (a :class:`TokenBatch`),
         :func:`compute_token_advantages` over every rank of ``self.ranks``. Metrics go into
         ``trainer_state.metrics``."""
+        plan = trainer_state.plan or algorithm_config  # the run's, bound once; a config outside a trainer
         trainer_state.metrics.update(
-            compute_token_advantages(
-                trainer_state.backend_batch, algorithm_config, process_group=self.ranks.estimator_group
-            )
+            compute_token_advantages(trainer_state.backend_batch, plan, process_group=self.ranks.estimator_group)
         )
 
     @abstractmethod
