@@ -68,9 +68,11 @@ class _Sampler(RolloutEngine):
                 (future.set_exception if isinstance(output, Exception) else future.set_result)(output)
 
 
-@register_backend("minimal", settings=MinimalSettings)
+@register_backend("minimal")  # or register_backend("minimal", settings=...) with no class attribute
 class MinimalBackend(BackendProtocol):
     """A tiny model from scratch on one process; ``self.config.backend`` is a :class:`MinimalSettings`."""
+
+    settings = MinimalSettings  # what types the run's backend section (register_backend reads it)
 
     def __init__(self, config, ranks=None, *, alphabet=None, max_new_tokens=None, tasks=(), **kwargs) -> None:
         super().__init__(config, ranks)
@@ -169,7 +171,9 @@ class MinimalBackend(BackendProtocol):
 
     async def process_backend_batch(self, trainer_state) -> None:
         if trainer_state.needs:  # e.g. a critic's values, sum_pi_squared: not computed here
-            raise ConfigError(f"the minimal backend does not compute {sorted(trainer_state.needs)}: use backend.name=torch.")
+            raise ConfigError(
+                f"the minimal backend does not compute {sorted(trainer_state.needs)}: use backend.name=torch."
+            )
 
     async def update_policy(self, trainer_state) -> None:
         """One optimiser step on ``-mean(A * log pi)`` over the batch's response tokens."""
