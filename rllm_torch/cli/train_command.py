@@ -103,7 +103,10 @@ def run(config: DictConfig, *, run_files: dict[str, str] | None = None, task: Ta
     Raises:
         ConfigError (and subclasses), UnknownEstimatorError, DistributedSetupError: before
             training starts (every rank raises the same error); a key the schema does not know
-            (:func:`~rllm_torch.cli.command_line.check_known_keys`) is a ConfigError too.
+            (:func:`~rllm_torch.cli.command_line.check_known_keys`) is a ConfigError too, and so are
+            ``backend.name`` selecting no backend (UnknownBackendError) and a config whose ``backend``
+            section is not typed by that backend's settings. BackendRegistrationError: ``backend.name``
+            names a class that is not a backend.
         DistributedTimeoutError: under torchrun, a collective whose peer did not come within
             ``backend.dist_timeout_s`` or went away (gloo's error, named).
         TrainingStopped: a SIGTERM (or, once the steps began, a Ctrl-C) stopped the run, its trained weights
