@@ -29,10 +29,16 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str) -> object:
     """``UnifiedTrainer``, rLLM's trainer (``rllm.experimental.unified_trainer``), importable from
-    here as in rLLM; it is the training framework's (:mod:`rllm_torch.trainer`), whose libraries
-    (OmegaConf, tqdm, rich, ...) load on first use, never on ``import rllm_torch``."""
+    here as in rLLM, and ``register_backend`` (:mod:`rllm_torch.trainer.backend_registry`), beside
+    ``register_adv_estimator`` and ``register_loss``; both are the training framework's
+    (:mod:`rllm_torch.trainer`), whose libraries (OmegaConf, tqdm, rich, ...) load on first use,
+    never on ``import rllm_torch``."""
     if name == "UnifiedTrainer":
         from rllm_torch.trainer.unified_trainer import UnifiedTrainer
 
         return UnifiedTrainer
+    if name == "register_backend":
+        from rllm_torch.trainer.backend_registry import register_backend
+
+        return register_backend
     raise AttributeError(f"module 'rllm_torch' has no attribute {name!r}")

@@ -50,6 +50,7 @@ UNITS = {
         ("reward_threads", "rollout_engine", "workflow", "workflow_engine"),
         ("logs",),
         ("protocol",),
+        ("backend_registry",),
         ("batches", "step"),
         ("unified_trainer",),
     ],
@@ -61,9 +62,13 @@ THIRD_PARTY = {
     "core": {"torch", "numpy"},
     "rLLM surface": {"torch", "numpy", "omegaconf"},  # omegaconf: AlgorithmConfig.from_config only (see below)
 }
-#: The one upward import, with its reason: rLLM's ``UnifiedTrainer`` is importable from
-#: ``rllm_torch`` as in rLLM, loaded on first use (module ``__getattr__``), never by ``import rllm_torch``.
-ALLOWED_UPWARD = {("rllm_torch", "rllm_torch.trainer.unified_trainer")}
+#: The upward imports, with their reason: rLLM's ``UnifiedTrainer`` is importable from
+#: ``rllm_torch`` as in rLLM, and ``register_backend`` beside ``register_loss``, each loaded on
+#: first use (module ``__getattr__``), never by ``import rllm_torch``.
+ALLOWED_UPWARD = {
+    ("rllm_torch", "rllm_torch.trainer.unified_trainer"),
+    ("rllm_torch", "rllm_torch.trainer.backend_registry"),
+}
 
 
 def _module_name(path: Path) -> str:

@@ -13,12 +13,14 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ValidationError
 
+from rllm_torch.cli.backend_choice import chosen_settings
 from rllm_torch.cli.run_directory import check_run_directory, remove_empty_run_dir, resume_point
 from rllm_torch.cli.usage import check_flags
 from rllm_torch.core.errors import ConfigError
+from rllm_torch.trainer.backend_schema import BackendConfig
 from rllm_torch.trainer.resolvers import register_resolvers
 from rllm_torch.trainer.rllm_settings import key_hint
-from rllm_torch.trainer.schema import TrainConfig
+from rllm_torch.trainer.schema import TrainConfig, backend_section, run_schema, schema_of
 
 __all__ = [
     "register_configs",
@@ -35,11 +37,12 @@ CONFIG_PACKAGE = "rllm_torch.configs"
 #: The exit status of ``rllm-torch-train`` after one of the package's errors (printed as one block).
 
 
-def register_configs() -> None:
-    """Register :class:`~rllm_torch.trainer.schema.TrainConfig` in Hydra's ConfigStore as
-    ``train_schema`` (the first entry of ``configs/train.yaml``'s defaults list, so every group
-    merges into typed fields), and the resolver the configs use: ``rllm_torch_default_experiment``."""
-    schema = OmegaConf.structured(TrainConfig)
+def register_configs(settings: type = BackendConfig) -> None:
+    """Register the run's schema in Hydra's ConfigStore as ``train_schema`` (the first entry of
+    ``configs/train.yaml``'s defaults list, so every group merges into typed fields): :class:`~rllm_torch.trainer.schema.TrainConfig`
+    with its ``backend`` section typed by the backend's ``settings`` (:func:`~rllm_torch.trainer.schema.run_schema`;
+    the torch backend's by default), and the resolver the configs use: ``rllm_torch_default_experiment``."""
+    schema = OmegaConf.structured(run_schema(settings))
     for key in ("rllm.algorithm.estimator_map", "rllm.algorithm.loss_fn_map"):
         OmegaConf.set_struct(OmegaConf.select(schema, key), False)  # a map: `key={role: value}` adds its keys
     ConfigStore.instance().store(name="train_schema", node=schema)
@@ -60,12 +63,13 @@ def _walk(node: Any, prefix: str, out: set[str], open_prefixes: set[str] | None)
                 _walk(child, f"{path}.", out, open_prefixes)
 
 
-def known_keys() -> tuple[set[str], set[str]]:
-    """``(keys, open_prefixes)``: every dotted key of :class:`TrainConfig`, and the dict-typed
-    ones under which any key is allowed (e.g. ``rllm.algorithm.estimator_map``)."""
+def known_keys(schema: type = TrainConfig) -> tuple[set[str], set[str]]:
+    """``(keys, open_prefixes)``: every dotted key of ``schema`` (:class:`TrainConfig`, or a
+    backend's :func:`~rllm_torch.trainer.schema.run_schema`), and the dict-typed ones under which
+    any key is allowed (e.g. ``rllm.algorithm.estimator_map``)."""
     keys: set[str] = set()
     open_prefixes: set[str] = set()
-    _walk(OmegaConf.structured(TrainConfig), "", keys, open_prefixes)
+    _walk(OmegaConf.structured(schema), "", keys, open_prefixes)
     return keys, open_prefixes
 
 
@@ -73,14 +77,18 @@ def _is_known(key: str, keys: set[str], open_prefixes: set[str]) -> bool:
     return key in keys or any(key.startswith(f"{prefix}.") for prefix in open_prefixes)
 
 
-def _unknown_key_error(key: str, keys: set[str], how: str) -> ConfigError:
+def _unknown_key_error(key: str, keys: set[str], how: str, schema: type = TrainConfig) -> ConfigError:
     close = difflib.get_close_matches(key, sorted(keys), n=1, cutoff=0.6)
     hint = f"; did you mean `{close[0]}`?" if close else ""
     if rllm_hint := key_hint(key):  # a key of rLLM's verl / tinker backends: the one that does the same here
         hint = rllm_hint
+    section = backend_section(schema)
+    where = "rllm_torch/trainer/schema.py"
+    if section is not BackendConfig:  # a backend's own settings type the backend section
+        where += f"; its backend section: {section.__module__}.{section.__qualname__}"
     return ConfigError(
         f"`{key}` ({how}) is not a setting of rllm-torch-train{hint} A run reads only the keys of its schema "
-        "(rllm_torch/trainer/schema.py), so an unknown one would be ignored: `+` does not add a setting."
+        f"({where}), so an unknown one would be ignored: `+` does not add a setting."
     )
 
 
@@ -109,9 +117,12 @@ def config_groups() -> dict[str, list[str]]:
 
 
 def check_command_line(argv: list[str]) -> None:
-    """Check ``rllm-torch-train``'s arguments before Hydra composes them.
+    """Check ``rllm-torch-train``'s arguments before Hydra composes them. First the backend:
+    ``imports=`` imported and ``backend.name=`` resolved, its settings registered as the type of
+    the ``backend`` section of the schema Hydra composes over (:mod:`~rllm_torch.cli.backend_choice`).
 
     Raises:
+        UnknownBackendError, BackendRegistrationError: ``backend.name`` selects no backend.
         ConfigError: ``--config-name`` names no shipped experiment (the message lists them); an
             override names a key the schema does not know (``key=v`` or ``+key=v``; the message
             suggests the nearest known key), gives it a value of another type
@@ -142,9 +153,12 @@ def check_command_line(argv: list[str]) -> None:
             f"--config-name {args.config_name}: no such experiment; the shipped ones are {', '.join(experiment_names())} "
             "(configs/ in the repository), or give your own with --config-dir."
         )
-    keys, open_prefixes = known_keys()
+    settings = chosen_settings(overrides)  # imports=, then backend.name=: the backend section's type
+    register_configs(settings)
+    schema_cls = run_schema(settings)
+    keys, open_prefixes = known_keys(schema_cls)
     groups = _config_groups()
-    schema = OmegaConf.structured(TrainConfig)
+    schema = OmegaConf.structured(schema_cls)
     for override in overrides:
         key = override.key_or_group
         if override.is_delete() or key == "hydra" or key.startswith(("hydra.", "hydra/")):
@@ -155,17 +169,19 @@ def check_command_line(argv: list[str]) -> None:
             continue
         if not _is_known(key, keys, open_prefixes):
             how = "added with +" if override.is_add() or override.is_force_add() else "given on the command line"
-            raise _unknown_key_error(key, keys, how)
+            raise _unknown_key_error(key, keys, how, schema_cls)
         if not override.is_sweep_override():
             _check_type(schema, key, override)
     if not own_configs and not args.multirun:
-        _check_composes(args.config_name or "train", [o for o in overrides if not o.key_or_group.startswith("hydra")])
+        _check_composes(
+            args.config_name or "train", [o for o in overrides if not o.key_or_group.startswith("hydra")], settings
+        )
     for override in overrides:  # Hydra makes hydra.run.dir before the run starts: its own traceback
         if override.key_or_group == "hydra.run.dir" and isinstance(override.value(), str):
             check_run_directory(override.value(), "hydra.run.dir")
 
 
-def _check_composes(config_name: str, overrides: list[Any]) -> None:
+def _check_composes(config_name: str, overrides: list[Any], settings: type = BackendConfig) -> None:
     """Hydra composes the shipped ``config_name`` with ``overrides`` (what it would otherwise refuse
     in its own words, over several lines and with exit status 1: a comma list without
     ``--multirun``, ``~key`` of a setting the schema needs, an option Hydra cannot merge)."""
@@ -174,7 +190,7 @@ def _check_composes(config_name: str, overrides: list[Any]) -> None:
     from omegaconf.errors import OmegaConfBaseException
 
     texts = [o.input_line for o in overrides]
-    register_configs()  # the schema the shipped configs name first (train_schema), whoever calls this
+    register_configs(settings)  # the schema the shipped configs name first (train_schema), whoever calls this
     try:
         with initialize_config_module(config_module=CONFIG_PACKAGE, version_base=None):
             compose(config_name=config_name, overrides=texts)
@@ -238,10 +254,11 @@ def check_known_keys(config: DictConfig) -> None:
     Raises:
         ConfigError: naming the first unknown key and the nearest known one.
     """
-    keys, open_prefixes = known_keys()
+    schema = schema_of(config)
+    keys, open_prefixes = known_keys(schema)
     found: set[str] = set()
     _walk(config, "", found, None)
     unknown = [k for k in sorted(found) if k.split(".")[0] != "hydra" and not _is_known(k, keys, open_prefixes)]
     leaves = [k for k in unknown if not any(other.startswith(f"{k}.") for other in unknown)]
     if leaves:  # name the whole key (rllm.rolout.n), not its first unknown node
-        raise _unknown_key_error(leaves[0], keys, "in the composed config")
+        raise _unknown_key_error(leaves[0], keys, "in the composed config", schema)

@@ -23,7 +23,6 @@ Rank 0 alone prints and writes the run directory.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import random
@@ -40,6 +39,7 @@ import transformers
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from rllm_torch.cli.backend_choice import import_user_modules
 from rllm_torch.cli.command_line import (
     check_command_line,
     check_known_keys,
@@ -52,11 +52,13 @@ from rllm_torch.cli.interrupts import ctrl_c_received, ignore_stop_signals, inte
 from rllm_torch.cli.run_directory import check_run_directory, claimed_run_directory, remove_empty_run_dir
 from rllm_torch.cli.usage import help_text, version_text
 from rllm_torch.cli.warning_lines import one_line_warnings
-from rllm_torch.core.errors import ConfigError, DistributedTimeoutError, RLLMTorchError, UnknownBackendError
+from rllm_torch.core.errors import ConfigError, DistributedTimeoutError, RLLMTorchError
 from rllm_torch.rllm.plan import AdvantagePlan
 from rllm_torch.rollouts import build_task
 from rllm_torch.rollouts.single_turn import SingleTurnWorkflow
 from rllm_torch.rollouts.task import Task
+from rllm_torch.trainer.backend_registry import backend_class, typed_backend_config
+from rllm_torch.trainer.backend_schema import BackendConfig
 from rllm_torch.trainer.config_checks import RunSettings, check_run_config
 from rllm_torch.trainer.logs.run_directory import run_directory
 from rllm_torch.trainer.pipeline.trainable_groups import check_groups_can_train
@@ -66,39 +68,7 @@ from rllm_torch.trainer.runtime.stop import InterruptedAgain, StopSignals, Train
 from rllm_torch.trainer.unified_trainer import UnifiedTrainer
 from rllm_torch.trainer.user_errors import describe_error, user_frame
 
-__all__ = ["main", "run", "backend_class", "BACKENDS"]
-
-BACKENDS = ("torch",)
-
-
-def backend_class(name: str) -> type[BackendProtocol]:
-    """The backend class registered as ``name``.
-
-    Raises:
-        UnknownBackendError: ``name`` is not one of :data:`BACKENDS`.
-    """
-    if name == "torch":
-        from rllm_torch.backends.torch_backend.backend import TorchBackend
-
-        return TorchBackend
-    raise UnknownBackendError(f"backend.name={name!r} is not a known backend; choose from {list(BACKENDS)}.")
-
-
-def import_user_modules(names: list[str]) -> None:
-    """Import each module of ``imports`` (``imports=[my_pkg.estimators]``), so what it registers
-    (``@register_rllm_adv_estimator``) exists before the config is checked.
-
-    Raises:
-        ConfigError: a module that cannot be imported, with the reason.
-    """
-    for name in names:
-        try:
-            importlib.import_module(name)
-        except Exception as exc:  # noqa: BLE001 - any failure of the user's module stops the start-up
-            raise ConfigError(
-                f"imports: cannot import {name!r} ({type(exc).__name__}: {exc}); give a module on the Python path, e.g. "
-                "PYTHONPATH=. rllm-torch-train imports=[my_estimators] for ./my_estimators.py."
-            ) from exc
+__all__ = ["main", "run", "backend_class"]
 
 
 def check_reward_components(task: Task, plan: AdvantagePlan) -> None:
@@ -133,7 +103,10 @@ def run(config: DictConfig, *, run_files: dict[str, str] | None = None, task: Ta
     Raises:
         ConfigError (and subclasses), UnknownEstimatorError, DistributedSetupError: before
             training starts (every rank raises the same error); a key the schema does not know
-            (:func:`~rllm_torch.cli.command_line.check_known_keys`) is a ConfigError too.
+            (:func:`~rllm_torch.cli.command_line.check_known_keys`) is a ConfigError too, and so are
+            ``backend.name`` selecting no backend (UnknownBackendError) and a config whose ``backend``
+            section is not typed by that backend's settings. BackendRegistrationError: ``backend.name``
+            names a class that is not a backend.
         DistributedTimeoutError: under torchrun, a collective whose peer did not come within
             ``backend.dist_timeout_s`` or went away (gloo's error, named).
         TrainingStopped: a SIGTERM (or, once the steps began, a Ctrl-C) stopped the run, its trained weights
@@ -141,17 +114,21 @@ def run(config: DictConfig, *, run_files: dict[str, str] | None = None, task: Ta
     """
     check_known_keys(config)
     import_user_modules(config.imports)
-    settings = check_run_config(config, torchrun_world_size() or 1)
-    ranks = init_run_ranks(config.backend.device, config.backend.dist_timeout_s)
+    backend_cls = backend_class(config.backend.name)  # a registered name, or package.module:Class
+    settings = check_run_config(typed_backend_config(config, backend_cls), torchrun_world_size() or 1)
+    # a backend whose settings declare no device or timeout runs with the torch backend's defaults
+    device = OmegaConf.select(settings.config, "backend.device", default=BackendConfig.device)
+    timeout_s = OmegaConf.select(settings.config, "backend.dist_timeout_s", default=BackendConfig.dist_timeout_s)
+    ranks = init_run_ranks(device, timeout_s)
     clean = False
     try:
         with StopSignals((signal.SIGTERM, signal.SIGINT), announce=ranks.is_main) as stop:
-            trainer = _train(settings, ranks, run_files or {}, stop, task)
+            trainer = _train(settings, backend_cls, ranks, run_files or {}, stop, task)
         clean = True
         return trainer
     except RuntimeError as exc:
         if ranks.distributed and any(words in str(exc) for words in GLOO_PEER_ERRORS):
-            raise collective_error(exc, ranks.rank, config.backend.dist_timeout_s) from exc
+            raise collective_error(exc, ranks.rank, timeout_s) from exc
         raise
     finally:
         shutdown(ranks, clean=clean)
@@ -176,7 +153,12 @@ def collective_error(exc: RuntimeError, rank: int, timeout_s: float) -> Distribu
 
 
 def _train(
-    settings: RunSettings, ranks: RunRanks, run_files: dict[str, str], stop: StopSignals, task: Task | None
+    settings: RunSettings,
+    backend_cls: type[BackendProtocol],
+    ranks: RunRanks,
+    run_files: dict[str, str],
+    stop: StopSignals,
+    task: Task | None,
 ) -> UnifiedTrainer:
     config = settings.config
     if not sys.stderr.isatty():  # a piped log: no progress bars (the console logger's follows tqdm's rule)
@@ -195,19 +177,19 @@ def _train(
     run_dir = Path(config.rllm.trainer.default_local_dir)
     check_run_directory(run_dir, key)  # before minutes of model and data start-up
     with claimed_run_directory(run_dir, ranks, key=key):  # one run per directory; a failed start leaves none
-        return _train_in(run_dir, settings, ranks, run_files, stop, task)
+        return _train_in(run_dir, settings, backend_cls, ranks, run_files, stop, task)
 
 
 def _train_in(
     run_dir: Path,
     settings: RunSettings,
+    backend_cls: type[BackendProtocol],
     ranks: RunRanks,
     run_files: dict[str, str],
     stop: StopSignals,
     task: Task | None,
 ) -> UnifiedTrainer:
     config = settings.config
-    backend_cls = backend_class(config.backend.name)
     task = build_task(config.task) if task is None else task
     if task.precomputed_advantage and not config.rllm.algorithm.use_precomputed_advantage:
         raise ConfigError(

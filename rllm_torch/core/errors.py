@@ -20,6 +20,7 @@ __all__ = [
     "UnknownArgumentError",
     "InvalidTrajectoryError",
     "UnknownBackendError",
+    "BackendRegistrationError",
     "DatasetNotFoundError",
     "DatasetFormatError",
     "ModelNotFoundError",
@@ -78,7 +79,15 @@ class InvalidTrajectoryError(RLLMTorchError, ValueError):
 
 
 class UnknownBackendError(ConfigError):
-    """``backend.name`` (or a ``backend_cls``) that is not a known backend."""
+    """``backend.name`` (or a ``backend_cls``) that is not a known backend: not registered, or an
+    import path ``package.module:Class`` that cannot be imported."""
+
+
+class BackendRegistrationError(RLLMTorchError, TypeError):
+    """``register_backend`` given something that cannot be a backend: a name that is not a
+    non-empty string, something other than a class, a class that does not implement
+    ``BackendProtocol``'s methods, settings that are not a dataclass with a ``name`` field, or a
+    name registered already to another class."""
 
 
 class DatasetNotFoundError(ConfigError):

@@ -29,6 +29,7 @@ from rllm_torch.rllm.dispatch import compute_advantages
 from rllm_torch.rllm.plan import AdvantagePlan
 from rllm_torch.rllm.registry import is_token_level, registration
 from rllm_torch.rllm.settings import check_value, walk
+from rllm_torch.trainer.backend_schema import BackendConfig
 from rllm_torch.trainer.pipeline.async_rollouts import AsyncTrainingConfig, check_rllm_async_keys
 from rllm_torch.trainer.pipeline.compact_filtering import CompactFilteringConfig
 from rllm_torch.trainer.pipeline.dynamic_sampling import DynamicSamplingConfig
@@ -117,16 +118,17 @@ def check_run_config(config: Any, world_size: int = 1, *, estimator_map: dict | 
 
 
 def check_values(config: Any) -> None:
-    """Each setting the config has (and is not None) against its declaration.
+    """Each setting the typed config has (and is not None) against its declaration in its schema
+    (a backend's settings declare the ``backend`` section; a plain dataclass field declares nothing).
 
     Raises:
         ConfigError: naming the first setting out of its range or choices, its value and what it
             may be (with the schema default as an example of a valid value).
     """
-    defaults = OmegaConf.structured(TrainConfig)
-    for key, declaration, _ in walk(TrainConfig):
+    defaults = OmegaConf.structured(schema := OmegaConf.get_type(config))
+    for key, declaration, _ in walk(schema):
         value = OmegaConf.select(config, key, default=None)
-        if value is None:
+        if value is None or declaration is None:
             continue
         plain = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
         check_value(plain, declaration, key, example=OmegaConf.select(defaults, key, default=None))
@@ -231,10 +233,13 @@ def check_estimator_call(name: object, algorithm_config: AlgorithmConfig, group_
 
 def _check_loss_kl_and_critic(config: Any, algorithm_config: AlgorithmConfig, plan: AdvantagePlan) -> None:
     algorithm, backend = config.rllm.algorithm, config.backend
+    torch_section = issubclass(OmegaConf.get_type(config, "backend"), BackendConfig)  # else another backend's settings
     for where, loss_fn in algorithm_config.losses_in_use().items():  # the run's loss and each role's
         custom = registered_loss(loss_fn)
         if custom is not None:  # a user's loss: it must train on a small batch, here, not at step 1
             check_registered_loss(loss_fn, custom.fn)
+        if not torch_section:  # the loss's options are the torch backend's settings
+            continue
         takes = loss_options(loss_fn) if custom is None else frozenset()
         for option, what in (("clip_ratio_c", "a ratio cap (dual-clip PPO, DPPO)"), ("delta", "TRL's two-sided clip")):
             if backend[option] is not None and option not in takes:
@@ -264,6 +269,8 @@ def _check_loss_kl_and_critic(config: Any, algorithm_config: AlgorithmConfig, pl
             "rllm.algorithm.use_kl_loss=true or use_kl_in_reward=true, or leave model.ref_path unset."
         )
     uses_values = plan.estimators_needing("values")
+    if not torch_section:  # another backend provides what the plan needs itself (TrainerState.needs)
+        return
     if uses_values and not backend.critic.enable:
         raise ConfigError(
             f"estimator {', '.join(uses_values)} needs the critic's values: set backend.critic.enable=true "
@@ -339,7 +346,7 @@ def _check_async_training(config: Any, plan: AdvantagePlan) -> None:
     cannot = {
         f"estimator {', '.join(greedy)} (greedy baselines sampled with the step's own weights)": bool(greedy),
         "backend.parallelism=fsdp (the sampler holds a whole copy of the policy; use ddp)": (
-            config.backend.parallelism == "fsdp"
+            OmegaConf.select(config, "backend.parallelism", default=None) == "fsdp"
         ),
     }
     for setting_, refused in cannot.items():
@@ -374,7 +381,7 @@ def check_world_size(config: Any, world_size: int) -> None:
             "rllm.rejection_sample.enable=true is not supported on more than one process: it accumulates groups per rank, "
             "so the ranks would release batches at different steps. Run it on one process, or disable it."
         )
-    if config.backend.parallelism != "fsdp":
+    if OmegaConf.select(config, "backend.parallelism", default=None) != "fsdp":  # the torch backend's setting
         return
     if world_size == 1:
         raise ConfigError(

@@ -29,7 +29,10 @@ class BackendProtocol(ABC):
     """Abstract base of training backends (rLLM's ``BackendProtocol``).
 
     A subclass is built as ``backend_cls(config=config, ranks=ranks, **backend_args)``;
-    ``self.config`` is the config typed by :func:`~rllm_torch.trainer.schema.typed_run_config`. The
+    ``self.config`` is the config typed by :func:`~rllm_torch.trainer.schema.typed_run_config`, its
+    ``backend`` section by the backend's settings dataclass; ``backend.name`` selects a subclass
+    registered with :func:`~rllm_torch.trainer.backend_registry.register_backend` (the class
+    attribute ``name`` is rLLM's, not read here). The
     methods that touch the model are abstract; the hooks default to doing nothing, and
     :meth:`compute_advantages` defaults to the tensor estimators on a :class:`TokenBatch`.
 

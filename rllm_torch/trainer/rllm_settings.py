@@ -117,12 +117,19 @@ def _given(config: Any, defaults: Any, key: str) -> Any:
     return None if plain == OmegaConf.select(defaults, key, default=None) else plain
 
 
+def _has(config: Any, key: str) -> bool:
+    parent, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(config, parent, default=None)
+    return node is not None and leaf in node
+
+
 def resolve_rllm_settings(config: Any) -> None:
     """Write rLLM's keys that are given into the key here that does the same (module docstring),
     in place; idempotent.
 
     Raises:
-        ConfigError: one setting given both ways with different values; ``rllm.algorithm.kl_beta``
+        ConfigError: one setting given both ways with different values, or rLLM's key of a torch
+            backend setting the run's backend does not have; ``rllm.algorithm.kl_beta``
             other than 0 (rLLM's Fireworks KL coefficient: here ``use_kl_loss`` with ``kl_loss_coef``).
     """
     defaults = OmegaConf.structured(TrainConfig)
@@ -130,6 +137,11 @@ def resolve_rllm_settings(config: Any) -> None:
         value = _given(config, defaults, theirs)
         if value is None:
             continue
+        if not _has(config, ours):  # another backend's settings type the backend section
+            raise ConfigError(
+                f"{theirs}={value!r} is rLLM's key of {ours}, a setting of the torch backend, and backend.name="
+                f"{config.backend.name} has no {ours}: drop {theirs}, and set that backend's own setting."
+            )
         current = _given(config, defaults, ours)
         if current is not None and current != value:
             raise ConfigError(

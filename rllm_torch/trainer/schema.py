@@ -13,6 +13,7 @@ against its declaration; a resumed run may change the ``resumable`` ones (:mod:`
 from __future__ import annotations
 
 from dataclasses import dataclass, field, make_dataclass
+from functools import cache
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -44,6 +45,9 @@ __all__ = [
     "DataConfig",
     "CompactFilteringFlags",
     "typed_run_config",
+    "run_schema",
+    "schema_of",
+    "backend_section",
     "prompts_per_step",
     "STALE_GROUP_POLICIES",
     "ARCHITECTURES",
@@ -307,19 +311,66 @@ def prompts_per_step(config: Any) -> int:
     return int(config.data.train_batch_size)
 
 
-def typed_run_config(config: Any = None) -> DictConfig:
-    """``config`` over :class:`TrainConfig`: every setting present with the schema's type and
+@cache
+def run_schema(settings: type = BackendConfig) -> type:
+    """The run's schema with its ``backend`` section typed by ``settings``, a backend's settings
+    dataclass (:mod:`~rllm_torch.trainer.backend_registry`): :class:`TrainConfig` itself for the
+    torch backend's :class:`BackendConfig`, else a subclass of it whose one new declaration is
+    that section (the same class for the same ``settings``)."""
+    if settings is BackendConfig:
+        return TrainConfig
+    schema = make_dataclass(
+        f"TrainConfig_{settings.__name__}",
+        [("backend", settings, field(default_factory=settings))],
+        bases=(TrainConfig,),
+    )
+    schema.__module__ = __name__
+    _SECTIONS[schema] = settings
+    return schema
+
+
+_SECTIONS: dict[type, type] = {}  # each run_schema's backend settings
+
+
+def backend_section(schema: type) -> type:
+    """The settings dataclass that types ``schema``'s ``backend`` section (:func:`run_schema`)."""
+    return _SECTIONS.get(schema, BackendConfig)
+
+
+def schema_of(config: Any) -> type:
+    """The schema ``config`` is typed over (:class:`TrainConfig` or a :func:`run_schema` of it);
+    :class:`TrainConfig` for an untyped config."""
+    kind = OmegaConf.get_type(config) if isinstance(config, DictConfig) else None
+    return kind if isinstance(kind, type) and issubclass(kind, TrainConfig) else TrainConfig
+
+
+def typed_run_config(config: Any = None, *, settings: type | None = None) -> DictConfig:
+    """``config`` over the run's schema: every setting present with the schema's type and
     default (a config composed over the schema is returned as it is). A plain dict or an untyped
     ``DictConfig`` (e.g. ``OmegaConf.create``) may give any subset of the settings.
 
+    Args:
+        config: the run config.
+        settings: the backend's settings dataclass, which types the ``backend`` section
+            (:func:`run_schema`); None: the config's own schema, else the torch backend's.
+
     Raises:
         ConfigError: a key the schema does not know, or a value of the wrong type (OmegaConf's
-            message, which names the key).
+            message, which names the key); a config typed for another backend's settings.
     """
-    if isinstance(config, DictConfig) and OmegaConf.get_type(config) is TrainConfig:
-        return config
+    schema = None if settings is None else run_schema(settings)
+    kind = OmegaConf.get_type(config) if isinstance(config, DictConfig) else None
+    if isinstance(kind, type) and issubclass(kind, TrainConfig):  # typed already
+        if schema is None or kind is schema:
+            return config
+        section = OmegaConf.get_type(config, "backend").__name__
+        raise ConfigError(
+            f"the run config's backend section is typed {section} and this backend's settings are {settings.__name__}: "
+            f"type the config for it (typed_run_config(config, settings={settings.__name__})), or choose the backend with "
+            "backend.name=... on the command line (the section is typed before the config files compose)."
+        )
     try:
-        return OmegaConf.merge(OmegaConf.structured(TrainConfig), config if config is not None else {})
+        return OmegaConf.merge(OmegaConf.structured(schema or TrainConfig), config if config is not None else {})
     except OmegaConfBaseException as exc:
         raise ConfigError(f"the run config does not fit the schema (rllm_torch/trainer/schema.py): {exc}") from exc
 

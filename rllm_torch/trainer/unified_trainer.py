@@ -38,6 +38,7 @@ from rllm_torch.rllm.collect import collect_reward_and_advantage_from_trajectory
 from rllm_torch.rllm.config import AlgorithmConfig
 from rllm_torch.rllm.types import Episode
 from rllm_torch.trainer.backend_args import backend_args_for
+from rllm_torch.trainer.backend_registry import typed_backend_config
 from rllm_torch.trainer.batches import AsyncBatches, SyncBatches, positioned_batches
 from rllm_torch.trainer.config_checks import RunSettings, check_run_config
 from rllm_torch.trainer.logs.run_directory import config_as_run, run_directory, run_loggers, write_run_files
@@ -52,7 +53,6 @@ from rllm_torch.trainer.protocol import BackendProtocol
 from rllm_torch.trainer.ranks import RunRanks
 from rllm_torch.trainer.runtime.run_checkpoint import RunCheckpointer
 from rllm_torch.trainer.runtime.stop import StopGuard, StopSignals, TrainingStopped
-from rllm_torch.trainer.schema import typed_run_config
 from rllm_torch.trainer.state import TrainerState
 from rllm_torch.trainer.step import TrainingStep
 from rllm_torch.trainer.trainer_arguments import refuse_unknown_arguments
@@ -69,8 +69,8 @@ class UnifiedTrainer:
         backend_cls: a :class:`BackendProtocol` subclass, built ``backend_cls(config=config, **backend_args)``
             with the tasks as ``tasks=`` and the checked ``algorithm_config=`` when it reads them
             (:func:`~rllm_torch.trainer.backend_args.backend_args_for`).
-        config: the run config, typed by :func:`~rllm_torch.trainer.schema.typed_run_config`
-            (a composed ``rllm-torch-train`` config, or any subset of its keys).
+        config: the run config (a composed ``rllm-torch-train`` config, or any subset of its keys), its ``backend``
+            section typed by ``backend_cls``'s settings (:func:`~.backend_registry.typed_backend_config`).
         workflow_class: the :class:`Workflow` run on each task.
         train_dataset, val_dataset: what ``backend.get_dataloader`` batches (lists of task dicts).
         workflow_args, backend_args: keyword arguments of the workflow and backend.
@@ -118,7 +118,7 @@ class UnifiedTrainer:
         **kwargs: Any,
     ) -> None:
         refuse_unknown_arguments(kwargs, UnifiedTrainer)
-        config = typed_run_config(config)
+        config = typed_backend_config(config, backend_cls)  # its backend section typed by the backend's settings
         self.stop_signals, self.ranks = stop_signals, ranks if ranks is not None else RunRanks()
         self.run_files = dict(run_files or {})
         self.already_complete = False  # set by fit: the checkpoint held every planned step

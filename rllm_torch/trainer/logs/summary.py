@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from omegaconf import OmegaConf
 
 from rllm_torch.rllm.bound_estimator import BoundEstimator
 from rllm_torch.rllm.plan import AdvantagePlan
@@ -79,7 +80,8 @@ def _names(estimator_map: dict) -> dict[str, str]:
 def _extras_line(config: Any, plan: AdvantagePlan) -> str:
     """The settings beyond the default algorithm: estimator options, discounts, KL terms, the
     reference policy, the critic, the vLLM sampler and rollout correction ("" when none is set)."""
-    algorithm, backend = config.rllm.algorithm, config.backend
+    algorithm = config.rllm.algorithm
+    critic, critic_lr = (OmegaConf.select(config, f"backend.critic.{k}", default=None) for k in ("enable", "lr"))
     parts = []
     estimators = plan.estimators
     for name, options in algorithm.estimator_options.items():
@@ -93,9 +95,9 @@ def _extras_line(config: Any, plan: AdvantagePlan) -> str:
         parts.append(f"KL in reward {algorithm.kl_penalty} x {algorithm.kl_coef}")
     if algorithm.use_kl_loss or algorithm.use_kl_in_reward:
         parts.append(f"reference {config.model.ref_path or 'the initial policy'}")
-    if backend.critic.enable:
-        parts.append("critic" + (f" (lr {backend.critic.lr})" if backend.critic.lr is not None else ""))
-    if backend.rollout.engine == "vllm":
+    if critic:  # the torch backend's settings (another backend's section may have none)
+        parts.append("critic" + (f" (lr {critic_lr})" if critic_lr is not None else ""))
+    if OmegaConf.select(config, "backend.rollout.engine", default=None) == "vllm":
         parts.append("rollouts through vLLM")
     correction = algorithm.rollout_correction
     if correction.tis_mode:
@@ -270,6 +272,11 @@ def startup_summary(
         ("run directory", str(trainer.run_dir)),
         ("state", run_state),
         *([("", f"changed on resume: {describe_changes(changes)}")] if changes else []),
+        *(
+            [("backend", f"{config.backend.name} ({type(backend).__qualname__})")]
+            if config.backend.name != "torch"
+            else []
+        ),
         ("model", _model_line(config, backend)),
         *(backend.summary_rows() if hasattr(backend, "summary_rows") else []),
         ("task", _task_line(config, trainer.train_dataset, trainer.val_dataset)),

@@ -1,7 +1,8 @@
 """What a checkpoint means: every setting of a run is either in its fingerprint (a resumed run must
 have the same value) or resumable (a resumed run may change it, and the new value applies from the
 resumed step on). Both tables are read from the settings' declarations
-(:mod:`rllm_torch.trainer.schema`): a setting is declared ``resumable=True`` when the code reads it
+(:mod:`rllm_torch.trainer.schema`; a backend's own settings for its ``backend`` section, where a
+field declared without :func:`~rllm_torch.rllm.settings.setting` is fingerprinted): a setting is declared ``resumable=True`` when the code reads it
 where it is used (not from a checkpoint) and a run that changes it halfway is still one run
 (learning rate and schedule, step counts, logging, validation and checkpoint frequency, how work
 is batched or retried); otherwise it is fingerprinted.
@@ -20,7 +21,7 @@ from omegaconf import Container, OmegaConf
 from rllm_torch.core.errors import CheckpointMismatchError
 from rllm_torch.rllm.settings import walk
 from rllm_torch.trainer.model_defaults import learning_rates
-from rllm_torch.trainer.schema import TrainConfig
+from rllm_torch.trainer.schema import BackendConfig, TrainConfig, backend_section, schema_of
 
 __all__ = [
     "FINGERPRINT_KEYS",
@@ -74,17 +75,31 @@ def _schema_defaults() -> dict[str, Any]:
     return _values(OmegaConf.structured(TrainConfig), FINGERPRINT_KEYS + RESUMABLE_KEYS)
 
 
+@cache
+def _tables(schema: type) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``schema``'s (fingerprinted, resumable) keys: :data:`FINGERPRINT_KEYS` and :data:`RESUMABLE_KEYS`
+    for :class:`TrainConfig`, a backend's own settings' for its ``backend`` section."""
+    if schema is TrainConfig:
+        return FINGERPRINT_KEYS, RESUMABLE_KEYS
+    rows = walk(schema)
+    return tuple(k for k, s, _ in rows if not (s and s.resumable)), tuple(k for k, s, _ in rows if s and s.resumable)
+
+
 def config_fingerprint(config: Any, *, world_size: int = 1) -> dict[str, Any]:
-    """The value of every key of :data:`FINGERPRINT_KEYS`, ``world_size`` (the number of
-    processes: each rank's data share and generator depend on it) and the format version."""
-    return {_VERSION: FINGERPRINT_VERSION, "world_size": world_size, **_values(config, FINGERPRINT_KEYS)}
+    """The value of every key of :data:`FINGERPRINT_KEYS` (of the config's schema: a backend's
+    settings in its ``backend`` section), ``world_size`` (the number of processes: each rank's
+    data share and generator depend on it) and the format version."""
+    keys = _tables(schema_of(config))[0]
+    return {_VERSION: FINGERPRINT_VERSION, "world_size": world_size, **_values(config, keys)}
 
 
 def resumable_settings(config: Any) -> dict[str, Any]:
-    """The value of every key of :data:`RESUMABLE_KEYS` (what a checkpoint records, so that a
-    resumed run can say what it changed); a learning rate left ``null`` is the one the run trains
-    with (:func:`~rllm_torch.trainer.model_defaults.learning_rates`)."""
-    return _values(config, RESUMABLE_KEYS) | learning_rates(config)
+    """The value of every key of :data:`RESUMABLE_KEYS` (of the config's schema; what a checkpoint
+    records, so that a resumed run can say what it changed); a torch backend's learning rate left
+    ``null`` is the one the run trains with (:func:`~rllm_torch.trainer.model_defaults.learning_rates`)."""
+    schema = schema_of(config)
+    rates = learning_rates(config) if issubclass(backend_section(schema), BackendConfig) else {}
+    return _values(config, _tables(schema)[1]) | rates
 
 
 def _changed(saved: dict[str, Any], current: dict[str, Any], keys: Any) -> dict[str, tuple[Any, Any]]:
