@@ -11,7 +11,7 @@ computes the advantages (``rllm.algorithm.adv_estimator``) on the :class:`TokenB
 builds, and calls :meth:`MinimalBackend.update_policy`: REINFORCE with the trainer's advantages,
 ``-mean(A * log pi)`` over the response tokens, one optimiser step per batch. It reuses the
 project's model and tokenizer builders; what it does not implement it refuses at start-up
-(:meth:`MinimalBackend.validate_config`). See docs/add_a_backend.md.
+(:meth:`MinimalBackend.validate_config`). See docs/add-a-backend.md.
 """
 
 from __future__ import annotations

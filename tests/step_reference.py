@@ -49,7 +49,7 @@ TINY = (
     "rllm.trainer.test_freq=2",
     "rllm.trainer.save_freq=0",
     "rllm.rollout.max_new_tokens=1",  # a one-digit answer without its end token: a random policy scores ~1/13
-    "backend.lr=0.001",  # the learning rate it was recorded at (the tiny model's default until the lr panel)
+    "backend.lr=0.001",  # the rate it was recorded at, whatever the tiny model's default becomes
 )
 
 #: name -> overrides of :data:`TINY`.

@@ -25,12 +25,11 @@ PARALLELISMS = ("ddp", "fsdp")  # backend.parallelism under torchrun
 ROLLOUT_ENGINES = ("hf", "vllm")  # backend.rollout.engine
 
 
-# The policy's AdamW (backend.*) and the critic's (backend.critic.*) take the same three settings
-# (their learning rates' defaults are trainer/model_defaults.py's, named here for the help).
-def learning_rate(from_scratch: str) -> Any:
+# The policy's AdamW (backend.*) and the critic's (backend.critic.*) take the same three settings.
+def learning_rate() -> Any:
     return setting(
         None,
-        f"AdamW's learning rate; None: {from_scratch} for a model built from scratch, 1e-5 for a pretrained model.path",
+        "AdamW's learning rate; None: 1e-3 for a model built from scratch, 1e-5 for a pretrained model.path",
         minimum=0,
         exclusive_minimum=True,
         resumable=True,
@@ -48,7 +47,7 @@ def grad_clip() -> Any:
 @dataclass
 class CriticSection:
     enable: bool = setting(False, "a value model (the policy's architecture with a one-output head) for gae")
-    lr: float | None = learning_rate("1e-3")
+    lr: float | None = learning_rate()
     weight_decay: float = weight_decay()
     grad_clip: float = grad_clip()
     cliprange_value: float = setting(
@@ -96,7 +95,7 @@ class RolloutEngineSection:
 class BackendConfig:
     name: str = setting("torch", "the training backend")
     device: str = setting("auto", "auto | cpu | cuda | cuda:N")
-    lr: float | None = learning_rate("2e-3")  # trainer/model_defaults.py FROM_SCRATCH
+    lr: float | None = learning_rate()
     weight_decay: float = weight_decay()
     grad_clip: float = grad_clip()
     ppo_epochs: int = setting(1, "passes over each batch", minimum=1)

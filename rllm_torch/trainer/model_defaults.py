@@ -5,7 +5,7 @@ or a pretrained checkpoint (``model.path``). An explicit setting always wins; a 
 ==================================  ============  ==============================================
 setting                             from scratch  pretrained ``model.path``
 ==================================  ============  ==============================================
-``backend.lr``                      2e-3          1e-5
+``backend.lr``                      1e-3          1e-5
 ``backend.critic.lr``               1e-3          1e-5
 ``backend.num_threads``             1             the process's cores / processes per machine
 ``backend.share_prompts``           false         true
@@ -13,12 +13,13 @@ setting                             from scratch  pretrained ``model.path``
 ==================================  ============  ==============================================
 
 Why these (measured on SmolLM2-135M-Instruct, 2 CPU cores; docs/pretrained.md "Training a pretrained
-checkpoint"): 2e-3 is the rate a 0.1M-parameter random model learns best at on a panel of four
-small tasks, two seeds each (benchmarks/RESULTS_lr_panel.md: the default job 0.695 -> 0.865
-validation pass@1 against 1e-3, the built-in ``reverse`` 0.080 -> 0.239, a reverse-word file task
-faster, a next-letter file task about level); the critic's stays 1e-3 (not on the panel). Such a
-rate (1e-3 already) collapses a pretrained checkpoint within three steps (validation pass@1 0.039
--> 0.000, entropy 2.04 -> 0.79); 1e-5 raises pass@1 steadily on the same checkpoint. TRL's ``GRPOConfig`` and
+checkpoint"): 1e-3 is the rate a 0.1M-parameter random model learns at on a panel of four small
+tasks (benchmarks/RESULTS_lr_panel.md): 2e-3 learns GRPO's default job faster (pass@1 0.865
+against 0.695, two seeds) but collapsed the ``rloo`` experiment on it (0.215, stuck from step 64;
+0.629 at 1e-3 in RESULTS_default_runs.md) and did not help a next-letter file task, so the default
+stays the rate every shipped experiment learns at (docs/tasks.md says when to raise it). It
+collapses a pretrained checkpoint within three steps (validation pass@1 0.039 -> 0.000, entropy
+2.04 -> 0.79); 1e-5 raises pass@1 steadily on the same checkpoint. TRL's ``GRPOConfig`` and
 verl's actor default to 1e-6, tuned for checkpoints of billions of parameters trained for
 thousands of steps; a 135M model on a CPU budget of minutes learns too slowly there. A tiny model
 gains nothing from threads (its matmuls are too small to split); a real one is matmul-bound and
@@ -69,7 +70,7 @@ class ModelDefaults:
 
 FROM_SCRATCH = ModelDefaults(
     "a model built from scratch",
-    lr=2e-3,
+    lr=1e-3,
     critic_lr=1e-3,
     num_threads=1,
     share_prompts=False,

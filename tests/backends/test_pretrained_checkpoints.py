@@ -178,7 +178,7 @@ def test_an_explicit_learning_rate_wins_over_the_pretrained_default(gguf_file, t
 def test_a_model_built_from_scratch_keeps_its_own_defaults(tmp_path, capsys):
     run(make_config(tmp_path, "rllm.trainer.total_batches=1", "task.train_size=8", "task.val_size=0"))
     assert (
-        "backend.lr=0.002, backend.num_threads=1 (defaults for a model built from scratch)" in capsys.readouterr().out
+        "backend.lr=0.001, backend.num_threads=1 (defaults for a model built from scratch)" in capsys.readouterr().out
     )
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["actor/lr"] for r in rows if "actor/loss" in r] == [FROM_SCRATCH.lr]

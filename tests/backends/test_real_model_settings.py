@@ -199,7 +199,7 @@ def test_running_out_of_memory_while_sampling_stops_the_run_with_one_message(tmp
 def test_the_memory_row_names_each_setting():
     backend = TorchBackend(OmegaConf.merge(tasks.backend_config(), {"backend": {"log_prob_chunk_tokens": 7}}))
     rows = dict(backend.summary_rows())
-    assert rows["defaults"] == "backend.lr=0.002, backend.num_threads=1 (defaults for a model built from scratch)"
+    assert rows["defaults"] == "backend.lr=0.001, backend.num_threads=1 (defaults for a model built from scratch)"
     assert rows["precision"] == "float32 (backend.dtype=auto: a model built from scratch)"
     assert rows["memory"] == (
         "micro-batches of 16384 tokens, log-probs in "

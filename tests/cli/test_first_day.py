@@ -250,11 +250,11 @@ def test_config_yaml_records_the_derived_values_with_their_sources_and_reruns_th
     first = tmp_path / "first"
     run(make_config(first, *TINY_STEPS))
     text = (first / "config.yaml").read_text()
-    assert "  lr: 0.002  # null: the default for a model built from scratch\n" in text
+    assert "  lr: 0.001  # null: the default for a model built from scratch\n" in text
     # the default task's answers are one digit: twice one token
     assert re.search(r"\n    max_new_tokens: 2  # null: twice the longest answer's tokens \('\d': 1\)\n", text)
     recorded = OmegaConf.load(first / "config.yaml")
-    assert recorded.backend.lr == 2e-3 and recorded.rllm.rollout.max_new_tokens == 2
+    assert recorded.backend.lr == 1e-3 and recorded.rllm.rollout.max_new_tokens == 2
     assert recorded.backend.num_threads == 1 and recorded.backend.share_prompts is False
     again = tmp_path / "again"
     recorded.rllm.trainer.default_local_dir = str(again)
@@ -270,7 +270,7 @@ def test_a_resumed_run_changes_only_what_it_was_given_to_change(tmp_path):
     assert resumes == [
         {"step": 2, "checkpoint": resumes[0]["checkpoint"], "changed": {"rllm.trainer.total_batches": [2, 3]}}
     ]
-    assert "  lr: 0.002  # null: the default for a model built from scratch\n" in (tmp_path / "config.yaml").read_text()
+    assert "  lr: 0.001  # null: the default for a model built from scratch\n" in (tmp_path / "config.yaml").read_text()
 
 
 # 5. Hydra's own errors

@@ -56,13 +56,13 @@ def test_eps_clip_alone_is_rllms_symmetric_clip():
 @pytest.mark.parametrize(
     ("model_path", "dotlist", "want"),
     [
-        # from scratch: 2e-3 for the policy, 1e-3 for the critic; pretrained: 1e-5 for both (model_defaults.py)
-        (None, [], {"backend.lr": 2e-3, "backend.critic.lr": 1e-3}),
+        # from scratch: 1e-3 for both; pretrained: 1e-5 for both (model_defaults.py)
+        (None, [], {"backend.lr": 1e-3, "backend.critic.lr": 1e-3}),
         ("org/model", [], {"backend.lr": 1e-5, "backend.critic.lr": 1e-5}),
         # each rate is its own: the policy's given leaves the critic's at its default, and back
         (None, ["backend.lr=5e-4"], {"backend.lr": 5e-4, "backend.critic.lr": 1e-3}),
         ("org/model", ["backend.lr=2e-6"], {"backend.lr": 2e-6, "backend.critic.lr": 1e-5}),
-        (None, ["backend.critic.lr=7e-4"], {"backend.lr": 2e-3, "backend.critic.lr": 7e-4}),
+        (None, ["backend.critic.lr=7e-4"], {"backend.lr": 1e-3, "backend.critic.lr": 7e-4}),
         ("org/model", ["backend.lr=2e-6", "backend.critic.lr=3e-6"], {"backend.lr": 2e-6, "backend.critic.lr": 3e-6}),
     ],
 )
