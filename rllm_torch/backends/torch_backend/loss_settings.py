@@ -24,13 +24,13 @@ _SCHEMA = TrainConfig()
 
 def is_run_setting(key: str) -> bool:
     """Whether the dotted ``key`` (``"backend.tau_pos"``) is a setting of the run's schema
-    (:class:`~rllm_torch.trainer.schema.TrainConfig`)."""
+    (:class:`~rllm_torch.trainer.schema.TrainConfig`): a field of its sections, not a section."""
     node: Any = _SCHEMA
     for part in key.split("."):
         if not (dataclasses.is_dataclass(node) and part in {f.name for f in dataclasses.fields(node)}):
             return False
         node = getattr(node, part)
-    return True
+    return not dataclasses.is_dataclass(node)
 
 
 check_loss_settings(is_run_setting)
