@@ -280,7 +280,7 @@ class PolicyUpdater:
         return advantages * weights
 
     def _role_losses(
-        self, batch, rows: Tensor, fwd: _Forward, advantages: Tensor, trained_RT: Tensor, agg, pinned: dict
+        self, batch, rows: Tensor, fwd: _Forward, advantages: Tensor, trained_RT: Tensor, agg: Aggregation, pinned: dict
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """Each loss in use on its rows of the micro-batch, every one called alike (a
         :class:`~rllm_torch.core.losses.LossContext`, :class:`~rllm_torch.rllm.plan.RoleLoss`): their
