@@ -17,6 +17,7 @@ __all__ = [
     "EstimatorOutputError",
     "EstimatorRegistrationError",
     "ConfigError",
+    "LossDeclarationError",
     "UnknownArgumentError",
     "InvalidTrajectoryError",
     "UnknownBackendError",
@@ -67,6 +68,12 @@ class EstimatorOutputError(RLLMTorchError, TypeError):
 class ConfigError(RLLMTorchError, ValueError):
     """A setting (algorithm or training run) that is missing, invalid, of the wrong type, or
     inconsistent with another one."""
+
+
+class LossDeclarationError(ConfigError):
+    """A built-in loss declared with an option that no run setting feeds (or a setting the run's
+    schema does not have): refused when its module is imported, naming the loss, the option and
+    where to declare it."""
 
 
 class UnknownArgumentError(RLLMTorchError, TypeError):

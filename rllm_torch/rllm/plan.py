@@ -9,11 +9,15 @@ resolving names again; the union of what the run's estimators and losses need
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
+
+from torch import Tensor
 
 from rllm_torch.core.errors import ConfigError, UnknownEstimatorError
-from rllm_torch.core.losses import PINNED_AGG_MODES, RegisteredLoss, registered_loss
+from rllm_torch.core.losses import BuiltinLoss, LossContext, RegisteredLoss, resolve_loss
 from rllm_torch.rllm.bound_estimator import BoundEstimator
 from rllm_torch.rllm.config import AlgorithmConfig
 from rllm_torch.rllm.dispatch import bind_estimator
@@ -25,28 +29,45 @@ __all__ = ["RolePlan", "RoleLoss", "AdvantagePlan"]
 
 @dataclass(frozen=True)
 class RoleLoss:
-    """A role's policy loss, resolved once.
+    """A role's policy loss, resolved once: what the update calls, one way for a built-in loss
+    and a registered one.
 
     Attributes:
         name: its name (``loss_fn_map[role]``, else ``loss_fn``, else ``ppo``).
-        registered: a loss registered with ``register_loss`` (its function, pinned aggregation
-            and needs); None: a built-in of :data:`~rllm_torch.core.losses.LOSS_FNS`.
-        agg_mode: the aggregation it pins (``gspo``'s, a registration's); None: the run's.
+        loss: a built-in's declaration (:data:`~rllm_torch.core.losses.POLICY_LOSSES`) or a loss
+            registered with ``register_loss``.
     """
 
     name: str
-    registered: RegisteredLoss | None
-    agg_mode: str | None
+    loss: BuiltinLoss | RegisteredLoss
 
     @classmethod
     def of(cls, name: str) -> RoleLoss:
-        custom = registered_loss(name)
-        return cls(name, custom, PINNED_AGG_MODES.get(name) or (custom.agg_mode if custom else None))
+        """The loss ``name``, resolved (:func:`~rllm_torch.core.losses.resolve_loss`).
+
+        Raises:
+            ConfigError: no loss has that name.
+        """
+        return cls(name, resolve_loss(name))
+
+    @property
+    def agg_mode(self) -> str | None:
+        """The aggregation it pins (``gspo``'s, a registration's); None: the run's."""
+        return self.loss.agg_mode
 
     @property
     def needs(self) -> frozenset[str]:
         """What it needs from the batch (:data:`~rllm_torch.core.losses.LOSS_INPUTS`)."""
-        return self.registered.needs if self.registered is not None else frozenset()
+        return self.loss.needs
+
+    def params(self, setting: Callable[[str], Any], loss_params: Mapping[str, Any]) -> dict[str, Any]:
+        """Its ``LossContext.params``, read once per run: a built-in's options from their settings
+        (``setting(key)``), a registered loss's rLLM parameters and ``loss_params``."""
+        return self.loss.params(setting, loss_params)
+
+    def __call__(self, ctx: LossContext) -> tuple[Tensor, dict[str, Tensor]]:
+        """``(loss, metrics)`` on one micro-batch's context (its params from :meth:`params`)."""
+        return self.loss.compute(ctx)
 
 
 @dataclass(frozen=True)

@@ -301,3 +301,22 @@ def test_a_non_finite_critic_gradient_stops_the_step_and_keeps_the_critics_weigh
         critic.step()
     assert all(torch.equal(before[k], v) for k, v in critic.model.state_dict().items())
     assert all(p.grad is None for p in critic.model.parameters())  # cleared for the next mini-batch
+
+
+def test_a_micro_batchs_kl_loss_is_its_share_of_the_global_mini_batchs_token_mean(tmp_path):
+    """One row of three as the micro-batch, the mini-batch's global token count as its normaliser
+    (as under several micro-batches, or ranks): the KL term is that row's k3 sum divided by the
+    global count, not by the row's own tokens (the policy moved off the reference first)."""
+    backend = _backend(tmp_path, "rllm.algorithm.use_kl_loss=true")
+    batch = _token_batch(backend)
+    with torch.no_grad():
+        for p in backend.model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    row, mask = torch.tensor([0]), batch.response_mask
+    global_tokens = backend.updater.global_normaliser(mask)
+    assert global_tokens.item() > mask[0].sum().item() > 0
+    with torch.no_grad():
+        _, stats = backend.updater.micro_batch_loss(batch, row, global_tokens)
+        delta = token_log_probs(backend.model, batch.input_ids, batch.attention_mask) - batch.ref_log_probs
+    k3_sum = ((torch.exp(-delta) - 1 + delta) * mask)[0].sum()
+    assert stats["kl_loss"].item() == pytest.approx((k3_sum / global_tokens).item(), rel=1e-5) and k3_sum > 0

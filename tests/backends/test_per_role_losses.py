@@ -112,7 +112,7 @@ def test_each_roles_rows_take_their_own_loss_over_the_mini_batchs_one_normaliser
             for name, of_R in ((n, teacher_R if n == "cross_entropy" else ~teacher_R) for n in ("cross_entropy", "ppo"))
         )
     torch.testing.assert_close(got, want)
-    assert "nll" in stats and "clip_fraction" in stats  # each loss's diagnostics, over its rows
+    assert "actor/nll" in stats and "actor/clip_fraction" in stats  # each loss's diagnostics, over its rows
 
 
 def test_a_map_that_gives_every_role_the_runs_loss_is_the_run_without_a_map():

@@ -210,13 +210,20 @@ def test_the_memory_row_names_each_setting():
     assert backend.init_rollout_engine().max_batch_size == 64
 
 
-def test_the_entropy_bonus_is_minus_its_coefficient_times_the_token_mean_entropy_and_has_its_gradient():
-    coef = 0.1
+def _with_and_without_bonus(coef: float):
+    """Two backends of the same initial weights, with and without ``backend.entropy_coeff=coef``,
+    and a token batch of :data:`GROUPS` with random advantages."""
     with_bonus = TorchBackend(tasks.backend_config(*LLAMA, f"backend.entropy_coeff={coef}"))
     plain = TorchBackend(tasks.backend_config(*LLAMA))
     state = tasks.TrainerState(trajectory_groups=tasks._groups(GROUPS), total_steps=1)
     batch = plain.transform_to_backend_batch(state)
     batch.advantages = torch.randn(batch.response_mask.shape, generator=torch.Generator().manual_seed(0))
+    return with_bonus, plain, batch
+
+
+def test_the_entropy_bonus_is_minus_its_coefficient_times_the_token_mean_entropy_and_has_its_gradient():
+    coef = 0.1
+    with_bonus, plain, batch = _with_and_without_bonus(coef)
     rows = torch.arange(batch.input_ids.shape[0])
 
     def loss_and_grads(backend):
@@ -240,6 +247,20 @@ def test_the_entropy_bonus_is_minus_its_coefficient_times_the_token_mean_entropy
     (-coef * (entropy * mask).sum() / mask.sum()).backward()
     for key, param in plain.model.named_parameters():
         torch.testing.assert_close(grads_b[key] - grads_p[key], param.grad, rtol=1e-4, atol=1e-6, msg=key)
+
+
+def test_a_micro_batchs_entropy_bonus_is_its_share_of_the_global_mini_batchs_token_mean():
+    """The first row alone as the micro-batch, the whole mini-batch's token count as its
+    normaliser (as under several micro-batches, or ranks): the bonus is -coef times that row's
+    entropy sum over the global count, not over the row's own tokens."""
+    coef = 0.1
+    with_bonus, plain, batch = _with_and_without_bonus(coef)
+    row, global_tokens = torch.tensor([0]), plain.updater.global_normaliser(batch.response_mask)
+    assert global_tokens.item() > batch.response_mask[0].sum().item() > 0
+    with torch.no_grad():
+        loss_b, stats = with_bonus.updater.micro_batch_loss(batch, row, global_tokens)
+        loss_p, _ = plain.updater.micro_batch_loss(batch, row, global_tokens)
+    assert (loss_b - loss_p).item() == pytest.approx(-coef * (stats["entropy"] / global_tokens).item(), abs=1e-6)
 
 
 @pytest.mark.parametrize(

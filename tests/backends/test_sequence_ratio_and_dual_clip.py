@@ -11,6 +11,7 @@ import torch
 
 from rllm_torch.core.losses import (
     AGG_MODES,
+    Aggregation,
     entropy_bonus,
     log_importance_ratio,
     policy_loss,
@@ -43,12 +44,12 @@ def test_gspo_hand_table():
     # token-mean: (3 * -1.2 + 2 * 1.6) / 5 = -0.08.  Both sequences take the clipped term.
     for mode, want in (("seq-mean-token-mean", 0.2), ("token-mean", -0.08)):
         loss, stats = ppo_clip_loss(
-            LOGP, LOGP - LOG_RATIO, ADV, MASK, importance_sampling_level="sequence", loss_agg_mode=mode
+            LOGP, LOGP - LOG_RATIO, ADV, MASK, importance_sampling_level="sequence", agg=Aggregation(mode)
         )
         assert loss.item() == pytest.approx(want, abs=1e-12)
         assert stats["clip_fraction"].item() == pytest.approx(1.0)
     # token level, for contrast: the ratios e^0.3, e^-0.1, e^0.4 | e^-0.5, e^-0.1 differ per token
-    token, _ = ppo_clip_loss(LOGP, LOGP - LOG_RATIO, ADV, MASK, loss_agg_mode="seq-mean-token-mean")
+    token, _ = ppo_clip_loss(LOGP, LOGP - LOG_RATIO, ADV, MASK, agg=Aggregation("seq-mean-token-mean"))
     assert token.item() != pytest.approx(0.2, abs=1e-3)
 
 
@@ -86,7 +87,7 @@ def test_gspo_equals_verls_token_form_in_value_and_gradient(mode, seed):
     mask[3] = 0  # a row with nothing trained
     ours, _ = ppo_clip_loss(
         log_probs, old, adv, mask, clip_ratio_low=0.1, clip_ratio_high=0.05, importance_sampling_level="sequence",
-        loss_agg_mode=mode,
+        agg=Aggregation(mode),
     )  # fmt: skip
     (grad,) = torch.autograd.grad(ours, log_probs)
     ref_leaf = log_probs.detach().clone().requires_grad_(True)
@@ -151,7 +152,7 @@ def test_dual_clip_with_the_sequence_ratio():
     # at c |A| = 1.3 * 2 = 2.6.  seq-mean-token-mean (-1.2 + 2.6) / 2 = 0.7; row 1's 2 of 5 tokens capped
     loss, stats = ppo_clip_loss(
         LOGP, LOGP - LOG_RATIO.abs(), ADV, MASK, clip_ratio_c=1.3, importance_sampling_level="sequence",
-        loss_agg_mode="seq-mean-token-mean",
+        agg=Aggregation("seq-mean-token-mean"),
     )  # fmt: skip
     assert loss.item() == pytest.approx(0.7, abs=1e-12)
     assert stats["clip_fraction_lower"].item() == pytest.approx(2 / 5)
@@ -181,11 +182,11 @@ def test_entropy_bonus_hand_table_in_every_aggregation_mode():
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
     want = {"token-mean": 2.0, "seq-mean-token-sum": 3.0, "seq-mean-token-mean": 2.0, "seq-mean-token-sum-norm": 0.75}
     for mode in AGG_MODES:
-        term, stats = entropy_bonus(entropy, mask, entropy_coeff=0.1, loss_agg_mode=mode, horizon=4)
+        term, stats = entropy_bonus(entropy, mask, entropy_coeff=0.1, agg=Aggregation(mode, horizon=4))
         assert term.item() == pytest.approx(-0.1 * want[mode])
         assert stats["entropy"].item() == pytest.approx(2.0)
     global_tokens = torch.tensor(6.0)  # another rank holds 3 more tokens: the sum is divided by 6
-    term, _ = entropy_bonus(entropy, mask, entropy_coeff=0.1, normaliser=global_tokens)
+    term, _ = entropy_bonus(entropy, mask, entropy_coeff=0.1, agg=Aggregation(normaliser=global_tokens))
     assert term.item() == pytest.approx(-0.1)
 
 

@@ -240,23 +240,26 @@ def test_the_sequence_ratio_and_the_dual_clip_reach_the_backends_loss(monkeypatc
     pure ``policy_loss`` of its inputs with GSPO's sequence ratio (not the token ratio, which gives
     another value in the second epoch), and the dual clip's cap is what ``actor/clip_fraction_lower``
     reports."""
-    from rllm_torch.backends.torch_backend import update
-    from rllm_torch.core.losses import policy_loss
+    from rllm_torch.core.losses import BuiltinLoss, policy_loss
 
     calls = []
+    compute = BuiltinLoss.compute
 
-    def recording_policy_loss(name, *tensors, **options):  # the real loss, its inputs kept
-        loss, stats = policy_loss(name, *tensors, **options)
-        calls.append((name, [t.detach().clone() for t in tensors], options, loss.detach(), stats))
+    def recording_compute(self, ctx):  # the real loss, its inputs kept (the one way the update calls a loss)
+        loss, stats = compute(self, ctx)
+        tensors = [t.detach().clone() for t in (ctx.logp_curr, ctx.logp_old, ctx.advantages, ctx.action_mask)]
+        aggregation = {"loss_agg_mode": ctx.aggregate.mode, "normaliser": ctx.aggregate.normaliser}
+        calls.append((self.name, tensors, dict(ctx.params) | aggregation, loss.detach(), stats))
         return loss, stats
 
-    monkeypatch.setattr(update, "policy_loss", recording_policy_loss)
+    monkeypatch.setattr(BuiltinLoss, "compute", recording_compute)
     _, token_metrics, _, _ = _backend_step(["backend.ppo_epochs=2"])
     assert "actor/clip_fraction_lower" not in token_metrics
     calls.clear()
     _backend_step(["backend.ppo_epochs=2", "rllm.algorithm.importance_sampling_level=sequence"])
     assert len(calls) == 2 and all(options["importance_sampling_level"] == "sequence" for _, _, options, _, _ in calls)
     name, tensors, options, loss, _ = calls[1]  # the second epoch: the policy moved since sampling
+    calls.clear()  # policy_loss calls the loss the same way: the calls below are not the backend's
     assert loss == policy_loss(name, *tensors, **options)[0]
     token_level = policy_loss(name, *tensors, **(options | {"importance_sampling_level": "token"}))[0]
     assert abs(loss - token_level) > 1e-7

@@ -26,7 +26,7 @@ from rllm_torch.backends.torch_backend.model import adamw, compute_autocast, ena
 from rllm_torch.backends.torch_backend.optim_step import clipped_step
 from rllm_torch.backends.torch_backend.pretrained import pretrained_dir
 from rllm_torch.core.errors import ConfigError
-from rllm_torch.core.losses import clipped_value_loss
+from rllm_torch.core.losses import Aggregation, clipped_value_loss
 from rllm_torch.trainer.ranks import RunRanks
 
 __all__ = ["Critic", "build_critic", "critic_for", "token_values"]
@@ -118,11 +118,9 @@ class Critic:
                 values[rows] = self._values(self.model, batch.input_ids[rows], batch.attention_mask[rows])
         return values * batch.response_mask
 
-    def backward(
-        self, batch: Any, rows: Tensor, normaliser: Tensor, *, loss_agg_mode: str, horizon: int, world_size: int
-    ) -> dict[str, Tensor]:
+    def backward(self, batch: Any, rows: Tensor, agg: Aggregation, *, world_size: int) -> dict[str, Tensor]:
         """The clipped value loss of one micro-batch ``rows`` against ``batch.returns``,
-        normalised over the global mini-batch like the policy loss (times ``world_size`` for DDP's
+        aggregated by the policy loss's ``agg`` over the global mini-batch (times ``world_size`` for DDP's
         mean), backpropagated into the accumulated gradient. A rank without rows runs a zero loss
         through a one-token forward, so DDP's all-reduce stays in step. Returns the stats:
         ``critic/vf_loss`` (this rank's share) and the token sums ``critic/vf_clipfrac``, ``critic/values``."""
@@ -139,9 +137,7 @@ class Critic:
             batch.returns[rows],
             mask_RT,
             cliprange_value=s.cliprange_value,
-            loss_agg_mode=loss_agg_mode,
-            horizon=horizon,
-            normaliser=normaliser,
+            agg=agg,
         )
         ((s.loss_coef * loss + anchor) * world_size).backward()
         tokens = mask_RT.sum()

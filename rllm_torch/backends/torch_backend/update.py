@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from typing import Any, NamedTuple
 
 import torch
 from omegaconf import DictConfig
@@ -22,20 +23,18 @@ from transformers import get_scheduler
 
 from rllm_torch.backends.torch_backend.actor import Actor
 from rllm_torch.backends.torch_backend.critic import Critic
+from rllm_torch.backends.torch_backend.loss_settings import loss_params
 from rllm_torch.backends.torch_backend.micro_batches import gradient_sync, stage_memory
 from rllm_torch.backends.torch_backend.passes import MicroBatcher, rollout_weights, summarise_weights_over_ranks
 from rllm_torch.core.losses import (
-    LOSS_FNS,
-    aggregate_loss,
+    Aggregation,
+    LossContext,
     bias_corrected_kl,
     entropy_bonus,
     high_entropy_mask,
     kl_penalty,
     loss_normaliser,
-    loss_options,
     off_policy_sequence_mask,
-    policy_loss,
-    run_registered_loss,
 )
 from rllm_torch.rllm.config import AlgorithmConfig
 from rllm_torch.rllm.plan import AdvantagePlan, RoleLoss
@@ -45,14 +44,19 @@ from rllm_torch.trainer.state import TrainerState
 __all__ = ["PolicyUpdater"]
 
 _SCHEDULES = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}
-# the loss options that are backend settings of the same name (beta is backend.dro_beta, the level rllm.algorithm's)
-_LOSS_SETTINGS = sorted(
-    set().union(*map(loss_options, LOSS_FNS))
-    - {"loss_agg_mode", "horizon", "normaliser", "importance_sampling_level", "beta", "random_keys"}
-)
 # update stats that are each rank's share of a global loss (summed over the ranks); the others
 # are token sums (divided by the global token count)
 _SHARE_STATS = ("loss", "kl_loss", "critic/vf_loss")
+
+
+class _Forward(NamedTuple):
+    """One micro-batch's forward: the policy's log-probs (with gradient) and entropy, the old
+    policy's log-probs, and the zero anchor of a rank without rows."""
+
+    log_probs: Tensor
+    entropy: Tensor | None
+    old_log_probs: Tensor
+    anchor: Tensor | float
 
 
 class PolicyUpdater:
@@ -77,7 +81,7 @@ class PolicyUpdater:
         device,
         algorithm_config: AlgorithmConfig,
     ) -> None:
-        self.actor, self.critic, self.micro, self.device = actor, critic, micro, device
+        self.actor, self.critic, self.micro, self.device, self.config = actor, critic, micro, device, config
         self.settings, self.algorithm, self.ranks = config.backend, config.rllm.algorithm, micro.ranks
         # the run's loss and each role's (rllm.algorithm.loss_fn_map, or estimator_map's pairs)
         self.algorithm_config = algorithm_config
@@ -86,8 +90,7 @@ class PolicyUpdater:
         self.loss_agg_mode = self.algorithm.loss_agg_mode or "token-mean"
         self.loss_agg_horizon = self.algorithm.loss_agg_horizon or config.rllm.rollout.max_new_tokens
         self.use_kl_loss = bool(self.algorithm.use_kl_loss)
-        # the settings the policy losses take by name (each loss gets those its signature names)
-        self._loss_settings = {name: self.settings[name] for name in _LOSS_SETTINGS}
+        self._loss_params: dict[str, dict[str, Any]] = {}  # each loss's LossContext.params, read once
         self.scheduler, self._pending_scheduler_state = None, None
         self._weight_stats: list[Tensor] = []  # an update's rollout correction stats, made in its forwards
 
@@ -149,6 +152,7 @@ class PolicyUpdater:
                 order = torch.randperm(num_rows, device=self.device)
                 for rows in order.tensor_split(num_minis):  # this rank's part of each global mini-batch
                     normaliser = self.global_normaliser(batch.response_mask[rows])
+                    agg = Aggregation(self.loss_agg_mode, self.loss_agg_horizon, normaliser)
                     # a loss that pins another aggregation (gspo, a registered one) is normalised in its mode
                     pinned = {mode: self.global_normaliser(batch.response_mask[rows], mode) for mode in modes}
                     micro = self.micro.split(batch, rows, collective=True)
@@ -162,14 +166,7 @@ class PolicyUpdater:
                             loss.backward()
                         if self.critic is not None:
                             with gradient_sync(self.critic.train_model, last):
-                                micro_stats |= self.critic.backward(
-                                    batch,
-                                    micro_rows,
-                                    normaliser,
-                                    loss_agg_mode=self.loss_agg_mode,
-                                    horizon=self.loss_agg_horizon,
-                                    world_size=ranks.world_size,
-                                )
+                                micro_stats |= self.critic.backward(batch, micro_rows, agg, world_size=ranks.world_size)
                         stats = {k: stats.get(k, 0) + v for k, v in micro_stats.items()}
                     stop_point()  # the whole gradient, not yet applied: still abandonable before the first step
                     grad_norms.append(self.actor.step())
@@ -231,105 +228,118 @@ class PolicyUpdater:
         self, batch, rows: Tensor, normaliser: Tensor, pinned: dict[str, Tensor] | None = None
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """This rank's loss on the micro-batch ``rows`` of a global mini-batch (divided by the
-        mini-batch's global ``normaliser``, times the world size for DDP's mean) and its local
-        stats: shares of the global loss (:data:`_SHARE_STATS`), token sums of the diagnostics
-        (the policy's entropy among them), and ``tokens``. Old log-probs left None by
-        the passes (:class:`~rllm_torch.backends.torch_backend.passes.BatchPasses`) are this forward's, detached."""
-        s, world = self.settings, self.ranks.world_size
+        mini-batch's global ``normaliser``, or by ``pinned[mode]`` for a loss that pins ``mode``;
+        times the world size for DDP's mean) and its local stats: shares of the global loss
+        (:data:`_SHARE_STATS`), token sums of the diagnostics (the policy's entropy among them), and
+        ``tokens``. Old log-probs left None by the passes
+        (:class:`~rllm_torch.backends.torch_backend.passes.BatchPasses`) are this forward's, detached."""
+        mask_RT, agg = batch.response_mask[rows], Aggregation(self.loss_agg_mode, self.loss_agg_horizon, normaliser)
+        fwd = self._forward(batch, rows)
+        advantages = self._rollout_weighted(batch, rows, fwd.old_log_probs)
+        trained_RT, selection = self._policy_tokens(
+            fwd.log_probs, fwd.entropy, advantages, batch.rollout_log_probs[rows], mask_RT
+        )
+        loss, loss_stats = self._role_losses(batch, rows, fwd, advantages, trained_RT, agg, pinned or {})
+        tokens = mask_RT.sum()
+        stats = {"loss": loss.detach(), "tokens": tokens} | loss_stats | selection
+        stats["entropy"] = (fwd.entropy.detach() * mask_RT).sum() if fwd.entropy is not None else tokens * 0.0
+        if (bonus := self._entropy_bonus(fwd.entropy, mask_RT, agg)) is not None:
+            loss = loss + bonus
+        stats |= self._kl_diagnostics(batch, rows, fwd.old_log_probs, mask_RT)
+        if self.use_kl_loss:  # DeepSeekMath's GRPO: + beta * KL(policy || reference), aggregated like the loss
+            kl_loss = self._kl_loss(batch, rows, fwd, agg)
+            loss = loss + self.algorithm.kl_loss_coef * kl_loss
+            stats["kl_loss"] = kl_loss.detach()
+        return (loss + fwd.anchor) * self.ranks.world_size, stats
+
+    def _forward(self, batch, rows: Tensor) -> _Forward:
+        """The policy's forward on ``rows`` (on a rank without rows a zero loss through the same
+        forward, so the gradient collectives still run); π_old the passes' or this forward's."""
         mask_RT = batch.response_mask[rows]
         if rows.numel():
-            positions = mask_RT > 0
-            scores = self.actor.train_model(batch.input_ids[rows], batch.attention_mask[rows], positions, True)
+            scores = self.actor.train_model(batch.input_ids[rows], batch.attention_mask[rows], mask_RT > 0, True)
             log_probs, entropy, anchor = scores.log_probs, scores.entropy, 0.0
-        else:  # no row here: a zero loss through the same forward, so the gradient collectives still run
+        else:
             log_probs, entropy, anchor = batch.rollout_log_probs[rows], None, self.actor.dummy_loss()
         old_log_probs = log_probs.detach() if batch.old_log_probs is None else batch.old_log_probs[rows]
-        aggregation = dict(loss_agg_mode=self.loss_agg_mode, horizon=self.loss_agg_horizon, normaliser=normaliser)
-        advantages = batch.advantages[rows]
-        correction = self.algorithm.rollout_correction
-        if correction.tis_mode is not None:  # issue 18: w·ℓ(A) = ℓ(w·A) for the losses linear in A (w >= 0)
-            if batch.old_log_probs is None:  # π_old is this forward's: the weights too (the passes left both)
-                weights, weight_stats = rollout_weights(
-                    old_log_probs, batch.rollout_log_probs[rows], mask_RT, correction
-                )
-                self._weight_stats.append(weight_stats)
-            else:
-                weights = batch.extras["rollout_is_weights"][rows]
-            advantages = advantages * weights
-        loss_mask_RT, selection = self._policy_tokens(
-            log_probs, entropy, advantages, batch.rollout_log_probs[rows], mask_RT
-        )
-        loss, stats = log_probs.new_zeros(()), {}
+        return _Forward(log_probs, entropy, old_log_probs, anchor)
+
+    def _rollout_weighted(self, batch, rows: Tensor, old_log_probs: Tensor) -> Tensor:
+        """The advantages of ``rows``, times the rollout correction's importance weights with a
+        ``tis_mode`` (issue 18: w·ℓ(A) = ℓ(w·A) for the losses linear in A, w >= 0): the passes', or
+        made here from this forward's π_old (their stats kept for the update's metrics)."""
+        advantages, correction = batch.advantages[rows], self.algorithm.rollout_correction
+        if correction.tis_mode is None:
+            return advantages
+        if batch.old_log_probs is None:
+            mask_RT = batch.response_mask[rows]
+            weights, weight_stats = rollout_weights(old_log_probs, batch.rollout_log_probs[rows], mask_RT, correction)
+            self._weight_stats.append(weight_stats)
+        else:
+            weights = batch.extras["rollout_is_weights"][rows]
+        return advantages * weights
+
+    def _role_losses(
+        self, batch, rows: Tensor, fwd: _Forward, advantages: Tensor, trained_RT: Tensor, agg: Aggregation, pinned: dict
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """Each loss in use on its rows of the micro-batch, every one called alike (a
+        :class:`~rllm_torch.core.losses.LossContext`, :class:`~rllm_torch.rllm.plan.RoleLoss`): their
+        sum, and the token sums of their metrics over their rows, as ``actor/<key>``."""
+        mask_RT, rollout = batch.response_mask[rows], batch.rollout_log_probs[rows]
+        reference = batch.ref_log_probs[rows] if batch.ref_log_probs is not None else None
+        loss, stats = fwd.log_probs.new_zeros(()), {}
         for role_loss, of_loss_R in self._row_losses:  # one loss for the whole batch, or one per role's rows
-            part_RT, trained_RT = mask_RT, loss_mask_RT
+            part_RT, action_RT = mask_RT, trained_RT
             if of_loss_R is not None:
                 if not bool(of_loss_R[rows].any()):
                     continue  # none of this loss's rows in the micro-batch
-                part_RT, trained_RT = mask_RT * of_loss_R[rows, None], loss_mask_RT * of_loss_R[rows, None]
+                part_RT, action_RT = mask_RT * of_loss_R[rows, None], trained_RT * of_loss_R[rows, None]
             mode = self.agg_mode_of(role_loss)
-            own = aggregation | {"loss_agg_mode": mode, "normaliser": (pinned or {}).get(mode, normaliser)}
-            if role_loss.registered is not None:
-                references = batch.ref_log_probs[rows] if batch.ref_log_probs is not None else None
-                inputs = (log_probs, old_log_probs, advantages, trained_RT, batch.rollout_log_probs[rows], references)
-                part, extra = self._registered_loss(role_loss.name, role_loss.registered, inputs, own)
-            else:
-                part, extra = policy_loss(
-                    role_loss.name,
-                    log_probs,
-                    old_log_probs,
-                    advantages,
-                    trained_RT,  # the tokens trained on; the normaliser stays the mini-batch's (as TRL)
-                    importance_sampling_level=self.algorithm.importance_sampling_level,
-                    beta=s.dro_beta,
-                    **self._loss_settings,
-                    **own,
-                )
+            ctx = LossContext(
+                logp_curr=fwd.log_probs,
+                logp_old=fwd.old_log_probs,
+                advantages=advantages,
+                action_mask=action_RT,  # the tokens trained on; the normaliser stays the mini-batch's (as TRL)
+                obs_mask=torch.zeros_like(action_RT),
+                aggregate=agg.pinned(mode, pinned.get(mode, agg.normaliser)),
+                logp_ref=reference,
+                logp_rollout=rollout,
+                params=self._params(role_loss),
+            )
+            part, metrics = role_loss(ctx)
             loss, part_tokens = loss + part, part_RT.sum()
-            for k, v in extra.items():  # token sums of each loss's diagnostics, over its rows
-                stats[k] = stats.get(k, 0) + v.detach() * part_tokens
-        tokens = mask_RT.sum()
-        stats = {"loss": loss.detach(), "tokens": tokens} | stats
-        stats |= selection
-        stats["entropy"] = (entropy.detach() * mask_RT).sum() if entropy is not None else tokens * 0.0
-        if s.entropy_coeff and entropy is not None:  # verl's actor: pg_loss - entropy_coeff * agg(entropy)
-            bonus, _ = entropy_bonus(entropy, mask_RT, entropy_coeff=s.entropy_coeff, **aggregation)
-            loss = loss + bonus
-        # the sampler against the trainer on the same weights (a token sum, like the diagnostics)
-        stats["rollout_logprob_abs_diff"] = ((old_log_probs - batch.rollout_log_probs[rows]).abs() * mask_RT).sum()
-        if self.actor.has_reference:  # the old policy's KL to the reference, in two estimators
+            for k, v in metrics.items():  # token sums of each loss's diagnostics, over its rows
+                stats[f"actor/{k}"] = stats.get(f"actor/{k}", 0) + v.detach() * part_tokens
+        return loss, stats
+
+    def _params(self, loss: RoleLoss) -> dict[str, Any]:
+        """``loss``'s ``LossContext.params``, read from the run config once."""
+        if loss.name not in self._loss_params:
+            self._loss_params[loss.name] = loss_params(loss, self.config)
+        return self._loss_params[loss.name]
+
+    def _entropy_bonus(self, entropy: Tensor | None, mask_RT: Tensor, agg: Aggregation) -> Tensor | None:
+        """verl's actor's ``- entropy_coeff · agg(entropy)`` with ``backend.entropy_coeff`` > 0, else None."""
+        if not self.settings.entropy_coeff or entropy is None:
+            return None
+        return entropy_bonus(entropy, mask_RT, entropy_coeff=self.settings.entropy_coeff, agg=agg)[0]
+
+    def _kl_diagnostics(self, batch, rows: Tensor, old_log_probs: Tensor, mask_RT: Tensor) -> dict[str, Tensor]:
+        """Token sums of the sampler against the trainer on the same weights
+        (``rollout_logprob_abs_diff``) and, with a reference, of the old policy's KL to it (k1, k3)."""
+        stats = {"rollout_logprob_abs_diff": ((old_log_probs - batch.rollout_log_probs[rows]).abs() * mask_RT).sum()}
+        if self.actor.has_reference:
             for name, kind in (("ref/kl_k1", "kl"), ("ref/kl_k3", "low_var_kl")):
                 stats[name] = (kl_penalty(old_log_probs, batch.ref_log_probs[rows], kind) * mask_RT).sum()
-        if self.use_kl_loss:  # DeepSeekMath's GRPO: + beta * KL(policy || reference), aggregated like the loss
-            algorithm = self.algorithm
-            kl = kl_penalty(log_probs, batch.ref_log_probs[rows], algorithm.kl_loss_type)
-            if algorithm.use_bias_correction_kl:  # TRL's: the tokens were sampled from pi_old
-                kl = bias_corrected_kl(kl, log_probs, old_log_probs)
-            kl_loss = aggregate_loss(
-                kl, mask_RT, self.loss_agg_mode, horizon=self.loss_agg_horizon, normaliser=normaliser
-            )
-            loss = loss + algorithm.kl_loss_coef * kl_loss
-            stats["kl_loss"] = kl_loss.detach()
-        return (loss + anchor) * world, stats
+        return stats
 
-    def _registered_loss(self, name: str, custom, inputs: tuple, aggregation: dict) -> tuple[Tensor, dict[str, Tensor]]:
-        """A loss registered with ``register_loss`` (:func:`~rllm_torch.core.losses.registry.run_registered_loss`),
-        aggregated over the global mini-batch in its mode; its metrics under ``actor/``."""
-        s, mode, horizon, normaliser = (
-            self.settings,
-            aggregation["loss_agg_mode"],
-            aggregation["horizon"],
-            aggregation["normaliser"],
-        )
-
-        def aggregate(per_token: Tensor, mask: Tensor, own: str | None = None) -> Tensor:
-            scale = normaliser if (own or mode) == mode else None  # another mode than its own: this micro-batch's
-            return aggregate_loss(per_token, mask, own or mode, horizon=horizon, normaliser=scale)
-
-        params = {"eps_clip": s.clip_ratio_low, "eps_clip_high": s.clip_ratio_high, "kl_beta": 0.0}
-        loss, metrics = run_registered_loss(
-            name, custom, *inputs, aggregate, params | dict(self.algorithm.loss_params or {})
-        )
-        return loss, {f"actor/{k}": v for k, v in metrics.items()}
+    def _kl_loss(self, batch, rows: Tensor, fwd: _Forward, agg: Aggregation) -> Tensor:
+        """``agg`` of the policy's per-token KL to the reference (``kl_loss_type``; with
+        ``use_bias_correction_kl`` TRL's, for tokens sampled from π_old)."""
+        kl = kl_penalty(fwd.log_probs, batch.ref_log_probs[rows], self.algorithm.kl_loss_type)
+        if self.algorithm.use_bias_correction_kl:
+            kl = bias_corrected_kl(kl, fwd.log_probs, fwd.old_log_probs)
+        return agg(kl, batch.response_mask[rows])
 
     def _policy_tokens(
         self, log_probs: Tensor, entropy: Tensor | None, advantages: Tensor, rollout_log_probs: Tensor, mask_RT: Tensor

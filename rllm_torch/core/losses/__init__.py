@@ -1,11 +1,14 @@
 """Policy losses (``policy``; PPO and GSPO in ``ppo``), the importance ratio per token or
 sequence, PPO's clipped surrogate, the dual clip and the approximate KL (``ratio``), their
-aggregation modes (``aggregation``), the entropy bonus (``entropy``), the KL estimators to a
+aggregation modes and the one object that holds them (``aggregation``), what a loss is called
+with (``context``) and a built-in loss's declaration (``declaration``), the entropy bonus (``entropy``), the KL estimators to a
 reference policy (``kl``), the critic's value loss (``value``), the rollout correction's
 importance weights (``rollout_correction``) and the registry of users' losses (``registry``):
 pure tensor math."""
 
-from rllm_torch.core.losses.aggregation import AGG_MODES, aggregate_loss, loss_normaliser, token_mean
+from rllm_torch.core.losses.aggregation import AGG_MODES, Aggregation, aggregate_loss, loss_normaliser, token_mean
+from rllm_torch.core.losses.context import LossContext
+from rllm_torch.core.losses.declaration import BuiltinLoss
 from rllm_torch.core.losses.entropy import entropy_bonus
 from rllm_torch.core.losses.kl import KL_ESTIMATORS, bias_corrected_kl, canonical_kl_name, kl_penalty
 from rllm_torch.core.losses.policy import (
@@ -24,14 +27,14 @@ from rllm_torch.core.losses.ppo import gspo_loss, ppo_clip_loss, vanilla_loss
 from rllm_torch.core.losses.ratio import IMPORTANCE_SAMPLING_LEVELS, dual_clip, log_importance_ratio
 from rllm_torch.core.losses.registry import (
     LOSS_INPUTS,
-    LossContext,
     RegisteredLoss,
+    check_loss_settings,
     check_registered_loss,
     loss_names,
     losses_need,
     register_loss,
     registered_loss,
-    run_registered_loss,
+    resolve_loss,
 )
 from rllm_torch.core.losses.rollout_correction import (
     TIS_MODES,
@@ -54,7 +57,10 @@ __all__ = [
     "loss_names",
     "losses_need",
     "check_registered_loss",
-    "run_registered_loss",
+    "check_loss_settings",
+    "resolve_loss",
+    "Aggregation",
+    "BuiltinLoss",
     "gspo_loss",
     "vanilla_loss",
     "POLICY_LOSSES",

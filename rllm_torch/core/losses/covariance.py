@@ -13,7 +13,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from rllm_torch.core.losses.aggregation import aggregate_loss, token_mean
+from rllm_torch.core.losses.aggregation import token_mean
+from rllm_torch.core.losses.context import LossContext, LossOutput
+from rllm_torch.core.losses.declaration import CLIP, backend_settings, builtin_loss
 from rllm_torch.core.losses.ratio import approx_kl, clipped_surrogate
 
 __all__ = ["token_covariance", "clip_cov_loss", "kl_cov_loss"]
@@ -39,11 +41,20 @@ def _select_by_rank(keys_NT: Tensor, eligible_NT: Tensor, count: Tensor) -> Tens
     return (rank.reshape(keys_NT.shape) < count) & eligible_NT
 
 
+def _clip_cov_bounds(options) -> str | None:
+    lb, ub = options["clip_cov_lb"], options["clip_cov_ub"]
+    if lb < ub:
+        return None
+    return f"it cuts tokens whose covariance lies between clip_cov_lb and clip_cov_ub: clip_cov_lb={lb} must be below clip_cov_ub={ub}"
+
+
+@builtin_loss(
+    "clip_cov",
+    CLIP | backend_settings("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub") | {"random_keys": None},
+    requirement=_clip_cov_bounds,
+)
 def clip_cov_loss(
-    log_probs: Tensor,
-    old_log_probs: Tensor,
-    advantages: Tensor,
-    response_mask: Tensor,
+    ctx: LossContext,
     *,
     clip_ratio_low: float = 0.2,
     clip_ratio_high: float = 0.2,
@@ -51,10 +62,7 @@ def clip_cov_loss(
     clip_cov_lb: float = 1.0,
     clip_cov_ub: float = 5.0,
     random_keys: Tensor | None = None,
-    loss_agg_mode: str = "token-mean",
-    horizon: int | None = None,
-    normaliser: Tensor | None = None,
-) -> tuple[Tensor, dict[str, Tensor]]:
+) -> LossOutput:
     """Clip-Cov, negated: PPO's clipped loss ``max(-ρA, -clip(ρ)A)``, with the gradient of a few
     tokens cut: among the trained tokens PPO did not clip whose covariance lies strictly inside
     ``(clip_cov_lb, clip_cov_ub)``, ``max(1, ⌊clip_cov_ratio · n⌋)`` chosen at random
@@ -64,7 +72,7 @@ def clip_cov_loss(
 
     Args:
         random_keys: ``[N, T]`` uniform draws that order the eligible tokens (default: drawn with
-            ``torch.rand_like``, from torch's generator).
+            ``torch.rand_like``, from torch's generator; a direct call's argument, never a run's).
 
     Stats: ``clip_fraction`` (tokens whose loss was cut), ``approx_kl``.
 
@@ -75,6 +83,7 @@ def clip_cov_loss(
     Models" (arXiv:2505.22617); verl ``loss_mode=clip_cov`` (``clip_cov_ratio`` 0.0002,
     ``clip_cov_lb`` 1.0, ``clip_cov_ub`` 5.0; verl picks the tokens with ``torch.randperm``).
     """
+    log_probs, old_log_probs, advantages, response_mask = ctx.logp_curr, ctx.logp_old, ctx.advantages, ctx.action_mask
     if not 0 < clip_cov_ratio <= 1 or not clip_cov_lb < clip_cov_ub:
         raise ValueError(
             f"clip_cov_ratio={clip_cov_ratio!r} must be in (0, 1], and clip_cov_lb={clip_cov_lb!r} must be below "
@@ -90,7 +99,7 @@ def clip_cov_loss(
     count = (clip_cov_ratio * trained_NT.sum()).floor().clamp(min=1)
     keys_NT = torch.rand_like(cov_NT) if random_keys is None else random_keys
     cut_NT = _select_by_rank(keys_NT, eligible_NT, count)
-    loss = aggregate_loss(loss_NT * (~cut_NT), response_mask, loss_agg_mode, horizon=horizon, normaliser=normaliser)
+    loss = ctx.aggregate(loss_NT * (~cut_NT), response_mask)
     stats = {
         "clip_fraction": token_mean(cut_NT.float(), response_mask),
         "approx_kl": approx_kl(log_ratio_NT, response_mask),
@@ -98,18 +107,8 @@ def clip_cov_loss(
     return loss, stats
 
 
-def kl_cov_loss(
-    log_probs: Tensor,
-    old_log_probs: Tensor,
-    advantages: Tensor,
-    response_mask: Tensor,
-    *,
-    kl_cov_ratio: float = 0.0002,
-    ppo_kl_coef: float = 0.1,
-    loss_agg_mode: str = "token-mean",
-    horizon: int | None = None,
-    normaliser: Tensor | None = None,
-) -> tuple[Tensor, dict[str, Tensor]]:
+@builtin_loss("kl_cov", backend_settings("kl_cov_ratio", "ppo_kl_coef"))
+def kl_cov_loss(ctx: LossContext, *, kl_cov_ratio: float = 0.0002, ppo_kl_coef: float = 0.1) -> LossOutput:
     """KL-Cov, negated: the unclipped ``-ρA`` on every token, plus ``ppo_kl_coef |log ρ|`` on the
     ``max(1, ⌊kl_cov_ratio · n⌋)`` trained tokens of largest covariance (``n`` trained tokens).
 
@@ -124,6 +123,7 @@ def kl_cov_loss(
     Source: arXiv:2505.22617 (as :func:`clip_cov_loss`); verl ``loss_mode=kl_cov``
     (``kl_cov_ratio`` 0.0002, ``ppo_kl_coef`` 0.1).
     """
+    log_probs, old_log_probs, advantages, response_mask = ctx.logp_curr, ctx.logp_old, ctx.advantages, ctx.action_mask
     if not 0 < kl_cov_ratio <= 1 or not ppo_kl_coef >= 0:
         raise ValueError(
             f"kl_cov_ratio={kl_cov_ratio!r} must be in (0, 1] and ppo_kl_coef={ppo_kl_coef!r} >= 0 "
@@ -135,7 +135,7 @@ def kl_cov_loss(
     count = (kl_cov_ratio * trained_NT.sum()).floor().clamp(min=1)
     chosen_NT = _select_by_rank(cov_NT, trained_NT, count)
     loss_NT = -advantages * log_ratio_NT.exp() + ppo_kl_coef * log_ratio_NT.abs() * chosen_NT
-    loss = aggregate_loss(loss_NT, response_mask, loss_agg_mode, horizon=horizon, normaliser=normaliser)
+    loss = ctx.aggregate(loss_NT, response_mask)
     stats = {
         "kl_cov_fraction": token_mean(chosen_NT.float(), response_mask),
         "approx_kl": approx_kl(log_ratio_NT, response_mask),

@@ -5,7 +5,7 @@ Adding it to the loss rewards spread-out distributions (exploration); a positive
 ``entropy_coeff`` lowers the loss as the entropy rises. verl's actor computes
 ``pg_loss - entropy_coeff * agg_loss(entropy, response_mask, loss_agg_mode)`` (its
 ``actor.entropy_coeff``, default 0); TRL's ``entropy_coef`` bonus is the token mean of ``H``
-(ours with ``loss_agg_mode="token-mean"``). Sources: Williams and Peng 1991, "Function
+(ours with the token-mean aggregation). Sources: Williams and Peng 1991, "Function
 optimization using connectionist reinforcement learning algorithms" (entropy regularisation);
 Mnih et al. 2016, arXiv:1602.01783 (A3C's entropy bonus).
 """
@@ -17,7 +17,7 @@ import math
 import torch
 from torch import Tensor
 
-from rllm_torch.core.losses.aggregation import aggregate_loss, token_mean
+from rllm_torch.core.losses.aggregation import TOKEN_MEAN, Aggregation, token_mean
 
 __all__ = ["entropy_bonus"]
 
@@ -27,11 +27,9 @@ def entropy_bonus(
     response_mask: Tensor,
     *,
     entropy_coeff: float,
-    loss_agg_mode: str = "token-mean",
-    horizon: int | None = None,
-    normaliser: Tensor | None = None,
+    agg: Aggregation = TOKEN_MEAN,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """The term to add to the policy loss, ``-entropy_coeff · aggregate_loss(entropy, ...)``, and
+    """The term to add to the policy loss, ``-entropy_coeff · agg(entropy, response_mask)``, and
     its stats.
 
     Args:
@@ -39,8 +37,7 @@ def entropy_bonus(
             gradient (e.g. ``logsumexp(z) - Σ softmax(z) z`` of the logits ``z``).
         response_mask: ``[N, T]``, 1 on trained tokens; the same mask as the policy loss.
         entropy_coeff: the weight, a finite number ``>= 0`` (0: no bonus, the term is 0).
-        loss_agg_mode, horizon, normaliser: as the policy loss's
-            (:func:`~rllm_torch.core.losses.aggregation.aggregate_loss`), so that
+        agg: the policy loss's :class:`~rllm_torch.core.losses.aggregation.Aggregation`, so that
             the bonus and the loss share one scale, also across data-parallel ranks.
 
     Returns:
@@ -49,7 +46,7 @@ def entropy_bonus(
 
     Raises:
         ValueError: ``entropy_coeff`` negative or not finite (a negative weight would penalise
-            entropy: use a KL term for that); an unknown ``loss_agg_mode``.
+            entropy: use a KL term for that).
 
     Example (entropies 0.5 and 1.5 on the trained tokens, token mean 1.0):
         >>> term, stats = entropy_bonus(torch.tensor([[0.5, 1.5, 9.0]]), torch.tensor([[1.0, 1.0, 0.0]]),
@@ -61,7 +58,7 @@ def entropy_bonus(
         raise ValueError(f"entropy_coeff must be a number >= 0, got {entropy_coeff!r}.")
     if not (math.isfinite(entropy_coeff) and entropy_coeff >= 0):
         raise ValueError(f"entropy_coeff must be a finite number >= 0 (0 turns the bonus off), got {entropy_coeff!r}.")
-    aggregated = aggregate_loss(entropy, response_mask, loss_agg_mode, horizon=horizon, normaliser=normaliser)
+    aggregated = agg(entropy, response_mask)
     with torch.no_grad():
         stats = {"entropy": token_mean(entropy, response_mask.to(entropy.dtype))}
     return -entropy_coeff * aggregated, stats

@@ -2,7 +2,8 @@
 ``terminal-rl`` branch): a loss is a function of a :class:`LossContext` returning ``(loss,
 metrics)``, registered under a name that ``rllm.algorithm.loss_fn`` (or a role's entry of
 ``loss_fn_map`` / ``estimator_map``) selects, next to the built-in losses of
-:mod:`~rllm_torch.core.losses.policy`.
+:mod:`~rllm_torch.core.losses.policy`. :func:`resolve_loss` finds either kind by name; both are
+called by the update in one way (``compute(ctx)``, ``params(setting, loss_params)``).
 
 Example (``rllm-torch-train imports=[my_losses] rllm.algorithm.loss_fn=clipped_pg``)::
 
@@ -18,16 +19,18 @@ Example (``rllm-torch-train imports=[my_losses] rllm.algorithm.loss_fn=clipped_p
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from rllm_torch.core.errors import ConfigError
-from rllm_torch.core.losses.aggregation import AGG_MODES
-from rllm_torch.core.losses.policy import LOSS_FNS
+from rllm_torch.core.errors import ConfigError, LossDeclarationError
+from rllm_torch.core.losses.aggregation import AGG_MODES, Aggregation
+from rllm_torch.core.losses.context import LossContext
+from rllm_torch.core.losses.declaration import CLIP, BuiltinLoss
+from rllm_torch.core.losses.policy import LOSS_FNS, POLICY_LOSSES
 
 __all__ = [
     "LossContext",
@@ -35,72 +38,62 @@ __all__ = [
     "RegisteredLoss",
     "register_loss",
     "registered_loss",
+    "resolve_loss",
     "loss_names",
     "losses_need",
     "check_registered_loss",
-    "run_registered_loss",
+    "check_loss_settings",
     "LOSS_INPUTS",
+    "RLLM_PARAMS",
 ]
 
 #: The tensors a registered loss may declare it needs beyond the always-present ones
 #: (``logp_curr``, ``logp_old``, ``advantages``, ``action_mask``): the trainer provides them.
 LOSS_INPUTS = ("logp_ref", "logp_rollout")
-
-
-@dataclass
-class LossContext:
-    """What a registered loss sees (rLLM's ``LossContext``). Every tensor is ``[R, T]`` float on
-    the batch's device: ``R`` rows (one per step) of a micro-batch, ``T`` response tokens.
-
-    Attributes:
-        logp_curr: log π_θ of each token, the only input with a gradient.
-        logp_old: log π_old (the ratio's denominator; the rollout's under ``bypass_mode``), detached.
-        advantages: the per-token advantages (after the rollout correction's weights, if any).
-        action_mask: 1.0 on the tokens this loss trains (the role's rows, less the filtered tokens).
-        obs_mask: 1.0 on environment-observation tokens: none here (observations are prompt
-            tokens, never response tokens), so all zeros.
-        aggregate: ``aggregate(per_token [R, T], mask [R, T], mode=None) -> 0-d``: the run's
-            ``loss_agg_mode`` (or ``mode``, or the loss's pinned one) over the *global*
-            mini-batch, as the built-in losses aggregate.
-        logp_ref: the reference policy's log-probs (a loss that declares ``needs=("logp_ref",)``
-            gets them), else None.
-        logp_rollout: the sampler's log-probs.
-        params: ``rllm.algorithm.loss_params``, with rLLM's ``eps_clip``, ``eps_clip_high``
-            (the run's ``backend.clip_ratio_low`` / ``_high``) and ``kl_beta`` (0).
-        backend: ``"torch"``.
-    """
-
-    logp_curr: Tensor
-    logp_old: Tensor
-    advantages: Tensor
-    action_mask: Tensor
-    obs_mask: Tensor
-    aggregate: Callable[..., Tensor]
-    logp_ref: Tensor | None = None
-    logp_rollout: Tensor | None = None
-    params: dict[str, Any] = field(default_factory=dict)
-    backend: str = "torch"
-
-    def seq_reduce(self, values: Tensor, mask: Tensor, reduction: str = "mean") -> Tensor:
-        """Each row's masked mean (``reduction="mean"``) or sum of ``values``, broadcast back to
-        ``[R, T]`` (sequence-level losses such as GSPO's)."""
-        summed = (values * mask).sum(dim=-1, keepdim=True)
-        if reduction == "mean":
-            summed = summed / mask.sum(dim=-1, keepdim=True).clamp(min=1.0)
-        return summed.expand_as(values)
-
+#: rLLM's parameters of every registered loss (``LossContext.params``), each read from a run
+#: setting: PPO's clip range as ``eps_clip`` / ``eps_clip_high``.
+RLLM_PARAMS = {"eps_clip": CLIP["clip_ratio_low"], "eps_clip_high": CLIP["clip_ratio_high"]}
 
 LossFn = Callable[[LossContext], "tuple[Tensor, dict[str, float]]"]
 
 
 @dataclass(frozen=True)
 class RegisteredLoss:
-    """One registered loss: its function, the aggregation it pins (None: the run's) and the
-    inputs it needs (:data:`LOSS_INPUTS`)."""
+    """One registered loss: its name, its function, the aggregation it pins (None: the run's)
+    and the inputs it needs (:data:`LOSS_INPUTS`)."""
 
+    name: str
     fn: LossFn
     agg_mode: str | None
     needs: frozenset[str]
+
+    def params(self, setting: Callable[[str], Any], loss_params: Mapping[str, Any]) -> dict[str, Any]:
+        """rLLM's ``LossContext.params``: :data:`RLLM_PARAMS` read from the run's settings, ``kl_beta``
+        0 (the KL loss is the trainer's, ``use_kl_loss``), then ``loss_params`` (the user's)."""
+        rllm = {param: setting(key) for param, key in RLLM_PARAMS.items()}
+        return rllm | {"kl_beta": 0.0} | dict(loss_params)
+
+    def compute(self, ctx: LossContext) -> tuple[Tensor, dict[str, Tensor]]:
+        """The loss on ``ctx``: ``(loss, metrics)``, its metrics as detached float32 0-d tensors
+        keyed by the loss's own key when it has a ``/`` (rLLM's ``"icepop/mask_frac"``), else
+        ``"{name}/{key}"``.
+
+        Raises:
+            ConfigError: the loss returned something other than ``(0-d tensor, dict)``.
+        """
+        loss, metrics = _checked(f"loss {self.name!r}", self.fn(ctx))
+        return loss, {
+            (k if "/" in k else f"{self.name}/{k}"): torch.as_tensor(v, dtype=torch.float32).detach()
+            for k, v in metrics.items()
+        }
+
+
+def _checked(where: str, out: object) -> tuple[Tensor, dict]:
+    if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict)):
+        raise ConfigError(f"{where} must return (loss, metrics), a 0-d tensor and a dict; got {type(out).__name__}.")
+    if not isinstance(out[0], Tensor) or out[0].dim() != 0:
+        raise ConfigError(f"{where} must return a 0-d tensor as its loss, got {out[0]!r:.80}.")
+    return out
 
 
 _LOSSES: dict[str, RegisteredLoss] = {}
@@ -143,7 +136,7 @@ def register_loss(name: str, *, agg_mode: str | None = None, needs: Iterable[str
             warnings.warn(
                 f"loss {name!r} is registered again: the new function replaces the old.", UserWarning, stacklevel=2
             )
-        _LOSSES[name] = RegisteredLoss(fn, agg_mode, needs)
+        _LOSSES[name] = RegisteredLoss(name, fn, agg_mode, needs)
         return fn
 
     return decorator
@@ -152,6 +145,18 @@ def register_loss(name: str, *, agg_mode: str | None = None, needs: Iterable[str
 def registered_loss(name: str) -> RegisteredLoss | None:
     """The registered (user) loss ``name``, or None (a built-in, or not a loss at all)."""
     return _LOSSES.get(name)
+
+
+def resolve_loss(name: str) -> BuiltinLoss | RegisteredLoss:
+    """The loss ``name``: a built-in's declaration, or a registered loss.
+
+    Raises:
+        ConfigError: no loss has that name (the message lists those that do).
+    """
+    loss = POLICY_LOSSES.get(name) or _LOSSES.get(name)
+    if loss is None:
+        raise ConfigError(f"policy loss {name!r} is neither built in nor registered; the losses: {loss_names()}.")
+    return loss
 
 
 def losses_need(names: Iterable[str], name: str) -> bool:
@@ -164,45 +169,24 @@ def loss_names() -> tuple[str, ...]:
     return (*LOSS_FNS, *sorted(_LOSSES))
 
 
-def run_registered_loss(
-    name: str,
-    loss: RegisteredLoss,
-    logp_curr: Tensor,
-    logp_old: Tensor,
-    advantages: Tensor,
-    action_mask: Tensor,
-    logp_rollout: Tensor | None,
-    logp_ref: Tensor | None,
-    aggregate: Callable[..., Tensor],
-    params: dict[str, Any],
-) -> tuple[Tensor, dict[str, Tensor]]:
-    """The registered loss ``name`` on one micro-batch's ``[R, T]`` tensors (see :class:`LossContext`):
-    ``(loss, metrics)``, its metrics as detached float32 0-d tensors keyed by the loss's own key
-    when it has a ``/`` (rLLM's ``"icepop/mask_frac"``), else ``"{name}/{key}"``.
+def check_loss_settings(is_setting: Callable[[str], bool]) -> None:
+    """Refuse a loss option read from a setting the run does not have: each built-in loss's
+    declared settings and :data:`RLLM_PARAMS`, against ``is_setting`` (the run's schema: whether
+    a dotted key such as ``"backend.tau_pos"`` is one of its settings). The backend that reads
+    them calls it when it is imported.
 
     Raises:
-        ConfigError: the loss returned something other than ``(0-d tensor, dict)``.
+        LossDeclarationError: naming the loss, the option, the setting and where to declare it.
     """
-    ctx = LossContext(
-        logp_curr=logp_curr,
-        logp_old=logp_old,
-        advantages=advantages,
-        action_mask=action_mask,
-        obs_mask=torch.zeros_like(action_mask),
-        aggregate=aggregate,
-        logp_ref=logp_ref,
-        logp_rollout=logp_rollout,
-        params=params,
-    )
-    out = loss.fn(ctx)
-    if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], Tensor) and isinstance(out[1], dict)):
-        raise ConfigError(
-            f"loss {name!r} must return (loss, metrics), a 0-d tensor and a dict; got {type(out).__name__}."
-        )
-    metrics = {
-        (k if "/" in k else f"{name}/{k}"): torch.as_tensor(v, dtype=torch.float32).detach() for k, v in out[1].items()
-    }
-    return out[0], metrics
+    declared = [(loss.name, loss.settings, loss.fn.__module__) for loss in POLICY_LOSSES.values()]
+    for name, settings, module in [*declared, ("(every registered loss)", RLLM_PARAMS, __name__)]:
+        for option, key in settings.items():
+            if key is not None and not is_setting(key):
+                raise LossDeclarationError(
+                    f"loss {name!r}: option {option!r} is read from the setting {key!r}, which the run's schema does "
+                    f"not have. Declare {key} (a backend.* setting in rllm_torch/trainer/backend_schema.py, "
+                    f"BackendConfig), or map {option!r} to an existing setting in the loss's declaration ({module})."
+                )
 
 
 def check_registered_loss(name: str, fn: LossFn) -> None:
@@ -215,17 +199,13 @@ def check_registered_loss(name: str, fn: LossFn) -> None:
     """
     logp = torch.log(torch.tensor([[0.5, 0.25, 0.4], [0.3, 0.6, 0.9]])).requires_grad_()
     mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
-
-    def aggregate(per_token: Tensor, m: Tensor, mode: str | None = None) -> Tensor:
-        return (per_token * m).sum() / m.sum().clamp(min=1.0)
-
     ctx = LossContext(
         logp_curr=logp,
         logp_old=logp.detach() - 0.05,
         advantages=torch.tensor([[1.0, 1.0, 1.0], [-1.0, -1.0, 0.0]]),
         action_mask=mask,
         obs_mask=torch.zeros_like(mask),
-        aggregate=aggregate,
+        aggregate=Aggregation("token-mean", horizon=mask.shape[1]),
         logp_ref=logp.detach() + 0.05,
         logp_rollout=logp.detach() - 0.05,
         params={"eps_clip": 0.2, "eps_clip_high": 0.2, "kl_beta": 0.0},
@@ -235,11 +215,7 @@ def check_registered_loss(name: str, fn: LossFn) -> None:
         out = fn(ctx)
     except Exception as exc:  # noqa: BLE001 - any failure of user code stops the run with its message
         raise ConfigError(f"{where} fails on a small batch: {type(exc).__name__}: {exc}") from exc
-    if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict)):
-        raise ConfigError(f"{where} must return (loss, metrics), a 0-d tensor and a dict; got {type(out).__name__}.")
-    loss = out[0]
-    if not isinstance(loss, Tensor) or loss.dim() != 0:
-        raise ConfigError(f"{where} must return a 0-d tensor as its loss, got {loss!r:.80}.")
+    loss, _ = _checked(where, out)
     if not loss.requires_grad:
         raise ConfigError(f"{where} returned a loss without a gradient: it must depend on ctx.logp_curr.")
     if not bool(torch.isfinite(loss)):

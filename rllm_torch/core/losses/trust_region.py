@@ -1,6 +1,6 @@
 """DPPO: drop a token whose probability moved past a divergence bound in the direction its
-advantage pushes, instead of clipping its ratio (verl's ``dppo_tv`` and ``dppo_kl``; prime-rl's
-default loss is the TV form).
+advantage pushes, instead of clipping its ratio (verl's ``dppo_tv`` and ``dppo_kl``, two
+declarations of :func:`dppo_loss`; prime-rl's default loss is the TV form).
 
 Notation as :mod:`~rllm_torch.core.losses.policy`; ``p = π_θ(a_t)`` and ``p_old = π_old(a_t)``
 the sampled token's probabilities.
@@ -8,15 +8,15 @@ the sampled token's probabilities.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 from torch import Tensor
 
-from rllm_torch.core.losses.aggregation import aggregate_loss, token_mean
+from rllm_torch.core.losses.aggregation import token_mean
+from rllm_torch.core.losses.context import LossContext, LossOutput
+from rllm_torch.core.losses.declaration import CLIP, BuiltinLoss, backend_settings
 from rllm_torch.core.losses.ratio import LOG_RATIO_CLAMP, approx_kl
 
-__all__ = ["dppo_tv_loss", "dppo_kl_loss", "dppo_keep_mask"]
+__all__ = ["dppo_loss", "dppo_tv_loss", "dppo_kl_loss", "dppo_keep_mask"]
 
 
 def dppo_keep_mask(
@@ -46,9 +46,18 @@ def dppo_keep_mask(
     raise ValueError(f"divergence={divergence!r} is not 'tv' or 'kl'.")
 
 
-_DOC = """DPPO-{kind}, negated: ``ℓ = -A sg(min(ρ, C)) log π_θ`` on the tokens
-    :func:`dppo_keep_mask` keeps (``divergence="{name}"``, bounds ``clip_ratio_low`` /
-    ``clip_ratio_high``), 0 on the dropped ones, which stay in the loss's normaliser (as verl).
+def dppo_loss(
+    ctx: LossContext,
+    *,
+    divergence: str = "tv",
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: float = 0.2,
+    clip_ratio_c: float | None = None,
+) -> LossOutput:
+    """DPPO, negated: ``ℓ = -A sg(min(ρ, C)) log π_θ`` on the tokens :func:`dppo_keep_mask` keeps
+    (``divergence`` ``"tv"`` or ``"kl"``, the losses ``dppo_tv`` and ``dppo_kl``; bounds
+    ``clip_ratio_low`` / ``clip_ratio_high``), 0 on the dropped ones, which stay in the loss's
+    normaliser (as verl).
 
     The gradient of a kept token is ``-A min(ρ, C) ∇ log π`` (``C = clip_ratio_c``, None: no cap;
     verl's config default is 3.0); on-policy every token is kept and it is REINFORCE's
@@ -58,49 +67,32 @@ _DOC = """DPPO-{kind}, negated: ``ℓ = -A sg(min(ρ, C)) log π_θ`` on the tok
     Stats: ``clip_fraction`` (dropped tokens), ``clip_fraction_lower`` (kept tokens with
     ``ρ > C``), ``approx_kl``.
 
+    Raises:
+        ValueError: ``divergence`` is neither.
+
     Source: "Divergence-based Proximal Policy Optimization" (arXiv:2602.04879); verl
-    ``loss_mode=dppo_{name}`` (its bounds are ``clip_ratio_low/high``); prime-rl's default loss
-    (TV, bounds ``dppo_mask_low/high`` 0.2, against the sampler's log-probs, plus a
-    ``kl_tau (log ρ)²`` term not taken here)."""
+    ``loss_mode=dppo_tv`` / ``dppo_kl`` (its bounds are ``clip_ratio_low/high``); prime-rl's default
+    loss (TV, bounds ``dppo_mask_low/high`` 0.2, against the sampler's log-probs, plus a
+    ``kl_tau (log ρ)²`` term not taken here).
+    """
+    log_probs, old_log_probs, advantages, response_mask = ctx.logp_curr, ctx.logp_old, ctx.advantages, ctx.action_mask
+    keep_NT = dppo_keep_mask(
+        log_probs, old_log_probs, advantages, divergence=divergence, low=clip_ratio_low, high=clip_ratio_high
+    )
+    log_ratio_NT = (log_probs - old_log_probs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    ratio_NT = log_ratio_NT.detach().exp()
+    weight_NT = ratio_NT if clip_ratio_c is None else ratio_NT.clamp(max=clip_ratio_c)
+    loss_NT = -advantages * weight_NT * log_probs * keep_NT
+    loss = ctx.aggregate(loss_NT, response_mask)
+    with torch.no_grad():
+        stats = {"clip_fraction": token_mean((~keep_NT).float(), response_mask)}
+        if clip_ratio_c is not None:
+            capped_NT = (ratio_NT > clip_ratio_c) & keep_NT
+            stats["clip_fraction_lower"] = token_mean(capped_NT.float(), response_mask)
+    return loss, stats | {"approx_kl": approx_kl(log_ratio_NT, response_mask)}
 
 
-def _dppo_loss(divergence: str, kind: str) -> Callable[..., tuple[Tensor, dict[str, Tensor]]]:
-    """The DPPO loss of one ``divergence`` (``"tv"`` or ``"kl"``): both losses are this one function,
-    built twice so that each has its own name and the keyword options :func:`~rllm_torch.core.losses.
-    policy.loss_options` reads from its signature."""
-
-    def dppo_loss(
-        log_probs: Tensor,
-        old_log_probs: Tensor,
-        advantages: Tensor,
-        response_mask: Tensor,
-        *,
-        clip_ratio_low: float = 0.2,
-        clip_ratio_high: float = 0.2,
-        clip_ratio_c: float | None = None,
-        loss_agg_mode: str = "token-mean",
-        horizon: int | None = None,
-        normaliser: Tensor | None = None,
-    ) -> tuple[Tensor, dict[str, Tensor]]:
-        keep_NT = dppo_keep_mask(
-            log_probs, old_log_probs, advantages, divergence=divergence, low=clip_ratio_low, high=clip_ratio_high
-        )
-        log_ratio_NT = (log_probs - old_log_probs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-        ratio_NT = log_ratio_NT.detach().exp()
-        weight_NT = ratio_NT if clip_ratio_c is None else ratio_NT.clamp(max=clip_ratio_c)
-        loss_NT = -advantages * weight_NT * log_probs * keep_NT
-        loss = aggregate_loss(loss_NT, response_mask, loss_agg_mode, horizon=horizon, normaliser=normaliser)
-        with torch.no_grad():
-            stats = {"clip_fraction": token_mean((~keep_NT).float(), response_mask)}
-            if clip_ratio_c is not None:
-                capped_NT = (ratio_NT > clip_ratio_c) & keep_NT
-                stats["clip_fraction_lower"] = token_mean(capped_NT.float(), response_mask)
-        return loss, stats | {"approx_kl": approx_kl(log_ratio_NT, response_mask)}
-
-    dppo_loss.__name__ = dppo_loss.__qualname__ = f"dppo_{divergence}_loss"
-    dppo_loss.__doc__ = _DOC.format(kind=kind, name=divergence)
-    return dppo_loss
-
-
-dppo_tv_loss = _dppo_loss("tv", "TV")
-dppo_kl_loss = _dppo_loss("kl", "KL")
+#: DPPO with the total-variation bound: :func:`dppo_loss` with ``divergence="tv"``.
+dppo_tv_loss = BuiltinLoss("dppo_tv", dppo_loss, CLIP | backend_settings("clip_ratio_c"), fixed={"divergence": "tv"})
+#: DPPO with the binary-KL bound: :func:`dppo_loss` with ``divergence="kl"``.
+dppo_kl_loss = BuiltinLoss("dppo_kl", dppo_loss, CLIP | backend_settings("clip_ratio_c"), fixed={"divergence": "kl"})

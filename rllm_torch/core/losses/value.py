@@ -2,8 +2,7 @@
 
 ``ℓ[n, t] = ½ max((V - R)², (V_clip - R)²)`` with ``V`` the critic's prediction (with gradient),
 ``V_old`` its prediction before the update, ``R`` the GAE returns and
-``V_clip = V_old + clip(V - V_old, -ε_v, ε_v)``, reduced by ``loss_agg_mode`` like the policy
-loss. Sources: Schulman et al. 2017, arXiv:1707.06347 (the value term of eq. 9); the clipped
+``V_clip = V_old + clip(V - V_old, -ε_v, ε_v)``, reduced by the policy loss's aggregation. Sources: Schulman et al. 2017, arXiv:1707.06347 (the value term of eq. 9); the clipped
 form of OpenAI's baselines PPO2 and verl ``compute_value_loss`` (``cliprange_value``).
 """
 
@@ -12,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from rllm_torch.core.losses.aggregation import aggregate_loss, token_mean
+from rllm_torch.core.losses.aggregation import TOKEN_MEAN, Aggregation, token_mean
 
 __all__ = ["clipped_value_loss"]
 
@@ -24,9 +23,7 @@ def clipped_value_loss(
     response_mask: Tensor,
     *,
     cliprange_value: float = 0.5,
-    loss_agg_mode: str = "token-mean",
-    horizon: int | None = None,
-    normaliser: Tensor | None = None,
+    agg: Aggregation = TOKEN_MEAN,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """The clipped value loss and its diagnostics.
 
@@ -37,7 +34,7 @@ def clipped_value_loss(
         response_mask: ``[N, T]`` 1 on trained tokens.
         cliprange_value: ``ε_v >= 0``, how far a prediction may move from ``V_old`` before its
             loss stops pulling it further.
-        loss_agg_mode, horizon, normaliser: as :func:`aggregate_loss`.
+        agg: the policy loss's :class:`~rllm_torch.core.losses.aggregation.Aggregation`.
 
     Returns:
         ``(loss, stats)``: the 0-d loss and ``{"vf_clipfrac": share of tokens where the clipped
@@ -50,13 +47,7 @@ def clipped_value_loss(
     """
     clipped = old_values + (values - old_values).clamp(-cliprange_value, cliprange_value)
     unclipped_loss, clipped_loss = (values - returns).square(), (clipped - returns).square()
-    loss = aggregate_loss(
-        0.5 * torch.maximum(unclipped_loss, clipped_loss),
-        response_mask,
-        loss_agg_mode,
-        horizon=horizon,
-        normaliser=normaliser,
-    )
+    loss = agg(0.5 * torch.maximum(unclipped_loss, clipped_loss), response_mask)
     with torch.no_grad():
         stats = {"vf_clipfrac": token_mean((clipped_loss > unclipped_loss).float(), response_mask)}
     return loss, stats

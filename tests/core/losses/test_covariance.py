@@ -8,6 +8,7 @@ import pytest
 import torch
 from loss_reference import MODES, aggregate, random_batch, rows
 
+from rllm_torch.core.losses.aggregation import Aggregation
 from rllm_torch.core.losses.covariance import clip_cov_loss, kl_cov_loss
 
 
@@ -65,7 +66,7 @@ def test_clip_cov_matches_a_float64_loop_in_every_mode(mode, seed):
     logp, old, adv, mask = random_batch(seed, rows=8, width=6)
     keys = torch.rand(logp.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
     options = dict(clip_cov_ratio=0.2, clip_cov_lb=-1.0, clip_cov_ub=1.0)  # wide, so that some tokens are cut
-    got, stats = clip_cov_loss(logp, old, adv, mask, random_keys=keys, loss_agg_mode=mode, horizon=5, **options)
+    got, stats = clip_cov_loss(logp, old, adv, mask, random_keys=keys, agg=Aggregation(mode, horizon=5), **options)
     reference, cut = clip_cov_reference(logp, old, adv, mask, rows(keys), 0.2, -1.0, 1.0)
     assert got.item() == pytest.approx(aggregate(reference, rows(mask), mode), rel=1e-12, abs=1e-12)
     assert cut > 0 and stats["clip_fraction"].item() == pytest.approx(cut / mask.sum().item())
@@ -75,7 +76,7 @@ def test_clip_cov_matches_a_float64_loop_in_every_mode(mode, seed):
 @pytest.mark.parametrize("seed", range(3))
 def test_kl_cov_matches_a_float64_loop_in_every_mode(mode, seed):
     logp, old, adv, mask = random_batch(seed, rows=8, width=6)
-    got, _ = kl_cov_loss(logp, old, adv, mask, kl_cov_ratio=0.2, ppo_kl_coef=0.5, loss_agg_mode=mode, horizon=5)
+    got, _ = kl_cov_loss(logp, old, adv, mask, kl_cov_ratio=0.2, ppo_kl_coef=0.5, agg=Aggregation(mode, horizon=5))
     want = aggregate(kl_cov_reference(logp, old, adv, mask, 0.2, 0.5), rows(mask), mode)
     assert got.item() == pytest.approx(want, rel=1e-12, abs=1e-12)
 

@@ -1,6 +1,6 @@
 """What a loss registered with ``register_loss`` is given and what becomes of its metrics, at the
 core (no model): ``LossContext.seq_reduce`` (each row's masked mean or sum, broadcast back to
-the row's tokens), and the names its metrics are logged under by ``run_registered_loss`` (a key
+the row's tokens), and the names its metrics are logged under by ``RegisteredLoss.compute`` (a key
 with a ``/`` kept as it is, rLLM's ``"icepop/mask_frac"``; any other under the loss's name).
 Expected values are worked by hand in the comments."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from rllm_torch.core.losses.registry import LossContext, RegisteredLoss, run_registered_loss
+from rllm_torch.core.losses.registry import LossContext, RegisteredLoss
 
 VALUES = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0], [2.0, 10.0, 20.0]])
 MASK = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0], [0.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
@@ -54,23 +54,16 @@ def test_a_sequence_level_loss_written_with_seq_reduce_gets_each_rows_mean_log_r
     torch.testing.assert_close(ratio, torch.full((1, 3), 4.0))
 
 
-def _loss_returning(metrics: dict):
+def _loss_returning(name: str, metrics: dict) -> RegisteredLoss:
     def fn(ctx: LossContext):
         return ctx.aggregate(-ctx.advantages * ctx.logp_curr, ctx.action_mask), metrics
 
-    return RegisteredLoss(fn, None, frozenset())
-
-
-def _run(name: str, loss: RegisteredLoss):
-    ctx = context()
-    return run_registered_loss(
-        name, loss, ctx.logp_curr, ctx.logp_old, ctx.advantages, MASK, None, None, ctx.aggregate, {}
-    )
+    return RegisteredLoss(name, fn, None, frozenset())
 
 
 def test_a_metric_key_with_a_slash_keeps_its_name_and_one_without_gets_the_losss_name():
-    loss = _loss_returning({"icepop/mask_frac": 0.25, "ratio_mean": torch.tensor(1.5), "a/b/c": 2})
-    _, metrics = _run("my_icepop", loss)
+    loss = _loss_returning("my_icepop", {"icepop/mask_frac": 0.25, "ratio_mean": torch.tensor(1.5), "a/b/c": 2})
+    _, metrics = loss.compute(context())
     assert sorted(metrics) == ["a/b/c", "icepop/mask_frac", "my_icepop/ratio_mean"]
     assert {k: v.item() for k, v in metrics.items()} == {
         "icepop/mask_frac": 0.25,

@@ -10,6 +10,7 @@ import pytest
 import torch
 from loss_reference import MODES, aggregate, random_batch, rows
 
+from rllm_torch.core.losses.aggregation import Aggregation
 from rllm_torch.core.losses.sequence import geo_mean_loss, luspo_loss
 
 
@@ -46,14 +47,16 @@ def luspo_reference(logp, old, adv, mask, low=0.2, high=0.2, delta=None):
 @pytest.mark.parametrize("seed", range(4))
 def test_gmpo_matches_a_float64_loop_in_every_mode(mode, seed):
     logp, old, adv, mask = random_batch(seed)
-    got, _ = geo_mean_loss(logp, old, adv, mask, clip_ratio_low=0.1, clip_ratio_high=0.3, loss_agg_mode=mode, horizon=5)
+    got, _ = geo_mean_loss(
+        logp, old, adv, mask, clip_ratio_low=0.1, clip_ratio_high=0.3, agg=Aggregation(mode, horizon=5)
+    )
     want = aggregate(gmpo_reference(logp, old, adv, mask, 0.1, 0.3), rows(mask), mode)
     assert got.item() == pytest.approx(want, rel=1e-12, abs=1e-12)
 
 
 def test_gmpo_in_seq_mean_token_sum_is_verls_mean_over_sequences_of_minus_abar_r():
     logp, old, adv, mask = random_batch(1)
-    got, _ = geo_mean_loss(logp, old, adv, mask, loss_agg_mode="seq-mean-token-sum")
+    got, _ = geo_mean_loss(logp, old, adv, mask, agg=Aggregation("seq-mean-token-sum"))
     reference = gmpo_reference(logp, old, adv, mask)
     per_seq = [
         sum(v * w for v, w in zip(row, m, strict=True)) for row, m in zip(reference, rows(mask), strict=True) if sum(m)
@@ -73,7 +76,7 @@ def test_luspo_matches_a_float64_loop_weighting_each_sequence_by_its_length(seed
 def test_on_policy_gmpo_pushes_each_sequence_by_its_mean_advantage_over_its_mean_log_prob():
     logp, _, adv, mask = random_batch(5)
     leaf = logp.clone().requires_grad_(True)
-    geo_mean_loss(leaf, logp, adv, mask, loss_agg_mode="seq-mean-token-sum")[0].backward()
+    geo_mean_loss(leaf, logp, adv, mask, agg=Aggregation("seq-mean-token-sum"))[0].backward()
     lengths, sequences = mask.sum(-1, keepdim=True), (mask.sum(-1) > 0).sum()
     abar = (adv * mask).sum(-1, keepdim=True) / lengths.clamp(min=1)
     torch.testing.assert_close(leaf.grad, -abar * mask / lengths.clamp(min=1) / sequences, rtol=1e-12, atol=1e-12)
@@ -90,12 +93,13 @@ def test_on_policy_luspo_pushes_each_sequence_by_its_advantage_over_its_summed_l
 def test_luspo_refuses_another_aggregation_mode_naming_the_setting():
     logp, old, adv, mask = random_batch(0)
     with pytest.raises(ValueError, match=r"set rllm.algorithm.loss_agg_mode=seq-mean-token-sum"):
-        luspo_loss(logp, old, adv, mask, loss_agg_mode="token-mean")
+        luspo_loss(logp, old, adv, mask, agg=Aggregation("token-mean"))
 
 
 @pytest.mark.parametrize("fn", [geo_mean_loss, luspo_loss])
 def test_compiled_with_fullgraph_they_give_the_eager_numbers(fn):
     logp, old, adv, mask = (t.float() for t in random_batch(3))
-    compiled = torch.compile(lambda a, b, c, d: fn(a, b, c, d, loss_agg_mode="seq-mean-token-sum")[0], fullgraph=True)
-    want = fn(logp, old, adv, mask, loss_agg_mode="seq-mean-token-sum")[0]
+    agg = Aggregation("seq-mean-token-sum")
+    compiled = torch.compile(lambda a, b, c, d: fn(a, b, c, d, agg=agg)[0], fullgraph=True)
+    want = fn(logp, old, adv, mask, agg=agg)[0]
     torch.testing.assert_close(compiled(logp, old, adv, mask), want, rtol=1e-5, atol=1e-6)

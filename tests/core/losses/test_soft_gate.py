@@ -10,6 +10,7 @@ import torch
 from loss_reference import MODES, aggregate, random_batch, rows, sigmoid
 
 from rllm_torch.core.losses import policy_loss
+from rllm_torch.core.losses.aggregation import Aggregation
 from rllm_torch.core.losses.soft_gate import sapo_loss, vespo_loss
 
 
@@ -43,7 +44,7 @@ def vespo_reference(logp, old, adv, mask, k_pos=2.0, lam_pos=3.0, k_neg=3.0, lam
 @pytest.mark.parametrize("seed", range(4))
 def test_sapo_matches_a_float64_loop_in_every_mode(mode, seed):
     logp, old, adv, mask = random_batch(seed)
-    got, _ = sapo_loss(logp, old, adv, mask, tau_pos=0.8, tau_neg=1.3, loss_agg_mode=mode, horizon=5)
+    got, _ = sapo_loss(logp, old, adv, mask, tau_pos=0.8, tau_neg=1.3, agg=Aggregation(mode, horizon=5))
     want = aggregate(sapo_reference(logp, old, adv, mask, 0.8, 1.3), rows(mask), mode)
     assert got.item() == pytest.approx(want, rel=1e-12, abs=1e-12)
 
@@ -52,7 +53,7 @@ def test_sapo_matches_a_float64_loop_in_every_mode(mode, seed):
 @pytest.mark.parametrize("seed", range(4))
 def test_vespo_matches_a_float64_loop_in_every_mode(mode, seed):
     logp, old, adv, mask = random_batch(seed)
-    got, _ = vespo_loss(logp, old, adv, mask, loss_agg_mode=mode, horizon=5)
+    got, _ = vespo_loss(logp, old, adv, mask, agg=Aggregation(mode, horizon=5))
     want = aggregate(vespo_reference(logp, old, adv, mask), rows(mask), mode)
     assert got.item() == pytest.approx(want, rel=1e-12, abs=1e-12)
 

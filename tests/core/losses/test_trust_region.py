@@ -11,6 +11,7 @@ import torch
 from loss_reference import MODES, aggregate, random_batch, rows
 
 from rllm_torch.core.losses import policy_loss
+from rllm_torch.core.losses.aggregation import Aggregation
 from rllm_torch.core.losses.trust_region import dppo_keep_mask, dppo_kl_loss, dppo_tv_loss
 
 
@@ -39,7 +40,14 @@ def test_dppo_matches_a_float64_loop_in_every_mode(mode, divergence, seed):
     logp, old, adv, mask = random_batch(seed)
     fn = dppo_tv_loss if divergence == "tv" else dppo_kl_loss
     got, _ = fn(
-        logp, old, adv, mask, clip_ratio_low=0.05, clip_ratio_high=0.1, clip_ratio_c=1.5, loss_agg_mode=mode, horizon=5
+        logp,
+        old,
+        adv,
+        mask,
+        clip_ratio_low=0.05,
+        clip_ratio_high=0.1,
+        clip_ratio_c=1.5,
+        agg=Aggregation(mode, horizon=5),
     )
     want = aggregate(dppo_reference(logp, old, adv, mask, divergence, 0.05, 0.1, 1.5), rows(mask), mode)
     assert got.item() == pytest.approx(want, rel=1e-12, abs=1e-12)
@@ -83,7 +91,7 @@ def test_the_kl_bound_drops_only_a_token_pushed_further_in_its_advantages_direct
     assert keep.tolist() == [[False, True, True, False, True, True]]
     # the loss: a dropped token has no gradient at all, a kept one -A min(rho, C) (here rho = p / p_old)
     leaf = logp.clone().requires_grad_(True)
-    loss, stats = dppo_kl_loss(leaf, old, adv, torch.ones_like(adv), loss_agg_mode="token-mean")
+    loss, stats = dppo_kl_loss(leaf, old, adv, torch.ones_like(adv), agg=Aggregation("token-mean"))
     loss.backward()
     rho = (logp - old).exp()
     torch.testing.assert_close(leaf.grad, -adv * rho * keep / 6, rtol=1e-12, atol=1e-12)
