@@ -324,6 +324,12 @@ def _check_filters(config: Any, plan: AdvantagePlan) -> None:
             "the step's batch, and rllm.algorithm.filter_groups.enable=true (dynamic sampling) draws prompts from "
             "several batches: use one."
         )
+    if rllm.rejection_sample.filter_uniform_groups and rllm.rejection_sample.refill_filtered_uniform_groups:
+        raise ConfigError(  # rLLM terminal-rl's key, read by its async buffer (rllm/trainer/buffer.py)
+            "rllm.rejection_sample.refill_filtered_uniform_groups=true: rLLM's async trainer replaces each group it drops "
+            "as uniform with another task's; here a dropped group is not replaced (the step trains on the others): set "
+            "it false, or fill each step with groups that have signal with rllm.algorithm.filter_groups.enable=true."
+        )
     if rllm.algorithm.filter_groups.enable and rllm.rejection_sample.enable:
         raise ConfigError(
             "rllm.algorithm.filter_groups.enable=true and rllm.rejection_sample.enable=true both accumulate groups; "

@@ -62,6 +62,10 @@ class RejectionSamplingConfig:
             fills).
         accumulate: the trainer keeps the state across batches (a batch short of partial solves
             waits for the next); False (rLLM's trainer): it empties it before every batch.
+        refill_filtered_uniform_groups: rLLM's (branch ``terminal-rl``; True in its dataclass, false
+            in its ``base.yaml`` and the run config here), read by its async buffer only: a group it
+            drops as uniform is replaced by another task's. Nothing here reads it: a dropped group
+            is never replaced (the trainer refuses ``true`` with ``filter_uniform_groups``).
 
     Raises:
         ValueError: an unknown mode, a negative count or tolerance.
@@ -74,6 +78,7 @@ class RejectionSamplingConfig:
     uniform_reward_tolerance: float = UNIFORM_REWARD_TOLERANCE
     uniform_filter_metric: Literal["reward", "is_correct"] = RejectionSampleSection.uniform_filter_metric
     accumulate: bool = RejectionSampleSection.accumulate
+    refill_filtered_uniform_groups: bool = True
 
     @classmethod
     def from_config(cls, section: RejectionSampleSection) -> RejectionSamplingConfig:
@@ -85,6 +90,7 @@ class RejectionSamplingConfig:
             filter_uniform_groups=section.filter_uniform_groups,
             uniform_filter_metric=section.uniform_filter_metric,
             accumulate=section.accumulate,
+            refill_filtered_uniform_groups=getattr(section, "refill_filtered_uniform_groups", True),  # rLLM's default
         )
 
     def __post_init__(self) -> None:
@@ -95,7 +101,7 @@ class RejectionSamplingConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ConfigError(f"RejectionSamplingConfig.{name} must be a non-negative int, got {value!r}.")
-        for name in ("filter_uniform_groups", "accumulate"):
+        for name in ("filter_uniform_groups", "accumulate", "refill_filtered_uniform_groups"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"RejectionSamplingConfig.{name} must be a bool, got {getattr(self, name)!r}.")
         if self.uniform_filter_metric not in ("reward", "is_correct"):

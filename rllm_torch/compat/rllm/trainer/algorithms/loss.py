@@ -5,8 +5,9 @@ and its resolution helpers (``RLLM_LOSS_REGISTRY``, ``resolve_loss``, ``get_loss
 mirrored: importing one raises an ``ImportError`` that says what to use here."""
 
 from rllm_torch.core.losses import LOSS_INPUTS, LossContext, register_loss
+from rllm_torch.rllm.config_fields import load_loss_plugins
 
-__all__ = ["LOSS_INPUTS", "LossContext", "register_loss"]
+__all__ = ["LOSS_INPUTS", "LossContext", "register_loss", "load_loss_plugins"]
 
 _BUILT_INS = ("ppo_clip", "dppo_tv", "dppo_kl", "icepop", "cispo", "gspo", "reinforce", "reinforce_kl", "echo")
 _HELPERS = (
