@@ -19,7 +19,7 @@
 from __future__ import annotations
 
 import numbers
-from dataclasses import astuple, dataclass, field, replace
+from dataclasses import astuple, dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -167,8 +167,8 @@ def _group_rewards(group: TrajectoryGroup) -> list[float]:
 
 def _filter_groups(
     groups: list[TrajectoryGroup], config: RejectionSamplingConfig, counts: _Counts
-) -> tuple[list[TrajectoryGroup], set[int]]:
-    kept, dropped_ids = [], set()
+) -> tuple[list[TrajectoryGroup], set[str]]:
+    kept, dropped_uids = [], set()
     counts.groups_before_filter += len(groups)
     uniform = config.filter_uniform_groups and config.mode == "episode"  # rLLM's sync mode none: sizes only
     for group in groups:
@@ -180,21 +180,18 @@ def _filter_groups(
         else:
             kept.append(group)
             continue
-        dropped_ids.update(id(t) for t in group.trajectories)
+        dropped_uids.update(t.uid for t in group.trajectories)
     counts.groups_after_filter += len(kept)
-    return kept, dropped_ids
+    return kept, dropped_uids
 
 
-def _without(episodes: list[Episode], dropped_ids: set[int]) -> list[Episode]:
-    """Shallow copies of ``episodes`` without the trajectories of dropped groups (an episode left
-    with none stays, as in rLLM)."""
-    kept = []
+def _without(episodes: list[Episode], dropped_uids: set[str]) -> list[Episode]:
+    """``episodes`` themselves, each left with the trajectories whose ``uid`` is in no dropped group
+    (the caller's episodes change; one left with none stays): rLLM's ``filter_episodes``
+    (rllm/trainer/algorithms/rejection_sampling.py)."""
     for episode in episodes:
-        trajectories = [t for t in episode.trajectories if id(t) not in dropped_ids]
-        kept.append(
-            episode if len(trajectories) == len(episode.trajectories) else replace(episode, trajectories=trajectories)
-        )
-    return kept
+        episode.trajectories = [t for t in episode.trajectories if t.uid not in dropped_uids]
+    return list(episodes)
 
 
 def groups_with_signal(groups: list[TrajectoryGroup], config: RejectionSamplingConfig) -> list[TrajectoryGroup]:
@@ -264,8 +261,9 @@ def apply_rejection_sampling_and_filtering(
             (one ``all_gather_object``; every rank must call). Episode mode accumulates per rank.
 
     Returns:
-        ``(groups, episodes, metrics)``. Returned episodes are shallow copies that hold only the
-        trajectories of kept groups (the caller's episodes are not changed). Metrics (Python
+        ``(groups, episodes, metrics)``. The episodes are the caller's, each left holding only the
+        trajectories of kept groups (matched by ``uid``), as rLLM's ``filter_episodes`` leaves them;
+        an episode left with none is returned too. Metrics (Python
         floats): ``batch/num_tasks``, ``batch/solve_{none,all,partial}`` (fractions of tasks, by
         ``task_id``, over episodes that still have a trajectory), ``batch/groups_before_filter``,
         ``batch/groups_after_filter``, ``batch/groups_dropped_insufficient_trajs``,
@@ -281,8 +279,8 @@ def apply_rejection_sampling_and_filtering(
     group = resolve_process_group(process_group)
     if config.mode == "none":
         counts = _Counts()
-        kept, dropped_ids = _filter_groups(groups, config, counts)
-        kept_episodes = _without(episodes, dropped_ids)
+        kept, dropped_uids = _filter_groups(groups, config, counts)
+        kept_episodes = _without(episodes, dropped_uids)
         _count_solves(kept_episodes, counts)
         return kept, kept_episodes, counts.to_metrics(group=group)
     if state is None:
@@ -290,8 +288,8 @@ def apply_rejection_sampling_and_filtering(
             "episode-mode rejection sampling needs a RejectionSamplingState kept from batch to batch; pass state=RejectionSamplingState() once and reuse it."
         )
     counts = state.counts
-    kept, dropped_ids = _filter_groups(groups, config, counts)
-    kept_episodes = _without(episodes, dropped_ids)
+    kept, dropped_uids = _filter_groups(groups, config, counts)
+    kept_episodes = _without(episodes, dropped_uids)
     _count_solves(kept_episodes, counts)
     state.accumulated_groups.extend(kept)
     state.accumulated_episodes.extend(kept_episodes)
