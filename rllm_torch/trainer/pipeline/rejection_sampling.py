@@ -36,6 +36,7 @@ __all__ = [
     "RejectionSamplingState",
     "apply_rejection_sampling_and_filtering",
     "groups_with_signal",
+    "check_refill",
 ]
 
 
@@ -111,6 +112,22 @@ class RejectionSamplingConfig:
         tol = self.uniform_reward_tolerance
         if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not tol >= 0:
             raise ConfigError(f"uniform_reward_tolerance must be a non-negative number, got {tol!r}.")
+
+
+def check_refill(section: RejectionSampleSection) -> None:
+    """The run config's ``rllm.rejection_sample``: rLLM ``terminal-rl``'s ``refill_filtered_uniform_groups``
+    (read by its async buffer, rllm/trainer/buffer.py) with the uniform filter on.
+
+    Raises:
+        ConfigError: ``refill_filtered_uniform_groups=true`` with ``filter_uniform_groups=true``:
+            rLLM replaces each group it drops as uniform with another task's; here none is replaced.
+    """
+    if section.filter_uniform_groups and section.refill_filtered_uniform_groups:
+        raise ConfigError(
+            "rllm.rejection_sample.refill_filtered_uniform_groups=true: rLLM's async trainer replaces each group it drops "
+            "as uniform with another task's; here a dropped group is not replaced (the step trains on the others): set "
+            "it false, or fill each step with groups that have signal with rllm.algorithm.filter_groups.enable=true."
+        )
 
 
 @dataclass
