@@ -14,6 +14,7 @@ from rllm_torch.cli.train_command import run
 from rllm_torch.core.errors import ConfigError
 from rllm_torch.rollouts.rllm_data import DatasetRegistry
 from rllm_torch.rollouts.task import Task
+from rllm_torch.trainer.rllm_settings import drop_rllm_backend_keys
 from rllm_torch.trainer.schema import typed_run_config
 from rllm_torch.trainer.workflow import PROMPT_KEYS
 
@@ -73,7 +74,8 @@ class AgentTrainer:
     and answers as its vocabulary.
 
     Raises:
-        ConfigError: another backend, rLLM's agent flows / sandbox hooks, no workflow class,
+        ConfigError: another backend, rLLM's agent flows / sandbox hooks, no workflow class, a key
+            of rLLM's backends given to a ported script (naming the key here that does the same),
             datasets that are not task dicts, or no training rows (rLLM's ``load_dataset`` gives
             None for a dataset its registry lacks) unless ``rllm.trainer.val_only``.
     """
@@ -103,6 +105,10 @@ class AgentTrainer:
             raise ConfigError(f"AgentTrainer got unknown keyword argument(s) {unknown}.")
         if workflow_class is None:
             raise ConfigError("AgentTrainer needs workflow_class (a Workflow subclass).")
+        if isinstance(
+            config, DictConfig
+        ):  # a ported @hydra.main script's: rLLM's backend keys named, their places gone
+            drop_rllm_backend_keys(config)
         self.config = typed_run_config(config)
         train, val = task_rows(train_dataset, "train_dataset"), task_rows(val_dataset, "val_dataset")
         if not train and not self.config.rllm.trainer.val_only:

@@ -19,7 +19,7 @@ from rllm_torch.cli.usage import check_flags
 from rllm_torch.core.errors import ConfigError
 from rllm_torch.trainer.backend_schema import BackendConfig
 from rllm_torch.trainer.resolvers import register_resolvers
-from rllm_torch.trainer.rllm_settings import key_hint
+from rllm_torch.trainer.rllm_settings import backend_key_places, key_hint
 from rllm_torch.trainer.schema import TrainConfig, backend_section, run_schema, schema_of
 
 __all__ = [
@@ -41,11 +41,15 @@ def register_configs(settings: type = BackendConfig) -> None:
     """Register the run's schema in Hydra's ConfigStore as ``train_schema`` (the first entry of
     ``configs/train.yaml``'s defaults list, so every group merges into typed fields): :class:`~rllm_torch.trainer.schema.TrainConfig`
     with its ``backend`` section typed by the backend's ``settings`` (:func:`~rllm_torch.trainer.schema.run_schema`;
-    the torch backend's by default), and the resolver the configs use: ``rllm_torch_default_experiment``."""
+    the torch backend's by default), the places of rLLM's backend keys as ``rllm_backend_keys``
+    (:func:`~rllm_torch.trainer.rllm_settings.backend_key_places`, first in the compatibility package's
+    ``unified`` and ``agent_ppo_trainer``), and the resolver the configs use: ``rllm_torch_default_experiment``."""
     schema = OmegaConf.structured(run_schema(settings))
     for key in ("rllm.algorithm.estimator_map", "rllm.algorithm.loss_fn_map"):
         OmegaConf.set_struct(OmegaConf.select(schema, key), False)  # a map: `key={role: value}` adds its keys
     ConfigStore.instance().store(name="train_schema", node=schema)
+    # the compatibility package's configs start from these: a ported script's rLLM backend key gets the hint
+    ConfigStore.instance().store(name="rllm_backend_keys", node=backend_key_places())
     register_resolvers()
 
 

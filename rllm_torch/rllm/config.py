@@ -11,18 +11,20 @@ from typing import TYPE_CHECKING, Any
 
 from rllm_torch.core.errors import ConfigError
 from rllm_torch.core.estimators.scaling import check_correction, check_epsilon
-from rllm_torch.core.losses import AGG_MODES, IMPORTANCE_SAMPLING_LEVELS, LOSS_FNS, loss_options
+from rllm_torch.core.losses import AGG_MODES, IMPORTANCE_SAMPLING_LEVELS, LOSS_FNS
 from rllm_torch.rllm.config_fields import (
     BATCH_INPUTS,
     COMPAT_MODES,
     LR_SCHEDULES,
     RLLM_COMPAT_ESTIMATOR_OPTIONS,
     RolloutCorrectionConfig,
+    check_combinations,
     discount,
     estimator_name,
     estimator_options_check,
     flag,
     integer,
+    load_loss_plugins,
     loss_name,
     rLLMAdvantageEstimator,
     rollout_correction_check,
@@ -47,8 +49,6 @@ __all__ = [
 
 TURN_MODES = ("turn_level", "mt_grpo", "gigpo")  # the modes with one advantage per step
 STEPWISE_MODES = ("broadcast", *TURN_MODES)
-
-_RATIO_LOSS_FNS = tuple(n for n in LOSS_FNS if "importance_sampling_level" in loss_options(n))  # with a ratio
 
 
 @dataclass
@@ -100,6 +100,8 @@ class AlgorithmConfig:
             ``"sequence"`` (GSPO's length-normalised sequence ratio; TRL's name).
         loss_params: a registered loss's own parameters (``LossContext.params``; rLLM's
             ``algorithm.loss_params``).
+        loss_plugins: modules imported (in order, before ``loss_fn`` is checked) so that the losses
+            they register can be named (rLLM ``terminal-rl``'s ``algorithm.loss_plugins``).
         compat: ``"rllm_torch"`` (default) or ``"rllm"``: rLLM's numbers where this package
             differs on purpose (:data:`RLLM_COMPAT`; docs/porting.md).
         normalize_by_steps: broadcast only: divide each step's advantage by its trajectory's
@@ -275,6 +277,13 @@ class AlgorithmConfig:
         key="rllm.algorithm.loss_params",
         schema_type=dict[str, Any],
     )
+    loss_plugins: list[str] = setting(
+        help="modules imported first, so that loss_fn may name the losses they register (rLLM terminal-rl's)",
+        factory=list,
+        key="rllm.algorithm.loss_plugins",
+        check=load_loss_plugins,
+        schema_type=list[str],
+    )
     compat: str = setting(
         "rllm_torch",
         "rllm: rLLM's numbers where rllm_torch differs on purpose (docs/porting.md)",
@@ -302,8 +311,9 @@ class AlgorithmConfig:
     )
 
     def __post_init__(self) -> None:
-        for name, declaration in declared(AlgorithmConfig).items():
-            setattr(self, name, check_value(getattr(self, name), declaration, declaration.key))
+        settings = declared(AlgorithmConfig)  # loss_plugins first: loss_fn may name the losses they register
+        for name in ("loss_plugins", *settings):
+            setattr(self, name, check_value(getattr(self, name), settings[name], settings[name].key))
         self.estimator = estimator_name(self.estimator, "estimator")
         if not isinstance(self.estimator_map, dict):
             raise ConfigError(
@@ -325,17 +335,7 @@ class AlgorithmConfig:
                 DeprecationWarning,
                 stacklevel=3,
             )
-        if self.normalize_by_steps and self.stepwise_advantage_mode != "broadcast":
-            raise ConfigError(
-                "rllm.stepwise_advantage.normalize_by_steps divides by the trajectory's number of steps, which the policy "
-                f"chooses: it applies to mode=broadcast only, not {self.stepwise_advantage_mode!r}."
-            )
-        for where, loss in self.losses_in_use().items():
-            if self.importance_sampling_level == "sequence" and loss not in _RATIO_LOSS_FNS:
-                raise ConfigError(
-                    f"importance_sampling_level='sequence' (GSPO) sets the importance ratio of a ratio loss "
-                    f"({', '.join(_RATIO_LOSS_FNS)}); {where}={loss!r} has none. Pick one of those, or leave the level 'token'."
-                )
+        check_combinations(self)
 
     @property
     def estimator_kwargs(self) -> dict[str, Any]:

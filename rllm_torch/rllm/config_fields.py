@@ -6,14 +6,15 @@ batch inputs that are never options)."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import importlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 from rllm_torch.core.errors import ConfigError
 from rllm_torch.core.estimators.scaling import check_discount, check_flag
-from rllm_torch.core.losses import TIS_MODES, loss_names
+from rllm_torch.core.losses import LOSS_FNS, TIS_MODES, loss_names, loss_options
 from rllm_torch.rllm.settings import check_value, declared, setting
 
 __all__ = [
@@ -23,6 +24,8 @@ __all__ = [
     "RLLM_COMPAT_ESTIMATOR_OPTIONS",
     "BATCH_INPUTS",
     "LR_SCHEDULES",
+    "load_loss_plugins",
+    "check_combinations",
 ]
 
 LR_SCHEDULES = ("linear", "cosine", "constant")
@@ -132,6 +135,54 @@ def loss_name(value: Any) -> str:
             "@register_loss(name) in a module the run imports (rllm-torch-train imports=[module])."
         )
     return value
+
+
+def load_loss_plugins(modules: Any) -> list[str]:
+    """Import each module of ``modules``, in order, so that the losses it registers
+    (``@register_loss``) can be named: rLLM's ``algorithm.loss_plugins`` (branch ``terminal-rl``,
+    ``load_loss_plugins`` in rllm/trainer/algorithms/loss.py). A module already imported is not run
+    again. ``rllm-torch-train imports=[...]`` does the same for any module.
+
+    Returns:
+        ``modules`` as a list.
+
+    Raises:
+        ConfigError: not a list of module names; a module that cannot be imported (its name and why).
+    """
+    if isinstance(modules, str) or not isinstance(modules, Sequence) or not all(isinstance(m, str) for m in modules):
+        raise ConfigError(f"rllm.algorithm.loss_plugins must be a list of module names, got {modules!r}.")
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - any failure of the user's module stops the start-up, named
+            raise ConfigError(
+                f"rllm.algorithm.loss_plugins: cannot import {name!r} ({type(exc).__name__}: {exc}); give a module on "
+                "the Python path (e.g. PYTHONPATH=. for ./my_losses.py)."
+            ) from exc
+    return list(modules)
+
+
+_RATIO_LOSS_FNS = tuple(n for n in LOSS_FNS if "importance_sampling_level" in loss_options(n))  # with a ratio
+
+
+def check_combinations(config: Any) -> None:
+    """The checks of an ``AlgorithmConfig`` that read two fields.
+
+    Raises:
+        ConfigError: ``normalize_by_steps`` with a stepwise mode other than ``broadcast``;
+            ``importance_sampling_level="sequence"`` with a loss that has no importance ratio.
+    """
+    if config.normalize_by_steps and config.stepwise_advantage_mode != "broadcast":
+        raise ConfigError(
+            "rllm.stepwise_advantage.normalize_by_steps divides by the trajectory's number of steps, which the policy "
+            f"chooses: it applies to mode=broadcast only, not {config.stepwise_advantage_mode!r}."
+        )
+    for where, loss in config.losses_in_use().items():
+        if config.importance_sampling_level == "sequence" and loss not in _RATIO_LOSS_FNS:
+            raise ConfigError(
+                f"importance_sampling_level='sequence' (GSPO) sets the importance ratio of a ratio loss "
+                f"({', '.join(_RATIO_LOSS_FNS)}); {where}={loss!r} has none. Pick one of those, or leave the level 'token'."
+            )
 
 
 #: Keyword-only parameters of the built-in estimators that are tensors of the batch, given with the

@@ -33,7 +33,7 @@ from rllm_torch.trainer.backend_schema import BackendConfig
 from rllm_torch.trainer.pipeline.async_rollouts import AsyncTrainingConfig, check_rllm_async_keys
 from rllm_torch.trainer.pipeline.compact_filtering import CompactFilteringConfig
 from rllm_torch.trainer.pipeline.dynamic_sampling import DynamicSamplingConfig
-from rllm_torch.trainer.pipeline.rejection_sampling import RejectionSamplingConfig
+from rllm_torch.trainer.pipeline.rejection_sampling import RejectionSamplingConfig, check_refill
 from rllm_torch.trainer.pipeline.transform import TransformConfig
 from rllm_torch.trainer.rllm_settings import resolve_rllm_settings
 from rllm_torch.trainer.schema import TASK_ONLY_KEYS, TaskConfig, TrainConfig, prompts_per_step, typed_run_config
@@ -324,6 +324,7 @@ def _check_filters(config: Any, plan: AdvantagePlan) -> None:
             "the step's batch, and rllm.algorithm.filter_groups.enable=true (dynamic sampling) draws prompts from "
             "several batches: use one."
         )
+    check_refill(rllm.rejection_sample)
     if rllm.algorithm.filter_groups.enable and rllm.rejection_sample.enable:
         raise ConfigError(
             "rllm.algorithm.filter_groups.enable=true and rllm.rejection_sample.enable=true both accumulate groups; "

@@ -70,6 +70,10 @@ class RejectionSampleSection:
         "reward (raw rewards all equal) | is_correct (all right or all wrong, DAPO)",
         choices=GROUP_SIGNAL_METRICS,
     )
+    refill_filtered_uniform_groups: bool = setting(
+        False,
+        "rLLM terminal-rl's async buffer replaces a group dropped as uniform; none is here (true with the filter: refused)",
+    )
 
 
 @dataclass

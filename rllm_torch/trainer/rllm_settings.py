@@ -19,19 +19,23 @@ A setting given both ways must agree (a value at its schema default counts as no
 validation sampling call) keep their own keys. The common keys of rLLM's verl and tinker backends
 (``actor_rollout_ref.actor.optim.lr``, ``training.learning_rate``, ``model.lora_rank``, ...) are
 not settings here; :func:`key_hint` names the key that does the same (the command line adds it to
-Hydra's "not in the schema" error).
+Hydra's "not in the schema" error). A ported ``@hydra.main`` script's configs (the compatibility
+package's ``unified`` and ``agent_ppo_trainer``) hold a place for each of them
+(:func:`backend_key_places`), so that Hydra composes such an override and
+:func:`drop_rllm_backend_keys` refuses it with the same hint.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 
 from rllm_torch.core.errors import ConfigError
+from rllm_torch.rllm.settings import walk
 from rllm_torch.trainer.schema import TrainConfig
 
-__all__ = ["resolve_rllm_settings", "key_hint", "RLLM_BACKEND_KEYS"]
+__all__ = ["resolve_rllm_settings", "key_hint", "RLLM_BACKEND_KEYS", "backend_key_places", "drop_rllm_backend_keys"]
 
 #: rLLM key -> the key here that holds the same setting.
 _ALIASES = {
@@ -108,6 +112,54 @@ def key_hint(key: str) -> str:
     return ""
 
 
+#: The value a place holds when the key is not given: None, or ``rllm.backend``'s ``"torch"`` (rLLM's
+#: scripts read ``config.rllm.get("backend", ...)``: the solver-judge cookbook's port gets the backend here).
+_PLACE_VALUES = {"rllm.backend": "torch"}
+
+
+def _place_keys() -> list[str]:
+    settings = {key for key, _, _ in walk(TrainConfig)}
+    return [key for key in RLLM_BACKEND_KEYS if "/" not in key and key not in settings]
+
+
+def backend_key_places() -> dict[str, Any]:
+    """``{key: None}`` (nested) for each key of rLLM's backends (:data:`RLLM_BACKEND_KEYS`) that is
+    not a setting here, ``rllm.backend`` holding ``"torch"``: the first config of the compatibility
+    package's Hydra configs, so that Hydra composes ``training.learning_rate=2e-5`` (else "Could not
+    override") and :func:`drop_rllm_backend_keys` refuses it naming ``backend.lr``."""
+    places = OmegaConf.create()
+    for key in _place_keys():
+        OmegaConf.update(places, key, _PLACE_VALUES.get(key), force_add=True)
+    return OmegaConf.to_container(places)
+
+
+def drop_rllm_backend_keys(config: Any) -> None:
+    """Remove the places of :func:`backend_key_places` from a composed config, in place (and the
+    sections they leave empty); nothing to do for a config without them.
+
+    Raises:
+        ConfigError: one of them was given a value, naming the key here that does the same (:func:`key_hint`).
+    """
+    keys = _place_keys()
+    for key in keys:
+        value = OmegaConf.select(config, key, default=None)
+        if value is not None and value != _PLACE_VALUES.get(key):
+            raise ConfigError(
+                f"`{key}={value}` is not a setting of rllm_torch{key_hint(key)} A run reads only the keys of its schema "
+                "(rllm_torch/trainer/schema.py)."
+            )
+    for key in keys:
+        path = key.split(".")
+        while path:  # the place, then each section it leaves empty (none of them a section of ours)
+            *up, name = path
+            node = OmegaConf.select(config, ".".join(up)) if up else config
+            if node is None or name not in node or (len(path) < len(key.split(".")) and len(node[name]) > 0):
+                break
+            with open_dict(node):
+                del node[name]
+            path = up
+
+
 def _given(config: Any, defaults: Any, key: str) -> Any:
     """The value of ``key`` when it differs from the schema's default (else None: not given)."""
     value = OmegaConf.select(config, key, default=None)
@@ -128,10 +180,12 @@ def resolve_rllm_settings(config: Any) -> None:
     in place; idempotent.
 
     Raises:
-        ConfigError: one setting given both ways with different values, or rLLM's key of a torch
-            backend setting the run's backend does not have; ``rllm.algorithm.kl_beta``
+        ConfigError: a key of rLLM's backends given a value (:func:`drop_rllm_backend_keys`); one
+            setting given both ways with different values, or rLLM's key of a torch backend setting
+            the run's backend does not have; ``rllm.algorithm.kl_beta``
             other than 0 (rLLM's Fireworks KL coefficient: here ``use_kl_loss`` with ``kl_loss_coef``).
     """
+    drop_rllm_backend_keys(config)
     defaults = OmegaConf.structured(TrainConfig)
     for theirs, ours in _ALIASES.items():
         value = _given(config, defaults, theirs)

@@ -75,6 +75,12 @@ class CompactFilteringFlags:
     mask_timeout: bool = setting(False, "an episode whose reward timed out")
     mask_unknown: bool = setting(False, "an episode without a termination reason")
     mask_error: bool = setting(False, "an episode whose workflow failed")
+    mask_verifier_timeout: bool = setting(False, "rLLM terminal-rl's sandbox reason: no episode here ends for it")
+    mask_grading_error: bool = setting(False, "rLLM terminal-rl's sandbox reason: no episode here ends for it")
+    mask_sandbox_error: bool = setting(False, "rLLM terminal-rl's sandbox reason: no episode here ends for it")
+    mask_agent_setup_timeout: bool = setting(False, "rLLM terminal-rl's sandbox reason: no episode here ends for it")
+    mask_env_start_timeout: bool = setting(False, "rLLM terminal-rl's sandbox reason: no episode here ends for it")
+    mask_model_error: bool = setting(False, "rLLM terminal-rl's agent-flow reason: no episode here ends for it")
 
 
 @dataclass

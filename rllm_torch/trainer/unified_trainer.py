@@ -43,7 +43,7 @@ from rllm_torch.trainer.batches import AsyncBatches, SyncBatches, positioned_bat
 from rllm_torch.trainer.config_checks import RunSettings, check_run_config
 from rllm_torch.trainer.logs.run_directory import config_as_run, run_directory, run_loggers, write_run_files
 from rllm_torch.trainer.logs.run_lock import hold_run_directory
-from rllm_torch.trainer.logs.step_metrics import workflow_metrics
+from rllm_torch.trainer.logs.step_metrics import episode_metrics, workflow_metrics
 from rllm_torch.trainer.logs.summary import StepPlan, plan_steps, startup_summary
 from rllm_torch.trainer.pipeline.compact_filtering import CompactFilteringConfig
 from rllm_torch.trainer.pipeline.rejection_sampling import RejectionSamplingConfig
@@ -150,8 +150,7 @@ class UnifiedTrainer:
             algorithm_config=settings.algorithm_config,
         )
         self.agent_workflow_engine = self._workflow_engine(rollout_engine)
-        # async training: the training episodes come from a second engine with its own weights
-        self.async_workflow_engine = (
+        self.async_workflow_engine = (  # async training: the training episodes from an engine with its own weights
             self._workflow_engine(self.backend.init_async_rollout_engine()) if settings.async_training.enable else None
         )
         self.training_step = TrainingStep(
@@ -168,7 +167,8 @@ class UnifiedTrainer:
             distributed=self.ranks.distributed or settings.async_training.enable,
         )
 
-    # rLLM's UnifiedTrainer attributes
+    _collect_workflow_metrics_from_episodes = staticmethod(episode_metrics)  # rLLM's UnifiedTrainer attributes:
+
     @property
     def algorithm_config(self) -> AlgorithmConfig:
         return self.settings.algorithm_config

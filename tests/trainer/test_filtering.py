@@ -1,6 +1,8 @@
 """Rejection sampling: mode none drops the groups below min_trajs_per_group (rLLM's rule), episode
 mode filters and accumulates across batches, the uniform-reward filter, and the batch/* solve metrics."""
 
+import copy
+
 import pytest
 
 from rllm_torch import Episode, Step, Trajectory
@@ -39,7 +41,7 @@ def test_mode_none_drops_the_small_groups_as_rllm_does_but_not_the_uniform_ones(
     )
     assert kept == groups[:3]  # d dropped (1 < 2), the uniform b and c kept: rLLM's sync path filters sizes only
     assert [len(e.trajectories) for e in kept_episodes] == [1, 1, 1, 1, 1, 1, 0]  # d's episode stays, emptied
-    assert episodes[-1].trajectories  # the caller's episodes are not changed
+    assert episodes[-1].trajectories == [] and kept_episodes[-1] is episodes[-1]  # the caller's, emptied (rLLM's)
     # 3 tasks with a trajectory left: partial 1/3 (a), all 1/3 (b), none 1/3 (c)
     assert metrics == {
         "batch/num_tasks": 3.0,
@@ -91,8 +93,55 @@ def test_episode_mode_accumulates_across_batches_until_enough_tasks_are_partiall
     assert metrics["batch/groups_before_filter"] == 4.0 and metrics["batch/groups_after_filter"] == 3.0
     assert metrics["batch/groups_dropped_insufficient_trajs"] == 1.0
     assert [e.task_id for e in kept_eps] == ["a", "a", "b", "b", "c", "c", "d"] and kept_eps[-1].trajectories == []
-    assert episodes2[-1].trajectories != []  # the caller's episode is not changed
+    assert kept_eps[-1] is episodes2[-1]  # the caller's episode itself, its trajectory removed (rLLM's)
     assert state.accumulated_groups == [] and state.counts.solve_partial == 0  # state emptied on release
+
+
+def _two_roles(name, reward):
+    return Trajectory(name=name, reward=reward, steps=[Step(reward=reward)])
+
+
+@pytest.mark.parametrize("mode", ["none", "episode"])
+def test_the_dropped_groups_trajectories_leave_the_callers_episodes_as_rllms_filter_episodes_removes_them(mode):
+    # rLLM main 9beb6e0f, rllm/trainer/algorithms/rejection_sampling.py: filter_episodes (lines 138-157) sets each
+    # episode's trajectories to those whose uid is in no dropped group and returns the same Episode objects. Its
+    # apply_rejection_sampling_and_filtering, run on this batch (rLLM's types and transform), gave: kept groups
+    # a:solver, a:judge, c:solver; the caller's episodes [solver, judge] x 2, [], [solver], [solver]; each
+    # returned episode `is` the caller's; num_tasks 2 (b's episode has no trajectory left), solve_partial 1/2 (a),
+    # solve_none 1/2 (c), groups 6 before, 3 after, 3 dropped (b:solver, b:judge, c:judge: one trajectory each).
+    episodes = [
+        Episode(id="a:0", is_correct=True, trajectories=[_two_roles("solver", 1.0), _two_roles("judge", 1.0)]),
+        Episode(id="a:1", is_correct=False, trajectories=[_two_roles("solver", 0.0), _two_roles("judge", 0.0)]),
+        Episode(id="b:0", is_correct=True, trajectories=[_two_roles("solver", 1.0), _two_roles("judge", 1.0)]),
+        Episode(id="c:0", is_correct=False, trajectories=[_two_roles("solver", 0.0), _two_roles("judge", 1.0)]),
+        Episode(id="c:1", is_correct=False, trajectories=[_two_roles("solver", 0.0)]),
+    ]
+    judge_c0 = episodes[3].trajectories[1]
+    groups, _ = transform_episodes_to_trajectory_groups(episodes)
+    config = RejectionSamplingConfig(mode=mode, min_trajs_per_group=2, min_partial_solve_tasks=1)
+    kept, kept_eps, metrics = apply_rejection_sampling_and_filtering(episodes, groups, config, RejectionSamplingState())
+    assert [g.group_id for g in kept] == ["a:solver", "a:judge", "c:solver"]
+    names = [["solver", "judge"], ["solver", "judge"], [], ["solver"], ["solver"]]
+    assert [[t.name for t in e.trajectories] for e in episodes] == names
+    assert all(mine is theirs for mine, theirs in zip(kept_eps, episodes, strict=True))
+    assert judge_c0 not in episodes[3].trajectories
+    assert {k: metrics[k] for k in metrics if k != "batch/fraction_groups_dropped_uniform"} == {
+        "batch/num_tasks": 2.0,
+        "batch/solve_none": 0.5,
+        "batch/solve_all": 0.0,
+        "batch/solve_partial": 0.5,
+        "batch/groups_before_filter": 6.0,
+        "batch/groups_after_filter": 3.0,
+        "batch/groups_dropped_insufficient_trajs": 3.0,
+    }
+
+
+def test_a_trajectory_is_removed_by_its_uid_as_in_rllm_even_when_the_group_holds_a_copy():
+    episodes, groups = _batch({"a": [1.0, 0.0], "d": [1.0]})
+    groups[1].trajectories = [copy.deepcopy(t) for t in groups[1].trajectories]  # a grouping hook's copy, same uid
+    config = RejectionSamplingConfig(mode="none", min_trajs_per_group=2)
+    apply_rejection_sampling_and_filtering(episodes, groups, config, RejectionSamplingState())
+    assert [len(e.trajectories) for e in episodes] == [1, 1, 0]  # d's group of one dropped, by uid
 
 
 def test_the_uniform_filter_drops_groups_of_equal_raw_rewards_within_the_tolerance_and_reports_a_fraction():

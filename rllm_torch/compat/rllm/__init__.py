@@ -13,7 +13,8 @@ loads them) ``BaseAgent`` and the ``terminal-rl`` branch's ``register_loss``, ``
 ``register_adv_estimator``. rLLM's ``rollout``, ``evaluator`` and ``Task`` (its AgentFlow / eval
 surface, run through rLLM's gateway) raise an ``ImportError`` that says what to use here, and so
 does importing one of rLLM's modules that need its verl, tinker or fireworks backends
-(:data:`BACKEND_MODULES`, e.g. ``rllm.trainer.verl.dataclass``)."""
+(:data:`BACKEND_MODULES`, e.g. ``rllm.trainer.verl.dataclass``) or that are its own internals
+(:data:`NOT_MIRRORED_MODULES`: its console tables, its async trainer's buffer)."""
 
 import sys
 
@@ -50,14 +51,32 @@ BACKEND_MODULES = {
     "trainer.distill": "tinker",
 }
 
+#: rLLM's other modules (under ``rllm.``) that rLLM's tests import and are not mirrored, and what
+#: does the same here.
+NOT_MIRRORED_MODULES = {
+    "trainer.algorithms.visualization": "it prints rLLM's console tables of metrics, trajectories and the config; "
+    "here the start-up summary prints the run's settings and rllm.trainer.logger chooses where metrics go",
+    **dict.fromkeys(
+        ("trainer.buffer", "trainer.sync_coordinator", "trainer.metrics_aggregator"),
+        "it is a part of rLLM's fully-async trainer (its group buffer, dispatch quotas and metric reducer); here "
+        "async training is rllm.async_training.enable=true (rllm_torch.trainer.pipeline.async_rollouts), whose "
+        "steps log their metrics as every step does",
+    ),
+}
+
 
 class _BackendModuleFinder:
     """Last on ``sys.meta_path``: an import of one of :data:`BACKEND_MODULES` (anything under it)
-    that no module here answers raises an ``ImportError`` naming the backend and what to use."""
+    that no module here answers raises an ``ImportError`` naming the backend and what to use; one
+    of :data:`NOT_MIRRORED_MODULES`, one saying what does the same here."""
 
     @staticmethod
     def find_spec(fullname: str, path: object = None, target: object = None) -> None:
         rest = fullname.removeprefix(f"{__name__}.")
+        if rest != fullname and rest in NOT_MIRRORED_MODULES:
+            raise ImportError(
+                f"rLLM's rllm.{rest} is not mirrored in rllm_torch: {NOT_MIRRORED_MODULES[rest]}.", name=fullname
+            )
         for module, backend in BACKEND_MODULES.items():
             if rest != fullname and (rest == module or rest.startswith(f"{module}.")):
                 raise ImportError(

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -23,6 +24,16 @@ _FLAGS = {
     "mask_unknown": TerminationReason.UNKNOWN,
     "mask_error": TerminationReason.ERROR,
 }
+#: rLLM's ``terminal-rl`` flags for the reasons its agent flows and sandboxes end episodes with
+#: (``rllm/types.py``): no episode here ends for one, so they mask nothing.
+_INFRA_FLAGS = (
+    "mask_verifier_timeout",
+    "mask_grading_error",
+    "mask_sandbox_error",
+    "mask_agent_setup_timeout",
+    "mask_env_start_timeout",
+    "mask_model_error",
+)
 
 
 @dataclass
@@ -37,7 +48,13 @@ class CompactFilteringConfig(CompactFilteringFlags):
     rLLM's per-reason flags (``mask_max_prompt_length_exceeded``, ``mask_max_response_length_exceeded``,
     ``mask_env_done``, ``mask_max_turns_exceeded``, ``mask_timeout``, ``mask_unknown``, ``mask_error``)
     are :class:`~rllm_torch.trainer.schema.CompactFilteringFlags`'. An episode without a termination
-    reason counts as ``UNKNOWN`` (as rLLM).
+    reason counts as ``UNKNOWN`` (as rLLM). Its ``terminal-rl`` branch's flags for the reasons of its
+    agent flows and sandboxes (``mask_verifier_timeout``, ``mask_grading_error``, ``mask_sandbox_error``,
+    ``mask_agent_setup_timeout``, ``mask_env_start_timeout``, ``mask_model_error``; False by default, as
+    in its dataclass) mask nothing here, where no episode ends for those reasons.
+
+    Warns:
+        UserWarning: once, one of those flags set with ``enable``: it masks nothing here.
 
     Raises:
         ValueError: a reason in ``mask_reasons`` is not a TerminationReason value, or a flag is not a bool.
@@ -50,9 +67,17 @@ class CompactFilteringConfig(CompactFilteringFlags):
     mask_reasons: Iterable[TerminationReason | str] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
-        for name in ("enable", *_FLAGS):
+        for name in ("enable", *_FLAGS, *_INFRA_FLAGS):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"CompactFilteringConfig.{name} must be a bool, got {getattr(self, name)!r}.")
+        if self.enable and (infra := [f"rllm.compact_filtering.{f}" for f in _INFRA_FLAGS if getattr(self, f)]):
+            warnings.warn(
+                f"{', '.join(infra)}: rLLM's (branch terminal-rl) reasons of its agent flows and sandboxes, which no "
+                "episode here ends for, so they mask nothing (a workflow that fails ends as error: mask_error; a reward "
+                "past rllm.workflow.reward_timeout_s as timeout: mask_timeout).",
+                UserWarning,
+                stacklevel=3,
+            )
         if isinstance(self.mask_reasons, (str, TerminationReason)):
             self.mask_reasons = (self.mask_reasons,)
         self.mask_reasons = tuple(

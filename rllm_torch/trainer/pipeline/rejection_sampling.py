@@ -19,7 +19,7 @@
 from __future__ import annotations
 
 import numbers
-from dataclasses import astuple, dataclass, field, replace
+from dataclasses import astuple, dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -36,6 +36,7 @@ __all__ = [
     "RejectionSamplingState",
     "apply_rejection_sampling_and_filtering",
     "groups_with_signal",
+    "check_refill",
 ]
 
 
@@ -62,6 +63,10 @@ class RejectionSamplingConfig:
             fills).
         accumulate: the trainer keeps the state across batches (a batch short of partial solves
             waits for the next); False (rLLM's trainer): it empties it before every batch.
+        refill_filtered_uniform_groups: rLLM's (branch ``terminal-rl``; True in its dataclass, false
+            in its ``base.yaml`` and the run config here), read by its async buffer only: a group it
+            drops as uniform is replaced by another task's. Nothing here reads it: a dropped group
+            is never replaced (the trainer refuses ``true`` with ``filter_uniform_groups``).
 
     Raises:
         ValueError: an unknown mode, a negative count or tolerance.
@@ -74,6 +79,7 @@ class RejectionSamplingConfig:
     uniform_reward_tolerance: float = UNIFORM_REWARD_TOLERANCE
     uniform_filter_metric: Literal["reward", "is_correct"] = RejectionSampleSection.uniform_filter_metric
     accumulate: bool = RejectionSampleSection.accumulate
+    refill_filtered_uniform_groups: bool = True
 
     @classmethod
     def from_config(cls, section: RejectionSampleSection) -> RejectionSamplingConfig:
@@ -85,6 +91,7 @@ class RejectionSamplingConfig:
             filter_uniform_groups=section.filter_uniform_groups,
             uniform_filter_metric=section.uniform_filter_metric,
             accumulate=section.accumulate,
+            refill_filtered_uniform_groups=getattr(section, "refill_filtered_uniform_groups", True),  # rLLM's default
         )
 
     def __post_init__(self) -> None:
@@ -95,7 +102,7 @@ class RejectionSamplingConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ConfigError(f"RejectionSamplingConfig.{name} must be a non-negative int, got {value!r}.")
-        for name in ("filter_uniform_groups", "accumulate"):
+        for name in ("filter_uniform_groups", "accumulate", "refill_filtered_uniform_groups"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"RejectionSamplingConfig.{name} must be a bool, got {getattr(self, name)!r}.")
         if self.uniform_filter_metric not in ("reward", "is_correct"):
@@ -105,6 +112,22 @@ class RejectionSamplingConfig:
         tol = self.uniform_reward_tolerance
         if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not tol >= 0:
             raise ConfigError(f"uniform_reward_tolerance must be a non-negative number, got {tol!r}.")
+
+
+def check_refill(section: RejectionSampleSection) -> None:
+    """The run config's ``rllm.rejection_sample``: rLLM ``terminal-rl``'s ``refill_filtered_uniform_groups``
+    (read by its async buffer, rllm/trainer/buffer.py) with the uniform filter on.
+
+    Raises:
+        ConfigError: ``refill_filtered_uniform_groups=true`` with ``filter_uniform_groups=true``:
+            rLLM replaces each group it drops as uniform with another task's; here none is replaced.
+    """
+    if section.filter_uniform_groups and section.refill_filtered_uniform_groups:
+        raise ConfigError(
+            "rllm.rejection_sample.refill_filtered_uniform_groups=true: rLLM's async trainer replaces each group it drops "
+            "as uniform with another task's; here a dropped group is not replaced (the step trains on the others): set "
+            "it false, or fill each step with groups that have signal with rllm.algorithm.filter_groups.enable=true."
+        )
 
 
 @dataclass
@@ -161,8 +184,8 @@ def _group_rewards(group: TrajectoryGroup) -> list[float]:
 
 def _filter_groups(
     groups: list[TrajectoryGroup], config: RejectionSamplingConfig, counts: _Counts
-) -> tuple[list[TrajectoryGroup], set[int]]:
-    kept, dropped_ids = [], set()
+) -> tuple[list[TrajectoryGroup], set[str]]:
+    kept, dropped_uids = [], set()
     counts.groups_before_filter += len(groups)
     uniform = config.filter_uniform_groups and config.mode == "episode"  # rLLM's sync mode none: sizes only
     for group in groups:
@@ -174,21 +197,18 @@ def _filter_groups(
         else:
             kept.append(group)
             continue
-        dropped_ids.update(id(t) for t in group.trajectories)
+        dropped_uids.update(t.uid for t in group.trajectories)
     counts.groups_after_filter += len(kept)
-    return kept, dropped_ids
+    return kept, dropped_uids
 
 
-def _without(episodes: list[Episode], dropped_ids: set[int]) -> list[Episode]:
-    """Shallow copies of ``episodes`` without the trajectories of dropped groups (an episode left
-    with none stays, as in rLLM)."""
-    kept = []
+def _without(episodes: list[Episode], dropped_uids: set[str]) -> list[Episode]:
+    """``episodes`` themselves, each left with the trajectories whose ``uid`` is in no dropped group
+    (the caller's episodes change; one left with none stays): rLLM's ``filter_episodes``
+    (rllm/trainer/algorithms/rejection_sampling.py)."""
     for episode in episodes:
-        trajectories = [t for t in episode.trajectories if id(t) not in dropped_ids]
-        kept.append(
-            episode if len(trajectories) == len(episode.trajectories) else replace(episode, trajectories=trajectories)
-        )
-    return kept
+        episode.trajectories = [t for t in episode.trajectories if t.uid not in dropped_uids]
+    return list(episodes)
 
 
 def groups_with_signal(groups: list[TrajectoryGroup], config: RejectionSamplingConfig) -> list[TrajectoryGroup]:
@@ -258,8 +278,9 @@ def apply_rejection_sampling_and_filtering(
             (one ``all_gather_object``; every rank must call). Episode mode accumulates per rank.
 
     Returns:
-        ``(groups, episodes, metrics)``. Returned episodes are shallow copies that hold only the
-        trajectories of kept groups (the caller's episodes are not changed). Metrics (Python
+        ``(groups, episodes, metrics)``. The episodes are the caller's, each left holding only the
+        trajectories of kept groups (matched by ``uid``), as rLLM's ``filter_episodes`` leaves them;
+        an episode left with none is returned too. Metrics (Python
         floats): ``batch/num_tasks``, ``batch/solve_{none,all,partial}`` (fractions of tasks, by
         ``task_id``, over episodes that still have a trajectory), ``batch/groups_before_filter``,
         ``batch/groups_after_filter``, ``batch/groups_dropped_insufficient_trajs``,
@@ -275,8 +296,8 @@ def apply_rejection_sampling_and_filtering(
     group = resolve_process_group(process_group)
     if config.mode == "none":
         counts = _Counts()
-        kept, dropped_ids = _filter_groups(groups, config, counts)
-        kept_episodes = _without(episodes, dropped_ids)
+        kept, dropped_uids = _filter_groups(groups, config, counts)
+        kept_episodes = _without(episodes, dropped_uids)
         _count_solves(kept_episodes, counts)
         return kept, kept_episodes, counts.to_metrics(group=group)
     if state is None:
@@ -284,8 +305,8 @@ def apply_rejection_sampling_and_filtering(
             "episode-mode rejection sampling needs a RejectionSamplingState kept from batch to batch; pass state=RejectionSamplingState() once and reuse it."
         )
     counts = state.counts
-    kept, dropped_ids = _filter_groups(groups, config, counts)
-    kept_episodes = _without(episodes, dropped_ids)
+    kept, dropped_uids = _filter_groups(groups, config, counts)
+    kept_episodes = _without(episodes, dropped_uids)
     _count_solves(kept_episodes, counts)
     state.accumulated_groups.extend(kept)
     state.accumulated_episodes.extend(kept_episodes)
