@@ -235,3 +235,14 @@ def test_rl_mode_overwrites_advantages_left_by_an_earlier_call():
         collect_reward_and_advantage_from_trajectory_groups([group], AlgorithmConfig(estimator="reinforce"))
         collect_reward_and_advantage_from_trajectory_groups([group], AlgorithmConfig(estimator="reinforce"))
     assert _advantages(group) == [1.0, 0.0]
+
+
+def test_each_roles_difficulty_diagnostics_are_of_its_own_groups():
+    # judge: one group all solved (too easy); solver: two groups, one all failed (too hard), one mixed
+    judge = _group("judge", [1.0, 1.0])
+    solver = [_group("solver", [0.0, 0.0], task_id="a"), _group("solver", [1.0, 0.0], task_id="b")]
+    metrics = collect_reward_and_advantage_from_trajectory_groups([judge, *solver], AlgorithmConfig())
+    assert (metrics["batch/judge/total"], metrics["batch/judge/fractions/too_easy"]) == (1.0, 1.0)
+    assert metrics["batch/judge/fractions/too_hard"] == 0.0
+    assert (metrics["batch/solver/total"], metrics["batch/solver/informative"]) == (2.0, 1.0)
+    assert (metrics["batch/solver/fractions/too_easy"], metrics["batch/solver/fractions/too_hard"]) == (0.0, 0.5)

@@ -318,3 +318,24 @@ def test_rllms_key_of_a_torch_setting_with_another_backends_section_says_so_inst
         "backend.name=fake has no backend.clip_ratio_low: drop rllm.algorithm.eps_clip, and set that backend's own "
         "setting."
     )
+
+
+def test_settings_that_extend_the_torch_section_type_the_backend_section_with_their_own_keys():
+    from dataclasses import dataclass
+
+    from omegaconf import OmegaConf
+
+    from rllm_torch.rllm.settings import setting
+    from rllm_torch.trainer.backend_schema import BackendConfig
+    from rllm_torch.trainer.schema import TrainConfig, run_schema
+
+    @dataclass
+    class TracedSettings(BackendConfig):
+        trace_every: int = setting(0, "write a trace every N steps (0: never)")
+
+    schema = run_schema(TracedSettings)
+    assert schema is not TrainConfig and run_schema(TracedSettings) is schema  # one class per settings
+    config = OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.from_dotlist(["backend.trace_every=3"]))
+    assert (config.backend.trace_every, config.backend.lr) == (3, None)  # its own key, and the torch section's
+    with pytest.raises(Exception, match="trace_every"):  # the torch backend's schema has no such key
+        OmegaConf.merge(OmegaConf.structured(TrainConfig), OmegaConf.from_dotlist(["backend.trace_every=3"]))
