@@ -84,6 +84,19 @@ class CompactFilteringFlags:
 
 
 @dataclass
+class CompactFilteringSection(CompactFilteringFlags):
+    """The run config's ``rllm.compact_filtering``: with ``enable``, the reasons rLLM's run config
+    masks (``rllm/trainer/config/rllm/base.yaml``: prompt or response too long, out of turns, timed
+    out, failed) are masked here too; rLLM's dataclass, as ours, masks none by default."""
+
+    mask_max_prompt_length_exceeded: bool = setting(True, "an episode whose prompt ran past the context")
+    mask_max_response_length_exceeded: bool = setting(True, "an episode cut at rllm.rollout.max_new_tokens")
+    mask_max_turns_exceeded: bool = setting(True, "an episode that ran out of turns")
+    mask_timeout: bool = setting(True, "an episode whose reward timed out")
+    mask_error: bool = setting(True, "an episode whose workflow failed")
+
+
+@dataclass
 class FilterGroupsSection:
     enable: bool = setting(
         False, "DAPO's dynamic sampling: draw batches until every step has data.train_batch_size prompts with signal"
@@ -189,7 +202,7 @@ class RllmConfig:
     trainer: TrainerSection = field(default_factory=TrainerSection)
     workflow: WorkflowSection = field(default_factory=WorkflowSection)
     rejection_sample: RejectionSampleSection = field(default_factory=RejectionSampleSection)
-    compact_filtering: CompactFilteringFlags = field(default_factory=CompactFilteringFlags)
+    compact_filtering: CompactFilteringSection = field(default_factory=CompactFilteringSection)
     episode_logging: EpisodeLoggingSection = field(default_factory=EpisodeLoggingSection)
     async_training: AsyncTrainingSection = field(default_factory=AsyncTrainingSection)
 

@@ -134,3 +134,25 @@ def test_per_step_mode_needs_equal_step_counts_within_a_group():
     episodes = [_episode("a", 0, _traj("s", 1.0, (0.0,))), _episode("a", 1, _traj("s", 1.0, (0.0, 1.0)))]
     with pytest.raises(ValueError, match="same number"):
         transform_episodes_to_trajectory_groups(episodes, TransformConfig(broadcast=False))
+
+
+def test_compact_filtering_switched_on_masks_what_rllms_run_config_masks_and_its_dataclass_none(tmp_path):
+    from trainer_fakes import make_config
+
+    from rllm_torch.trainer.config_checks import check_run_config
+
+    # rLLM main 9beb6e0f, rllm/trainer/config/rllm/base.yaml lines 112-120 (its run config)
+    rllm_base_yaml = {
+        "max_prompt_length_exceeded": True,
+        "max_response_length_exceeded": True,
+        "env_done": False,
+        "max_turns_exceeded": True,
+        "timeout": True,
+        "unknown": False,
+        "error": True,
+    }
+    cf = check_run_config(make_config(tmp_path, "rllm.compact_filtering.enable=true")).cf_config
+    assert {reason: cf.should_mask(reason) for reason in rllm_base_yaml} == rllm_base_yaml
+    # rLLM's dataclass (rllm/trainer/algorithms/config.py:111) masks nothing by default, switched on or not
+    plain = CompactFilteringConfig(enable=True)
+    assert not any(plain.should_mask(reason) for reason in rllm_base_yaml)
