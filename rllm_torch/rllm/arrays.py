@@ -20,6 +20,7 @@ code) is set.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from enum import Enum
 
@@ -29,14 +30,15 @@ from torch import Tensor
 
 from rllm_torch.core.errors import ConfigError
 from rllm_torch.core.packing import GroupedRewards
-from rllm_torch.rllm.config import AlgorithmConfig
-from rllm_torch.rllm.dispatch import compute_advantages
+from rllm_torch.rllm.config import RUN_OPTIONS, AlgorithmConfig
+from rllm_torch.rllm.dispatch import RLLM_CONFIG_OPTIONS, compute_advantages
 from rllm_torch.rllm.registry import registered_name, registration
 
 __all__ = [
     "get_rllm_adv_estimator",
     "get_adv_estimator",
     "rllm_call",
+    "calculate_echo_advantages",
     "calculate_grpo_advantages",
     "calculate_reinforce_advantages",
     "calculate_reinforce_plus_plus_baseline_advantages",
@@ -142,12 +144,40 @@ def rllm_call(
         config, options[seed_option] = None, algorithm_config  # the seed's order
     traj_groups = options.pop("traj_groups", None)
     episilon = options.pop("episilon", None)
+    if config is not None and registered_name(name) in RLLM_DROPS_KEYWORDS:
+        if episilon is not None:
+            options["epsilon"] = episilon  # rLLM's spelling: dropped alike
+        options, episilon = _dropped_as_rllm(registered_name(name), config, options), None
     return by_group(
         lambda batch: compute_advantages(
             batch, name, algorithm_config=config, traj_groups=traj_groups, episilon=episilon, **options
         ),
         rewards,
     )
+
+
+#: rLLM's estimators whose function (``fn(rewards, algorithm_config, **kwargs)``) reads its options
+#: from the config and drops every keyword, GRPO's ``epsilon`` too (fixed at 1e-6 in
+#: ``calculate_grpo_advantages``); its REINFORCE++ baseline and PRPO read an ``epsilon`` keyword.
+RLLM_DROPS_KEYWORDS = frozenset({"grpo", "echo", "reinforce", "rloo"})
+
+
+def _dropped_as_rllm(name: str, config: AlgorithmConfig, options: dict) -> dict:
+    """``options`` less the run-wide ones that :func:`compute_advantages` would take from the
+    keyword (rLLM's config has no field for them, and ``config`` leaves them at their default)
+    where ``name``'s rLLM function drops them, each with one warning naming it and where to set it."""
+    from_config = config.estimator_call_kwargs(name)
+    for option in [o for o in options if o in RUN_OPTIONS and o not in RLLM_CONFIG_OPTIONS]:
+        if options[option] != from_config[option]:
+            warnings.warn(
+                f"estimator {name!r}: {option}={options[option]!r} as a keyword is dropped, as rLLM's "
+                f"calculate_{name}_advantages drops every keyword: algorithm_config.{option}={from_config[option]!r} "
+                "is used; drop the keyword, or set the config.",
+                UserWarning,
+                stacklevel=4,  # the caller of calculate_*_advantages
+            )
+        del options[option]
+    return options
 
 
 def _pack(rewards: ArrayGroups) -> tuple[GroupedRewards, np.ndarray] | None:
@@ -216,6 +246,14 @@ def calculate_grpo_advantages(
     return rllm_call(
         "grpo", rewards, algorithm_config, seed_option="norm_adv_by_std_in_grpo", episilon=episilon, **options
     )
+
+
+def calculate_echo_advantages(
+    rewards: ArrayGroups, algorithm_config: AlgorithmConfig | None = None, **options
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """ECHO's advantages, GRPO's (rLLM API, branch ``terminal-rl``; arXiv:2605.24517): the run's
+    ``echo`` loss adds its cross-entropy term (:func:`rllm_torch.core.losses.echo_loss`)."""
+    return rllm_call("echo", rewards, algorithm_config, **options)
 
 
 def calculate_reinforce_advantages(

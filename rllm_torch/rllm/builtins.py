@@ -23,6 +23,7 @@ from rllm_torch.core.estimators import (
     rloo,
 )
 from rllm_torch.rllm.arrays import (
+    calculate_echo_advantages,
     calculate_grpo_advantages,
     calculate_prpo_advantages,
     calculate_reinforce_advantages,
@@ -39,6 +40,8 @@ __all__: list[str] = []
 _K_TURNS = "its k must not exceed the members still running at a turn, often fewer than rllm.rollout.n"
 
 register_builtin(rLLMAdvantageEstimator.GRPO, calculate_grpo_advantages, grpo, group_baseline=True)
+# ECHO's advantages are GRPO's (rLLM terminal-rl's calculate_echo_advantages); its run's loss defaults to `echo`
+register_builtin(rLLMAdvantageEstimator.ECHO, calculate_echo_advantages, grpo, group_baseline=True)
 register_builtin(rLLMAdvantageEstimator.RLOO, calculate_rloo_advantages, rloo, group_baseline=True)
 register_builtin(rLLMAdvantageEstimator.REINFORCE, calculate_reinforce_advantages, reinforce)
 register_builtin(

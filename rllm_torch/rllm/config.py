@@ -15,6 +15,7 @@ from rllm_torch.core.losses import AGG_MODES, IMPORTANCE_SAMPLING_LEVELS, LOSS_F
 from rllm_torch.rllm.config_fields import (
     BATCH_INPUTS,
     COMPAT_MODES,
+    ESTIMATOR_DEFAULT_LOSS,
     LR_SCHEDULES,
     RLLM_COMPAT_ESTIMATOR_OPTIONS,
     RolloutCorrectionConfig,
@@ -46,7 +47,6 @@ __all__ = [
     "COMPAT_MODES",
     "RLLM_COMPAT_ESTIMATOR_OPTIONS",
 ]
-
 TURN_MODES = ("turn_level", "mt_grpo", "gigpo")  # the modes with one advantage per step
 STEPWISE_MODES = ("broadcast", *TURN_MODES)
 
@@ -79,7 +79,7 @@ class AlgorithmConfig:
         use_precomputed_advantage: use ``step.advantage`` written by the workflow instead of an
             estimator; steps missing one get 0.
         loss_fn: policy loss: a built-in (:data:`~rllm_torch.core.losses.LOSS_FNS`), one
-            registered with :func:`~rllm_torch.core.losses.register_loss`, or None (``ppo``).
+            registered with :func:`~rllm_torch.core.losses.register_loss`, or None (``ppo``; ``echo``'s own).
         lr_schedule: linear, cosine or constant.
         warmup_steps: optimizer steps of learning-rate warm-up; ``<= 0``: ``warmup_steps_ratio``.
         warmup_steps_ratio: fraction of the steps used for warm-up, in ``[0, 1]``.
@@ -161,10 +161,9 @@ class AlgorithmConfig:
     )
     loss_fn: str | None = setting(
         None,
-        "a built-in loss (" + " | ".join(LOSS_FNS) + ") or one registered with register_loss",
+        "a built-in loss (" + " | ".join(LOSS_FNS) + ") or a registered one; null: ppo (adv_estimator=echo: echo)",
         key="rllm.algorithm.loss_fn",
         check=loss_name,
-        schema_default="ppo",
     )
     lr_schedule: str = setting(
         "constant",
@@ -315,6 +314,7 @@ class AlgorithmConfig:
         for name in ("loss_plugins", *settings):
             setattr(self, name, check_value(getattr(self, name), settings[name], settings[name].key))
         self.estimator = estimator_name(self.estimator, "estimator")
+        self.loss_fn = self.loss_fn or ESTIMATOR_DEFAULT_LOSS.get(self.estimator)  # rLLM terminal-rl's: echo's loss
         if not isinstance(self.estimator_map, dict):
             raise ConfigError(
                 f"estimator_map must map group roles to estimator names, got {type(self.estimator_map).__name__}."

@@ -34,6 +34,17 @@ COMPAT_MODES = ("rllm_torch", "rllm")  # AlgorithmConfig.compat
 #: ``compat="rllm"``: the estimator options that give rLLM's numbers where ours differ on purpose
 #: (an option the config sets itself wins). REINFORCE++ baseline: rLLM's code centres a group of
 #: one on its own reward (its advantage 0, its docstring and verl say baseline 0, which we keep).
+#: The loss a run takes when its estimator is this one and ``loss_fn`` is not set (rLLM terminal-rl's
+#: ``_ESTIMATOR_DEFAULT_LOSS``); any other estimator's run takes ``ppo``.
+ESTIMATOR_DEFAULT_LOSS = {"echo": "echo"}
+
+
+def default_loss_fn(estimator: object) -> str:
+    """The loss a run with ``estimator`` trains with when ``loss_fn`` is not set."""
+    name = estimator.value if isinstance(estimator, Enum) else estimator
+    return ESTIMATOR_DEFAULT_LOSS.get(name, "ppo")
+
+
 RLLM_COMPAT_ESTIMATOR_OPTIONS: dict[str, dict[str, Any]] = {
     "reinforce_plus_plus_baseline": {"singleton_baseline": "mean"},
 }
@@ -42,7 +53,7 @@ RLLM_COMPAT_ESTIMATOR_OPTIONS: dict[str, dict[str, Any]] = {
 class rLLMAdvantageEstimator(str, Enum):  # noqa: N801 - rLLM's public name
     """The built-in advantage estimators (rLLM's enum, plus ``PRPO``, ``OPO``, ``PASS_AT_K``,
     ``GRPO_PASSK``, ``GPG``, ``GDPO``, ``MAXRL``, ``REMAX`` and the token-level ``REINFORCE_PLUS_PLUS``, ``GAE`` and
-    ``OPTIMAL_TOKEN_BASELINE``).
+    ``OPTIMAL_TOKEN_BASELINE``; ``ECHO`` is rLLM's ``terminal-rl`` branch's).
 
     ``rLLMAdvantageEstimator("anything else")`` gives ``OTHER``, as in rLLM (``_missing_``).
     :class:`AlgorithmConfig` does not go through that fallback: a custom name stays a str.
@@ -63,6 +74,9 @@ class rLLMAdvantageEstimator(str, Enum):  # noqa: N801 - rLLM's public name
     MAXRL = "maxrl"
     OPTIMAL_TOKEN_BASELINE = "optimal_token_baseline"
     REMAX = "remax"
+    # rLLM's ECHO (branch terminal-rl, arXiv:2605.24517): GRPO's advantages; its loss ``echo`` adds a
+    # cross-entropy term on the environment-observation tokens
+    ECHO = "echo"
     OTHER = "other"
 
     @classmethod

@@ -40,7 +40,7 @@ __all__ = ["get_tensor_adv_estimator", "compute_advantages", "bind_estimator"]
 _RUN_DECLARATIONS = {name: declared(AlgorithmConfig)[name] for name in RUN_OPTIONS}
 _RUN_DEFAULTS = {f.name: default_of(f) for f in dataclasses.fields(AlgorithmConfig) if f.name in RUN_OPTIONS}
 #: The run-wide options that are fields of rLLM's own ``AlgorithmConfig`` (its estimators read them there).
-_RLLM_CONFIG_OPTIONS = frozenset({"norm_adv_by_std_in_grpo"})
+RLLM_CONFIG_OPTIONS = frozenset({"norm_adv_by_std_in_grpo"})
 
 
 def get_tensor_adv_estimator(name: str | Enum) -> Callable[[GroupedRewards], tuple[Tensor, Tensor]]:
@@ -94,7 +94,7 @@ def _merged_options(name: str, config: AlgorithmConfig | None, explicit: dict[st
             continue
         if (
             option in RUN_OPTIONS
-            and option not in _RLLM_CONFIG_OPTIONS
+            and option not in RLLM_CONFIG_OPTIONS
             and _same(from_config[option], _RUN_DEFAULTS[option])
         ):
             continue  # rLLM's config has no such field: the keyword is the only value given, and it is used

@@ -42,7 +42,6 @@ __all__ = [
     "registration",
     "registered_name",
     "register_builtin",
-    "NOT_HERE",
     "builtin_estimator_options",
     "BATCH_INPUTS",
 ]
@@ -279,13 +278,6 @@ def registered_estimator_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
-#: rLLM's estimator names that are not built in here, and why (in the unknown-name error).
-NOT_HERE = {
-    "echo": " (rLLM's ECHO, branch terminal-rl, arXiv:2605.24517: GRPO's advantages with a cross-entropy term on "
-    "environment-observation tokens, which responses here do not hold: use grpo)",
-}
-
-
 def registration(name: object) -> Registration:
     """What is registered under ``name``.
 
@@ -295,7 +287,7 @@ def registration(name: object) -> Registration:
     key = registered_name(name)
     if key not in _REGISTRY:
         raise UnknownEstimatorError(
-            f"unknown advantage estimator {key!r}{NOT_HERE.get(key, '')}; registered: {', '.join(registered_estimator_names())}. "
+            f"unknown advantage estimator {key!r}; registered: {', '.join(registered_estimator_names())}. "
             "Register a custom one with @register_rllm_adv_estimator(name) before it is used (from rllm-torch-train: "
             "imports=[your_module])."
         )

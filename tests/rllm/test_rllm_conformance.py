@@ -22,7 +22,9 @@ from rllm_torch import (
     Trajectory,
     TrajectoryGroup,
     calculate_grpo_advantages,
+    calculate_reinforce_advantages,
     calculate_reinforce_plus_plus_baseline_advantages,
+    calculate_rloo_advantages,
     collect_reward_and_advantage_from_trajectory_groups,
     compute_advantages,
     get_rllm_adv_estimator,
@@ -106,6 +108,40 @@ def test_epsilon_given_as_a_keyword_is_used_where_the_config_leaves_it_at_its_de
             [np.array([1.0, 0.0, 0.0, 0.0])], AlgorithmConfig(), epsilon=1e-3
         )
     np.testing.assert_allclose(adv[0], np.array([0.75, -0.25, -0.25, -0.25]) / (np.sqrt(3) / 4 + 1e-3), rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("fn", "keywords"),
+    [
+        (calculate_grpo_advantages, {"epsilon": 0.5}),
+        (calculate_grpo_advantages, {"episilon": 0.5}),  # rLLM's spelling, dropped alike
+        (calculate_grpo_advantages, {"std_correction": 1}),
+        (calculate_rloo_advantages, {"epsilon": 0.5}),
+        (calculate_reinforce_advantages, {"gamma": 0.5}),
+    ],
+)
+def test_a_keyword_rllms_function_drops_is_dropped_here_with_one_line_and_rllms_numbers(fn, keywords):
+    # rLLM main's calculate_grpo_advantages(rewards, algorithm_config, **kwargs) takes nothing from kwargs: its
+    # epsilon is 1e-6 whatever is passed. [1, 0, 0, 0]: 0.75 / (sqrt(3) / 4 + 1e-6) and -0.25 / (...)
+    rewards = [np.array([1.0, 0.0, 0.0, 0.0])]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plain, _ = fn(rewards, AlgorithmConfig())
+    option = next(iter(keywords)).replace("episilon", "epsilon")
+    with pytest.warns(
+        UserWarning, match=rf"{option}=\S+ as a keyword is dropped, as rLLM's calculate_\w+ drops every keyword"
+    ):
+        dropped, _ = fn(rewards, AlgorithmConfig(), **keywords)
+    np.testing.assert_array_equal(dropped[0], plain[0])
+    if fn is calculate_grpo_advantages:
+        np.testing.assert_allclose(
+            plain[0], np.array([0.75, -0.25, -0.25, -0.25]) / (np.sqrt(3) / 4 + 1e-6), rtol=1e-12
+        )
+    # the seed's form, (rewards, norm_adv_by_std_in_grpo, episilon), still reads its epsilon
+    if keywords == {"episilon": 0.5}:
+        with pytest.warns(DeprecationWarning):
+            seed, _ = fn(rewards, True, 0.5)
+        np.testing.assert_allclose(seed[0], np.array([0.75, -0.25, -0.25, -0.25]) / (np.sqrt(3) / 4 + 0.5), rtol=1e-12)
 
 
 def test_nothing_that_carries_an_option_is_swallowed_by_kwargs():

@@ -6,7 +6,7 @@ The files that pass on rLLM's own code and here are kept verbatim under tests/rl
 them); undoing the prefix change gives rLLM's file, by its SHA-256. The others import a module or a name of
 rLLM's that is not mirrored here: each such import raises an ``ImportError`` of one line that says what
 does the same here (the verl / tinker / fireworks modules: tests/rllm/test_rllm_port_names.py). rLLM's
-``echo`` estimator (``terminal-rl``) stops a run at start-up, naming why it is not here."""
+``echo`` estimator and loss (``terminal-rl``) are here: tests/backends/test_echo.py."""
 
 from __future__ import annotations
 
@@ -17,16 +17,22 @@ from pathlib import Path
 
 import pytest
 
-from rllm_torch.core.errors import UnknownEstimatorError
 from rllm_torch.trainer.config_checks import check_run_config
 from rllm_torch.trainer.schema import typed_run_config
 
 UPSTREAM = Path(__file__).resolve().parents[1] / "rllm_upstream"
 
-#: rLLM's file (tests/unified_trainer at main 9beb6e0f) -> its SHA-256
+#: rLLM's file (tests/unified_trainer) -> (the ref it is from, its SHA-256). The branch's
+#: test_algorithm_config.py is main's with four ECHO tests more.
 VERBATIM = {
-    "test_algorithm_config.py": "60b483dd163b25ae81607765fe4405ee27bebc6b0e828134c06b8d8e6eab55e6",
-    "test_termination_metrics.py": "993e576ce016db964018c0bafad745e10c2fb9d1e36d925a06cae2ff6e2dccdc",
+    "test_algorithm_config.py": (
+        "branch terminal-rl a5fa9aa1",
+        "1c05fee7999d5c02bbc92a7ff58103ba247b5e27fe4d234e3223b0dd868d0193",
+    ),
+    "test_termination_metrics.py": (
+        "main 9beb6e0f",
+        "993e576ce016db964018c0bafad745e10c2fb9d1e36d925a06cae2ff6e2dccdc",
+    ),
 }
 
 
@@ -46,11 +52,11 @@ def _undo_port(text: str) -> str:
 
 @pytest.mark.parametrize("name", sorted(VERBATIM))
 def test_each_kept_file_is_rllms_with_only_the_import_prefix_changed_and_names_its_licence(name):
-    text = (UPSTREAM / name).read_text()
-    assert text.startswith(f"# rLLM's tests/unified_trainer/{name} (https://github.com/rllm-org/rllm, main 9beb6e0f)")
+    text, (ref, sha) = (UPSTREAM / name).read_text(), VERBATIM[name]
+    assert text.startswith(f"# rLLM's tests/unified_trainer/{name} (https://github.com/rllm-org/rllm, {ref})")
     assert "Apache License 2.0" in text.split("\n\n", 1)[0]
     assert not re.search(r"^\s*(from|import) rllm\b", text, re.M)  # every import is the compat package's
-    assert hashlib.sha256(_undo_port(text).encode()).hexdigest() == VERBATIM[name], f"{name} differs from rLLM's"
+    assert hashlib.sha256(_undo_port(text).encode()).hexdigest() == sha, f"{name} differs from rLLM's"
 
 
 def _one_line_import_error(statement: str) -> str:
@@ -105,7 +111,6 @@ TERMINAL_RL_LOSS_NAMES = [
     "offpolicy_metrics",
     "ppo_clip",
     "dppo_tv",
-    "echo",
     "icepop",
     "cispo",
     "gspo",
@@ -130,10 +135,10 @@ def test_the_loss_modules_mirrored_names_still_import_and_an_unknown_one_is_an_a
         loss.no_such_name  # noqa: B018
 
 
-def test_terminal_rls_echo_estimator_stops_a_run_at_start_up_naming_what_it_needs():
+def test_terminal_rls_echo_runs_with_its_loss_and_the_loss_module_has_it():
+    from rllm_torch.compat.rllm.trainer.algorithms.loss import echo
+    from rllm_torch.core.losses import echo_loss
+
     config = typed_run_config({"rllm": {"algorithm": {"adv_estimator": "echo"}}})
-    with pytest.raises(UnknownEstimatorError) as raised:
-        check_run_config(config)
-    message = str(raised.value)
-    # rLLM's ECHO (arXiv:2605.24517): GRPO's advantages and a cross-entropy term on observation tokens
-    assert re.search(r"'echo'.*ECHO.*observation tokens.*grpo", message, re.S), message
+    checked = check_run_config(config)
+    assert checked.plan.role("solver").loss.name == "echo" and echo is echo_loss

@@ -112,6 +112,19 @@ def test_a_checkpoint_written_before_a_key_existed_resumes_with_the_keys_default
         )
 
 
+def test_a_loss_fn_left_null_is_fingerprinted_as_the_loss_it_stands_for(tmp_path):
+    # the schema's default was "ppo" until echo's estimator got its own loss: those checkpoints resume
+    null, named = (
+        fingerprint.config_fingerprint(make_config(tmp_path, *s)) for s in ([], ["rllm.algorithm.loss_fn=ppo"])
+    )
+    assert null["rllm.algorithm.loss_fn"] == named["rllm.algorithm.loss_fn"] == "ppo"
+    fingerprint.check_fingerprint(named, null, "step_000002")
+    echo = fingerprint.config_fingerprint(make_config(tmp_path, "rllm.algorithm.adv_estimator=echo"))
+    assert echo["rllm.algorithm.loss_fn"] == "echo"
+    with pytest.raises(CheckpointMismatchError, match="rllm.algorithm.loss_fn: 'ppo' in the checkpoint, 'echo' now"):
+        fingerprint.check_fingerprint({**echo, "rllm.algorithm.loss_fn": "ppo"}, echo, "step_000002")
+
+
 def test_a_first_format_checkpoint_is_compared_on_the_keys_it_recorded(tmp_path):
     current = fingerprint.config_fingerprint(make_config(tmp_path, "rllm.rollout.temperature=0.5"))
     first_format = {k: v for k, v in current.items() if k in ("seed", "rllm.rollout.n", "task.name")}

@@ -336,6 +336,7 @@ class TorchBackend(BackendProtocol):
             use_precomputed_advantage=bool(self.config.rllm.algorithm.use_precomputed_advantage),
             stepwise_mode=self.config.rllm.stepwise_advantage.mode,
             length_mismatch="zeros" if self.config.rllm.algorithm.compat == "rllm" else "raise",
+            observation_mask="obs_mask" in trainer_state.needs,
         ).to(self.device)
 
     def state_dict(self) -> dict[str, Any]:

@@ -255,9 +255,11 @@ class PolicyUpdater:
     def _forward(self, batch, rows: Tensor) -> _Forward:
         """The policy's forward on ``rows`` (on a rank without rows a zero loss through the same
         forward, so the gradient collectives still run); π_old the passes' or this forward's."""
-        mask_RT = batch.response_mask[rows]
+        scored_RT = batch.response_mask[rows] > 0
+        if batch.obs_mask is not None:  # a loss that trains the observation tokens (echo) needs theirs too
+            scored_RT = scored_RT | (batch.obs_mask[rows] > 0)
         if rows.numel():
-            scores = self.actor.train_model(batch.input_ids[rows], batch.attention_mask[rows], mask_RT > 0, True)
+            scores = self.actor.train_model(batch.input_ids[rows], batch.attention_mask[rows], scored_RT, True)
             log_probs, entropy, anchor = scores.log_probs, scores.entropy, 0.0
         else:
             log_probs, entropy, anchor = batch.rollout_log_probs[rows], None, self.actor.dummy_loss()
@@ -287,20 +289,22 @@ class PolicyUpdater:
         sum, and the token sums of their metrics over their rows, as ``actor/<key>``."""
         mask_RT, rollout = batch.response_mask[rows], batch.rollout_log_probs[rows]
         reference = batch.ref_log_probs[rows] if batch.ref_log_probs is not None else None
+        obs_RT = batch.obs_mask[rows] if batch.obs_mask is not None else torch.zeros_like(mask_RT)
         loss, stats = fwd.log_probs.new_zeros(()), {}
         for role_loss, of_loss_R in self._row_losses:  # one loss for the whole batch, or one per role's rows
-            part_RT, action_RT = mask_RT, trained_RT
+            part_RT, action_RT, observed_RT = mask_RT, trained_RT, obs_RT
             if of_loss_R is not None:
                 if not bool(of_loss_R[rows].any()):
                     continue  # none of this loss's rows in the micro-batch
-                part_RT, action_RT = mask_RT * of_loss_R[rows, None], trained_RT * of_loss_R[rows, None]
+                of_rows = of_loss_R[rows, None]
+                part_RT, action_RT, observed_RT = mask_RT * of_rows, trained_RT * of_rows, obs_RT * of_rows
             mode = self.agg_mode_of(role_loss)
             ctx = LossContext(
                 logp_curr=fwd.log_probs,
                 logp_old=fwd.old_log_probs,
                 advantages=advantages,
                 action_mask=action_RT,  # the tokens trained on; the normaliser stays the mini-batch's (as TRL)
-                obs_mask=torch.zeros_like(action_RT),
+                obs_mask=observed_RT if "obs_mask" in role_loss.needs else torch.zeros_like(action_RT),
                 aggregate=agg.pinned(mode, pinned.get(mode, agg.normaliser)),
                 logp_ref=reference,
                 logp_rollout=rollout,

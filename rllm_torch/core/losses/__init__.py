@@ -3,12 +3,13 @@ sequence, PPO's clipped surrogate, the dual clip and the approximate KL (``ratio
 aggregation modes and the one object that holds them (``aggregation``), what a loss is called
 with (``context``) and a built-in loss's declaration (``declaration``), the entropy bonus (``entropy``), the KL estimators to a
 reference policy (``kl``), the critic's value loss (``value``), the rollout correction's
-importance weights (``rollout_correction``) and the registry of users' losses (``registry``):
-pure tensor math."""
+importance weights (``rollout_correction``), the registry of users' losses (``registry``) and
+rLLM's ``echo``, registered there (``echo``): pure tensor math."""
 
 from rllm_torch.core.losses.aggregation import AGG_MODES, Aggregation, aggregate_loss, loss_normaliser, token_mean
 from rllm_torch.core.losses.context import LossContext
 from rllm_torch.core.losses.declaration import BuiltinLoss
+from rllm_torch.core.losses.echo import echo_loss
 from rllm_torch.core.losses.entropy import entropy_bonus
 from rllm_torch.core.losses.kl import KL_ESTIMATORS, bias_corrected_kl, canonical_kl_name, kl_penalty
 from rllm_torch.core.losses.policy import (
@@ -78,6 +79,7 @@ __all__ = [
     "loss_normaliser",
     "token_mean",
     "ppo_clip_loss",
+    "echo_loss",
     "importance_sampling_loss",
     "cispo_loss",
     "dro_loss",

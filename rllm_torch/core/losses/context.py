@@ -28,8 +28,10 @@ class LossContext:
         logp_old: log π_old (the ratio's denominator; the rollout's under ``bypass_mode``), detached.
         advantages: the per-token advantages (after the rollout correction's weights, if any).
         action_mask: 1.0 on the tokens this loss trains (the role's rows, less the filtered tokens).
-        obs_mask: 1.0 on environment-observation tokens: none here (observations are prompt
-            tokens, never response tokens), so all zeros.
+        obs_mask: 1.0 on the environment-observation tokens of multi-turn steps (a step's prompt
+            tokens after the previous step's prompt and response), whose log-probs ``logp_curr``
+            then holds too, for a loss registered with ``needs=("obs_mask",)`` (rLLM's ``echo``);
+            all zeros for any other loss.
         aggregate: ``aggregate(per_token [R, T], mask [R, T], mode=None) -> 0-d`` (an
             :class:`~rllm_torch.core.losses.aggregation.Aggregation`): the run's ``loss_agg_mode``
             (or the loss's pinned one) over the *global* mini-batch, as the built-in losses

@@ -49,7 +49,9 @@ __all__ = [
 
 #: The tensors a registered loss may declare it needs beyond the always-present ones
 #: (``logp_curr``, ``logp_old``, ``advantages``, ``action_mask``): the trainer provides them.
-LOSS_INPUTS = ("logp_ref", "logp_rollout")
+#: ``obs_mask``: the environment-observation tokens of multi-turn steps, packed and scored
+#: (``ctx.logp_curr`` holds their log-probs; without it ``ctx.obs_mask`` is all zeros).
+LOSS_INPUTS = ("logp_ref", "logp_rollout", "obs_mask")
 #: rLLM's parameters of every registered loss (``LossContext.params``), each read from a run
 #: setting: PPO's clip range as ``eps_clip`` / ``eps_clip_high``.
 RLLM_PARAMS = {"eps_clip": CLIP["clip_ratio_low"], "eps_clip_high": CLIP["clip_ratio_high"]}

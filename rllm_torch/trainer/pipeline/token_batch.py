@@ -69,6 +69,10 @@ class TokenBatch:
             :func:`~rllm_torch.rllm.stepwise.turn_rewards`), or None (broadcast).
         observation_index: ``[R]`` int64 dense id of each row's ``Step.observation`` (GiGPO's
             step groups), or None.
+        obs_mask: ``[R, T]`` float32, 1 on the environment-observation tokens of each row (a
+            step's prompt tokens after the previous step's prompt and response, see
+            :func:`_observation_span`; a trajectory's first step has none), for a loss that trains
+            them (``echo``), or None: not asked for.
         returns: ``[R, T]`` float32 regression targets of the critic (written by token-level
             estimators' ``compute_advantages``), or None.
         trajectory_groups: the ``G`` groups the batch was built from (host objects, for an
@@ -97,6 +101,7 @@ class TokenBatch:
     group_baselines: Tensor | None = None
     turn_rewards: Tensor | None = None
     observation_index: Tensor | None = None
+    obs_mask: Tensor | None = None
     trajectory_groups: list | None = None
     extras: dict = field(default_factory=dict)
 
@@ -121,6 +126,7 @@ def build_token_batch(
     use_precomputed_advantage: bool = False,
     stepwise_mode: str = "broadcast",
     length_mismatch: str = "raise",
+    observation_mask: bool = False,
 ) -> TokenBatch:
     """Pack trajectory groups into a :class:`TokenBatch` (on CPU), one row per step.
 
@@ -134,6 +140,9 @@ def build_token_batch(
             groups), ``gigpo`` also ``observation_index``.
         length_mismatch: a precomputed per-token advantage of the wrong length: ``"raise"``, or
             ``"zeros"`` with one ``UserWarning`` counting them (``rllm.algorithm.compat=rllm``).
+        observation_mask: fill ``obs_mask`` (a loss that needs it). A later step whose prompt does
+            not begin with the previous step's prompt (a workflow that rewrote the conversation)
+            has no observation tokens, with one ``UserWarning`` counting such steps.
 
     Raises:
         InvalidTrajectoryError (a ValueError): a trajectory has no step, a step has no response
@@ -157,6 +166,8 @@ def build_token_batch(
     observation_ids = ObservationIds() if stepwise_mode == "gigpo" else None
     observations: list[int] = []
     mismatched: list[str] = []
+    obs_spans: list[tuple[int, int]] = []  # each row's observation tokens, [start, end) of its prompt
+    rewritten: list[str] = []  # later steps whose prompt does not extend the conversation before them
     for g, group in enumerate(groups):
         pre = use_precomputed_advantage and any(s.advantage is not None for t in group.trajectories for s in t.steps)
         group_pre.append(pre)
@@ -176,6 +187,8 @@ def build_token_batch(
                         f"{_where(group, traj.name, index)}: {len(step.logprobs)} log-probs for {num_resp} response tokens."
                     )
                 rows.append(list(step.prompt_ids) + list(step.response_ids))
+                if observation_mask:
+                    obs_spans.append(_observation_span(traj.steps, index, rewritten, _where(group, traj.name, index)))
                 rows_logp.append((num_prompt, list(step.logprobs) or [0.0] * num_resp))
                 try:
                     rows_mask.append(step.response_mask_tensor())
@@ -213,6 +226,14 @@ def build_token_batch(
             UserWarning,
             stacklevel=2,
         )
+    if rewritten:
+        warnings.warn(
+            f"{len(rewritten)} step(s) have a prompt that does not begin with the previous step's prompt: "
+            f"their environment-observation tokens cannot be told from the rest, and the loss's observation term "
+            f"skips them (first: {rewritten[0]}).",
+            UserWarning,
+            stacklevel=2,
+        )
     num_rows, width = len(rows), max((len(r) for r in rows), default=0)
     input_ids_RT = torch.full((num_rows, width), pad_token_id, dtype=torch.int64)
     attention_mask_RT = torch.zeros((num_rows, width), dtype=torch.int64)
@@ -226,6 +247,11 @@ def build_token_batch(
         rollout_logp_RT[i, start : len(ids)] = torch.tensor(logp, dtype=torch.float32)
         if adv_T is not None:
             pre_adv_RT[i, start : len(ids)] = adv_T
+    obs_RT = None
+    if observation_mask:
+        obs_RT = torch.zeros((num_rows, width), dtype=torch.float32)
+        for i, (first, end) in enumerate(obs_spans):
+            obs_RT[i, first:end] = 1.0
     return TokenBatch(
         input_ids=input_ids_RT,
         attention_mask=attention_mask_RT,
@@ -242,4 +268,25 @@ def build_token_batch(
         group_baselines=group_baselines_tensor(groups),
         turn_rewards=None if turns is None else torch.tensor(turns, dtype=torch.float64),
         observation_index=torch.tensor(observations, dtype=torch.int64) if observation_ids is not None else None,
+        obs_mask=obs_RT,
     )
+
+
+def _observation_span(steps: list, index: int, rewritten: list[str], where: str) -> tuple[int, int]:
+    """``[start, end)`` of step ``index``'s prompt that the environment added: its tokens after
+    the longest common prefix with the previous step's prompt and response (a workflow may render
+    the response back otherwise, e.g. without its end-of-turn token). Empty for a trajectory's
+    first step, and for a prompt that does not begin with the previous prompt (its ``where`` is
+    then appended to ``rewritten``)."""
+    if index == 0:
+        return 0, 0
+    previous, prompt = steps[index - 1], list(steps[index].prompt_ids)
+    if prompt[: len(previous.prompt_ids)] != list(previous.prompt_ids):
+        rewritten.append(where)
+        return 0, 0
+    common, response = len(previous.prompt_ids), list(previous.response_ids)
+    while common < len(prompt) and common - len(previous.prompt_ids) < len(response):
+        if prompt[common] != response[common - len(previous.prompt_ids)]:
+            break
+        common += 1
+    return common, len(prompt)

@@ -19,6 +19,7 @@ from typing import Any
 from omegaconf import Container, OmegaConf
 
 from rllm_torch.core.errors import CheckpointMismatchError
+from rllm_torch.rllm.config_fields import default_loss_fn
 from rllm_torch.rllm.settings import walk
 from rllm_torch.trainer.model_defaults import learning_rates
 from rllm_torch.trainer.schema import BackendConfig, TrainConfig, backend_section, schema_of
@@ -48,6 +49,7 @@ RESUMABLE_KEYS: tuple[str, ...] = tuple(key for key, s, _ in walk(TrainConfig) i
 #: 29 keys, compared on those alone.
 FINGERPRINT_VERSION = 2
 _VERSION = "fingerprint_version"
+_LOSS_FN = "rllm.algorithm.loss_fn"
 # keys added to the first fingerprint after checkpoints had been written without them, with the
 # value those runs had: one process with no sharding, the reverse task's default lengths, no chat
 # template and the tokenizer's own pad token
@@ -88,9 +90,15 @@ def _tables(schema: type) -> tuple[tuple[str, ...], tuple[str, ...]]:
 def config_fingerprint(config: Any, *, world_size: int = 1) -> dict[str, Any]:
     """The value of every key of :data:`FINGERPRINT_KEYS` (of the config's schema: a backend's
     settings in its ``backend`` section), ``world_size`` (the number of processes: each rank's
-    data share and generator depend on it) and the format version."""
+    data share and generator depend on it) and the format version. ``rllm.algorithm.loss_fn``
+    left null is the loss it stands for (``ppo``, or the estimator's own: ``echo``), so that a
+    run naming it and one leaving it null are one run (and a checkpoint written when the
+    schema's default was ``ppo`` resumes)."""
     keys = _tables(schema_of(config))[0]
-    return {_VERSION: FINGERPRINT_VERSION, "world_size": world_size, **_values(config, keys)}
+    values = _values(config, keys)
+    if _LOSS_FN in values and values[_LOSS_FN] is None:
+        values[_LOSS_FN] = default_loss_fn(OmegaConf.select(config, "rllm.algorithm.adv_estimator", default=None))
+    return {_VERSION: FINGERPRINT_VERSION, "world_size": world_size, **values}
 
 
 def resumable_settings(config: Any) -> dict[str, Any]:

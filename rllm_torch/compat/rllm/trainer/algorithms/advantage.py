@@ -1,6 +1,7 @@
 """``rllm.trainer.algorithms.advantage``: the advantage estimators, their registry and the collector. Re-exported from the one implementation (:mod:`rllm_torch.compat.rllm`)."""
 
 from rllm_torch.rllm.arrays import (
+    calculate_echo_advantages,
     calculate_grpo_advantages,
     calculate_prpo_advantages,
     calculate_reinforce_advantages,
@@ -17,6 +18,7 @@ from rllm_torch.rllm.registry_view import RLLM_ADV_ESTIMATOR_REGISTRY
 __all__ = [
     "AlgorithmConfig",
     "RLLM_ADV_ESTIMATOR_REGISTRY",
+    "calculate_echo_advantages",
     "calculate_grpo_advantages",
     "calculate_prpo_advantages",
     "calculate_reinforce_advantages",

@@ -1,15 +1,16 @@
 """``rllm.trainer.algorithms.loss``: users' policy losses (rLLM's ``terminal-rl`` branch). Re-exported from the one implementation (:mod:`rllm_torch.compat.rllm`).
 
-The branch's built-in losses (``ppo_clip``, ``dppo_tv``, ... as functions of a ``LossContext``)
-and its resolution helpers (``RLLM_LOSS_REGISTRY``, ``resolve_loss``, ``get_loss``, ...) are not
+``echo`` is rLLM's (:func:`rllm_torch.core.losses.echo_loss`). The branch's other built-in losses
+(``ppo_clip``, ``dppo_tv``, ... as functions of a ``LossContext``) and its resolution helpers (``RLLM_LOSS_REGISTRY``, ``resolve_loss``, ``get_loss``, ...) are not
 mirrored: importing one raises an ``ImportError`` that says what to use here."""
 
 from rllm_torch.core.losses import LOSS_INPUTS, LossContext, register_loss
+from rllm_torch.core.losses import echo_loss as echo
 from rllm_torch.rllm.config_fields import load_loss_plugins
 
-__all__ = ["LOSS_INPUTS", "LossContext", "register_loss", "load_loss_plugins"]
+__all__ = ["LOSS_INPUTS", "LossContext", "register_loss", "load_loss_plugins", "echo"]
 
-_BUILT_INS = ("ppo_clip", "dppo_tv", "dppo_kl", "icepop", "cispo", "gspo", "reinforce", "reinforce_kl", "echo")
+_BUILT_INS = ("ppo_clip", "dppo_tv", "dppo_kl", "icepop", "cispo", "gspo", "reinforce", "reinforce_kl")
 _HELPERS = (
     "RLLM_LOSS_REGISTRY",
     "ResolvedLoss",
