@@ -111,7 +111,7 @@ def check_run_config(config: Any, world_size: int = 1, *, estimator_map: dict | 
         plan=plan,
         cf_config=CompactFilteringConfig.from_config(rllm.compact_filtering),
         transform_config=TransformConfig(broadcast=True),  # a trajectory without a reward takes its last step's
-        rs_config=RejectionSamplingConfig.from_config(rllm.rejection_sample),
+        rs_config=RejectionSamplingConfig.from_config(rllm.rejection_sample, async_training=rllm.async_training.enable),
         dynamic_sampling=DynamicSamplingConfig.from_config(config),
         async_training=AsyncTrainingConfig.from_config(config),
     )

@@ -17,6 +17,7 @@ from trainer_fakes import make_config
 from rllm_torch.cli.command_line import check_command_line, register_configs
 from rllm_torch.core.errors import ConfigError
 from rllm_torch.trainer.config_checks import check_run_config
+from rllm_torch.trainer.schema import prompts_per_step
 
 #: the rllm.* keys of rLLM's examples/countdown/train_countdown.sh, as it gives them
 COUNTDOWN_SH_RLLM_KEYS = [
@@ -90,6 +91,23 @@ def test_an_offload_dir_warns_once_that_the_buffer_stays_in_memory(tmp_path, nam
     with pytest.warns(UserWarning, match=rf"rllm\.async_training\.{name}='/nvme/x': .*stays in memory") as caught:
         check_run_config(make_config(tmp_path, *ASYNC, f"rllm.async_training.{name}=/nvme/x"))
     assert sum(name in str(w.message) for w in caught) == 1
+
+
+def test_async_steps_of_another_size_than_rllms_64_with_mini_batch_size_null_say_so_once(tmp_path):
+    # rLLM's async step takes base.yaml's mini_batch_size=64 task batches, data.train_batch_size forced to 1
+    on = ["rllm.async_training.enable=true"]
+    with pytest.warns(
+        UserWarning,
+        match=r"mini_batch_size is null: an async step here takes data.train_batch_size=8 .*rLLM's takes 64",
+    ) as caught:
+        config = make_config(tmp_path, *on, "data.train_batch_size=8")
+        check_run_config(config)
+    assert prompts_per_step(config) == 8
+    assert sum("mini_batch_size is null" in str(w.message) for w in caught) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_run_config(make_config(tmp_path, *on, "data.train_batch_size=64"))  # rLLM's step size
+        check_run_config(make_config(tmp_path, *ASYNC))  # set: the user's own
 
 
 def test_verls_algorithm_adv_estimator_is_answered_with_rllms_key():

@@ -2,6 +2,7 @@
 mode filters and accumulates across batches, the uniform-reward filter, and the batch/* solve metrics."""
 
 import copy
+import warnings
 
 import pytest
 
@@ -58,6 +59,29 @@ def test_mode_none_drops_the_small_groups_as_rllm_does_but_not_the_uniform_ones(
         episodes, groups, RejectionSamplingConfig(mode="none", min_trajs_per_group=1)
     )
     assert kept == groups and metrics["batch/groups_dropped_insufficient_trajs"] == 0.0
+
+
+def test_in_async_training_the_uniform_filter_applies_in_mode_none_as_rllms_async_buffer_does():
+    # rLLM reads filter_uniform_groups in its async buffer only, whatever the mode (rllm/trainer/buffer.py)
+    episodes, groups = _batch({"a": [1.0, 0.0], "b": [1.0, 1.0], "c": [0.0, 0.0], "d": [1.0]})
+    config = RejectionSamplingConfig(mode="none", filter_uniform_groups=True, async_training=True)
+    kept, _, metrics = apply_rejection_sampling_and_filtering(episodes, groups, config, RejectionSamplingState())
+    assert kept == groups[:1]  # b and c uniform, d too small
+    assert metrics["batch/fraction_groups_dropped_uniform"] == pytest.approx(2 / 4)
+
+
+def test_the_uniform_filter_in_a_sync_episode_mode_run_warns_that_rllms_sync_trainer_ignores_it():
+    from rllm_torch.trainer.rllm_sections import RejectionSampleSection
+
+    section = RejectionSampleSection(enable=True, filter_uniform_groups=True, refill_filtered_uniform_groups=False)
+    with pytest.warns(UserWarning, match=r"filter_uniform_groups=true drops .* rLLM reads it only in async training"):
+        config = RejectionSamplingConfig.from_config(section)
+    assert config.filter_uniform_groups and not config.async_training
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # rLLM's async trainer applies it: nothing to say
+        assert RejectionSamplingConfig.from_config(section, async_training=True).async_training
+        section.enable = False  # sync mode none: ignored, as rLLM's sync trainer
+        RejectionSamplingConfig.from_config(section)
 
 
 def test_a_step_whose_every_group_is_too_small_warns_that_nothing_trains_and_one_kept_group_is_silent():

@@ -80,6 +80,10 @@ class AsyncTrainingConfig(AsyncTrainingSection):
         return (self.bound + 1) * self.trigger_parameter_sync_step
 
 
+#: rLLM's task batches per async training step (``async_training.mini_batch_size`` in its ``base.yaml``).
+RLLM_ASYNC_MINI_BATCH_SIZE = 64
+
+
 def check_rllm_async_keys(section: Any, batch: int) -> None:
     """rLLM's ``rllm.async_training`` keys that change nothing here when left at their defaults
     (``rllm/trainer/unified_trainer.py`` and ``rllm/trainer/buffer.py`` read them).
@@ -91,6 +95,9 @@ def check_rllm_async_keys(section: Any, batch: int) -> None:
     Warns:
         UserWarning: ``episode_offload_dir`` / ``trajectory_group_offload_dir`` set: rLLM pickles the
             buffer's waiting episodes / groups there; here they stay in memory (the same numbers).
+            ``mini_batch_size`` null with ``data.train_batch_size`` other than rLLM's 64: rLLM's
+            async step takes its ``base.yaml``'s 64 task batches (its ``data.train_batch_size``
+            forced to 1); here the step takes ``data.train_batch_size`` prompts.
 
     Raises:
         ConfigError: ``fwd_bwd_group_size`` other than None or ``batch``: rLLM's tinker and fireworks
@@ -103,6 +110,15 @@ def check_rllm_async_keys(section: Any, batch: int) -> None:
             f"rllm.async_training.fwd_bwd_group_size={size}: rLLM's backends split a step's {batch} task batches into "
             f"forward-backward passes of {size}, each aggregating its own loss; here a step's loss is one pass over "
             f"its batch (backend.micro_batch_tokens bounds the memory): set it to null or {batch}."
+        )
+    if section.mini_batch_size is None and batch != RLLM_ASYNC_MINI_BATCH_SIZE:
+        warnings.warn(
+            f"rllm.async_training.mini_batch_size is null: an async step here takes data.train_batch_size={batch} "
+            f"prompts; rLLM's takes {RLLM_ASYNC_MINI_BATCH_SIZE} (its base.yaml's mini_batch_size; it sets "
+            f"data.train_batch_size to 1 in async mode). Set rllm.async_training.mini_batch_size={batch} to keep "
+            f"these steps, or {RLLM_ASYNC_MINI_BATCH_SIZE} for rLLM's.",
+            UserWarning,
+            stacklevel=2,
         )
     for name in ("episode_offload_dir", "trajectory_group_offload_dir"):
         if section[name]:

@@ -3,7 +3,8 @@
 
 * mode ``"none"`` (the unified trainer's with ``rejection_sample.enable=False``): as in rLLM,
   groups with fewer than ``min_trajs_per_group`` trajectories are dropped (and counted); nothing
-  else is filtered and nothing accumulates. The metrics are this batch's.
+  else is filtered (in async training, the uniform filter below too, as rLLM's async buffer does)
+  and nothing accumulates. The metrics are this batch's.
 * mode ``"episode"``: groups with fewer than ``min_trajs_per_group`` trajectories are dropped,
   and with ``filter_uniform_groups`` so are groups of two or more whose raw rewards all lie within
   ``uniform_reward_tolerance`` of each other (they carry no learning signal). The kept groups and
@@ -19,6 +20,7 @@
 from __future__ import annotations
 
 import numbers
+import warnings
 from dataclasses import astuple, dataclass, field
 from typing import Literal
 
@@ -52,9 +54,11 @@ class RejectionSamplingConfig:
         mode: ``"none"`` (drop small groups) or ``"episode"`` (filter and accumulate).
         min_trajs_per_group: groups with fewer trajectories are dropped (both modes, as in rLLM).
         min_partial_solve_tasks: partially solved tasks needed before a batch is released.
-        filter_uniform_groups: drop groups that carry no learning signal (episode mode): by
+        filter_uniform_groups: drop groups that carry no learning signal: by
             ``uniform_filter_metric``, groups whose raw rewards are all equal, or whose
-            trajectories are all correct or all wrong.
+            trajectories are all correct or all wrong. In episode mode, and in async training
+            in either mode (rLLM reads it only in its async trainer, in either mode; its sync
+            trainer ignores it, so a sync episode-mode run warns at start-up).
         uniform_reward_tolerance: rewards within this distance (max − min) count as equal.
         uniform_filter_metric: ``"reward"`` (the raw trajectory rewards, within the tolerance)
             or ``"is_correct"`` (each trajectory's episode ``is_correct``, as DAPO's dynamic
@@ -67,6 +71,8 @@ class RejectionSamplingConfig:
             in its ``base.yaml`` and the run config here), read by its async buffer only: a group it
             drops as uniform is replaced by another task's. Nothing here reads it: a dropped group
             is never replaced (the trainer refuses ``true`` with ``filter_uniform_groups``).
+        async_training: the run trains asynchronously: ``filter_uniform_groups`` applies in mode
+            ``"none"`` too, as rLLM's async buffer applies it.
 
     Raises:
         ValueError: an unknown mode, a negative count or tolerance.
@@ -80,10 +86,25 @@ class RejectionSamplingConfig:
     uniform_filter_metric: Literal["reward", "is_correct"] = RejectionSampleSection.uniform_filter_metric
     accumulate: bool = RejectionSampleSection.accumulate
     refill_filtered_uniform_groups: bool = True
+    async_training: bool = False
 
     @classmethod
-    def from_config(cls, section: RejectionSampleSection) -> RejectionSamplingConfig:
-        """From the run config's ``rllm.rejection_sample`` (``enable``: episode mode)."""
+    def from_config(cls, section: RejectionSampleSection, *, async_training: bool = False) -> RejectionSamplingConfig:
+        """From the run config's ``rllm.rejection_sample`` (``enable``: episode mode) and whether
+        the run trains asynchronously (``rllm.async_training.enable``).
+
+        Warns:
+            UserWarning: ``filter_uniform_groups`` in a sync episode-mode run, which rLLM's sync
+                trainer ignores and this one applies.
+        """
+        if section.filter_uniform_groups and section.enable and not async_training:
+            warnings.warn(
+                "rllm.rejection_sample.filter_uniform_groups=true drops the groups without signal here; rLLM reads it "
+                "only in async training (rllm.async_training.enable=true) and its sync trainer trains them: set it "
+                "false for rLLM's sync behaviour.",
+                UserWarning,
+                stacklevel=2,
+            )
         return cls(
             mode="episode" if section.enable else "none",
             min_partial_solve_tasks=section.min_partial_solve_tasks,
@@ -92,6 +113,7 @@ class RejectionSamplingConfig:
             uniform_filter_metric=section.uniform_filter_metric,
             accumulate=section.accumulate,
             refill_filtered_uniform_groups=getattr(section, "refill_filtered_uniform_groups", True),  # rLLM's default
+            async_training=async_training,
         )
 
     def __post_init__(self) -> None:
@@ -102,7 +124,7 @@ class RejectionSamplingConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ConfigError(f"RejectionSamplingConfig.{name} must be a non-negative int, got {value!r}.")
-        for name in ("filter_uniform_groups", "accumulate", "refill_filtered_uniform_groups"):
+        for name in ("filter_uniform_groups", "accumulate", "refill_filtered_uniform_groups", "async_training"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"RejectionSamplingConfig.{name} must be a bool, got {getattr(self, name)!r}.")
         if self.uniform_filter_metric not in ("reward", "is_correct"):
@@ -187,7 +209,8 @@ def _filter_groups(
 ) -> tuple[list[TrajectoryGroup], set[str]]:
     kept, dropped_uids = [], set()
     counts.groups_before_filter += len(groups)
-    uniform = config.filter_uniform_groups and config.mode == "episode"  # rLLM's sync mode none: sizes only
+    # rLLM's sync mode none: sizes only; its async buffer filters in either mode
+    uniform = config.filter_uniform_groups and (config.mode == "episode" or config.async_training)
     for group in groups:
         size = len(group.trajectories)
         if size < config.min_trajs_per_group:
