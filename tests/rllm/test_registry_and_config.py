@@ -273,6 +273,7 @@ def test_rllm_signatures_are_pinned():
         "MAXRL",
         "OPTIMAL_TOKEN_BASELINE",
         "REMAX",
+        "ECHO",  # rLLM terminal-rl's
         "OTHER",
     ]
     with warnings.catch_warnings():
