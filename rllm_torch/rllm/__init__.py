@@ -9,6 +9,7 @@ list-of-arrays functions (:mod:`~rllm_torch.rllm.arrays`), the reward and advant
 
 from rllm_torch.rllm import builtins as _builtins  # noqa: F401 - registers the built-in estimators
 from rllm_torch.rllm.arrays import (
+    calculate_echo_advantages,
     calculate_grpo_advantages,
     calculate_grpo_advantages_per_group,
     calculate_prpo_advantages,
@@ -51,6 +52,7 @@ __all__ = [
     "get_tensor_adv_estimator",
     "register_rllm_adv_estimator",
     "registered_estimator_names",
+    "calculate_echo_advantages",
     "calculate_grpo_advantages",
     "calculate_reinforce_advantages",
     "calculate_reinforce_plus_plus_baseline_advantages",

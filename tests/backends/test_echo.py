@@ -177,12 +177,12 @@ def _recording_echo(ctx: LossContext):
     return echo_loss(ctx)
 
 
-def _two_turn_groups() -> list[TrajectoryGroup]:
-    """Two groups of 3 two-turn trajectories over the task alphabet: ``a+b=`` → response, the
-    environment's ``=d`` appended, → a second response."""
+def _two_turn_groups(roles: tuple[str, ...] = ("solver", "solver")) -> list[TrajectoryGroup]:
+    """One group of 3 two-turn trajectories per role over the task alphabet: ``a+b=`` → response,
+    the environment's ``=d`` appended, → a second response."""
     g = torch.Generator().manual_seed(3)
     groups = []
-    for task in range(2):
+    for task, role in enumerate(roles):
         prompt = [int(v) for v in torch.randint(0, 10, (1,), generator=g)] + [10, task, 11]
         trajectories = []
         for k in range(3):
@@ -197,17 +197,17 @@ def _two_turn_groups() -> list[TrajectoryGroup]:
                     logprobs=(-torch.rand(len(second), generator=g) - 0.1).tolist(),
                 ),
             ]
-            trajectories.append(Trajectory(name="solver", reward=float(k == task), steps=steps))
-        groups.append(TrajectoryGroup(trajectories=trajectories, group_id=f"t{task}:solver", task_id=f"t{task}"))
+            trajectories.append(Trajectory(name=role, reward=float(k == task), steps=steps))
+        groups.append(TrajectoryGroup(trajectories=trajectories, group_id=f"t{task}:{role}", task_id=f"t{task}"))
     return groups
 
 
-def _update(*dotlist: str) -> tuple[TorchBackend, TrainerState, dict]:
+def _update(*dotlist: str, roles: tuple[str, ...] = ("solver", "solver")) -> tuple[TorchBackend, TrainerState, dict]:
     config = tasks.backend_config("rllm.algorithm.adv_estimator=echo", "backend.seed=2", *dotlist)
     backend = TorchBackend(config, alphabet=tasks.ALPHABET)
     backend.init_rollout_engine()
     plan = AdvantagePlan.of(tasks.AlgorithmConfigFrom(config))
-    state = TrainerState(trajectory_groups=_two_turn_groups(), total_steps=1, needs=plan.needs, plan=plan)
+    state = TrainerState(trajectory_groups=_two_turn_groups(roles), total_steps=1, needs=plan.needs, plan=plan)
     state.backend_batch = batch = backend.transform_to_backend_batch(state)
     before = full_forward(backend.model, batch.input_ids, batch.attention_mask)[0]
 
@@ -246,3 +246,21 @@ def test_an_echo_update_scores_the_observation_tokens_and_trains_them_by_env_los
             off["weights"][name], weight, rtol=0, atol=2e-5
         )  # Adam: float32 rounding of a ~0 gradient
     assert max((after["weights"][n] - w).abs().max().item() for n, w in ppo["weights"].items()) > 1e-4
+
+
+def test_a_roles_echo_loss_sees_the_observation_tokens_of_its_own_rows_only():
+    # solver trains echo (recorded), judge ppo: the judge's rows hold observation tokens too, which are not the solver's
+    _, state, _ = _update(
+        "rllm.algorithm.loss_fn=ppo",
+        "rllm.algorithm.loss_fn_map={solver: test_echo_recording}",
+        roles=("solver", "judge"),
+    )
+    batch = state.backend_batch
+    (ctx,) = SEEN
+    rows = ((ctx["rollout"][:, None, :] == batch.rollout_log_probs[None]).all(-1)).float().argmax(1)
+    judge_rows = torch.tensor(
+        [batch.group_roles[int(batch.group_index[int(batch.row_index[r])])] == "judge" for r in rows]
+    )
+    assert judge_rows.any() and batch.obs_mask[rows][judge_rows].sum() > 0  # the judge's second steps observe too
+    assert not ctx["obs_mask"][judge_rows].any()  # ... but not for the solver's loss
+    torch.testing.assert_close(ctx["obs_mask"][~judge_rows], batch.obs_mask[rows][~judge_rows], rtol=0, atol=0)

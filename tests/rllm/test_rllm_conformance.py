@@ -21,6 +21,7 @@ from rllm_torch import (
     Step,
     Trajectory,
     TrajectoryGroup,
+    calculate_echo_advantages,
     calculate_grpo_advantages,
     calculate_reinforce_advantages,
     calculate_reinforce_plus_plus_baseline_advantages,
@@ -118,6 +119,7 @@ def test_epsilon_given_as_a_keyword_is_used_where_the_config_leaves_it_at_its_de
         (calculate_grpo_advantages, {"std_correction": 1}),
         (calculate_rloo_advantages, {"epsilon": 0.5}),
         (calculate_reinforce_advantages, {"gamma": 0.5}),
+        (calculate_echo_advantages, {"epsilon": 0.5}),  # rLLM terminal-rl's: GRPO's, dropping every keyword
     ],
 )
 def test_a_keyword_rllms_function_drops_is_dropped_here_with_one_line_and_rllms_numbers(fn, keywords):
@@ -133,7 +135,7 @@ def test_a_keyword_rllms_function_drops_is_dropped_here_with_one_line_and_rllms_
     ):
         dropped, _ = fn(rewards, AlgorithmConfig(), **keywords)
     np.testing.assert_array_equal(dropped[0], plain[0])
-    if fn is calculate_grpo_advantages:
+    if fn in (calculate_grpo_advantages, calculate_echo_advantages):
         np.testing.assert_allclose(
             plain[0], np.array([0.75, -0.25, -0.25, -0.25]) / (np.sqrt(3) / 4 + 1e-6), rtol=1e-12
         )
