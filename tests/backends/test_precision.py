@@ -5,6 +5,7 @@ itself is run for real on a small saved model."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -27,7 +28,7 @@ from rllm_torch.backends.torch_backend.precision import (
     choose_precision,
     measure_phases,
 )
-from rllm_torch.backends.torch_backend.probe_cache import cached_probe, probe_key
+from rllm_torch.backends.torch_backend.probe_cache import BUSY_SHARE, cached_probe, is_busy, probe_key
 from rllm_torch.core.errors import ConfigError
 
 CPU, GPU = torch.device("cpu"), torch.device("cuda")
@@ -215,6 +216,67 @@ def test_measurements_are_kept_per_machine_model_and_shapes_and_reused(tmp_path)
     blocked.write_text("")
     unkept = cached_probe(blocked / "dtype.json", "k", measure(FASTER))
     assert unkept.update == FASTER and unkept.source.startswith("probe 2.0 s; not kept (")
+
+
+QUIET, BUSY = (0.3, 2), (2.1, 2)  # 1-minute load average, cores: nothing else running / another 2-thread job
+
+
+@pytest.mark.parametrize(
+    ("load", "busy"), [(QUIET, False), ((1.5, 2), False), ((1.6, 2), True), (BUSY, True), ((2.1, 4), False)]
+)
+def test_the_machine_is_busy_above_three_quarters_of_its_cores(load, busy):
+    assert is_busy(load) is busy  # BUSY_SHARE = 0.75: 1.5 on 2 cores, 3.0 on 4
+    assert BUSY_SHARE == 0.75
+
+
+def test_timings_measured_on_a_busy_machine_are_measured_again_by_the_first_quiet_start_and_replaced(tmp_path):
+    cache, calls = tmp_path / "dtype.json", []
+
+    def measure(timings):
+        return lambda: calls.append(timings) or PhaseProbe(timings, timings, 2.0, "probe 2.0 s")
+
+    # measured while another job held the cores: used by a start that is busy too
+    busy = cached_probe(cache, "k", measure(EQUAL), load=lambda: BUSY)
+    assert calls == [EQUAL] and busy.update == EQUAL
+    assert cached_probe(cache, "k", measure(SLOWER), load=lambda: BUSY).update == EQUAL and calls == [EQUAL]
+    # the first quiet start measures again, says why, and keeps its timings with its load
+    again = cached_probe(cache, "k", measure(FASTER), load=lambda: QUIET)
+    assert calls == [EQUAL, FASTER] and again.update == FASTER
+    assert "the kept timings of 20" in again.source and "measured again (load 2.1 on 2 cores; 0.3 now)" in again.source
+    assert again.source.endswith(f", kept in {cache}")
+    # quiet timings stay, whatever the load of a later start
+    for later in (QUIET, BUSY):
+        kept = cached_probe(cache, "k", measure(SLOWER), load=lambda later=later: later)
+        assert kept.update == FASTER and kept.source.startswith("as measured 20") and calls == [EQUAL, FASTER]
+    # an entry kept before loads were: measured again once the machine is quiet, used as it is while busy
+    cache.write_text('{"k": {"sampling": [1.0, 1.0], "update": [1.0, 1.0], "measured": "2026-12-07 14:26"}}')
+    assert cached_probe(cache, "k", measure(SLOWER), load=lambda: BUSY).update == EQUAL and len(calls) == 2
+    fresh = cached_probe(cache, "k", measure(SLOWER), load=lambda: QUIET)
+    assert fresh.update == SLOWER and "2026-12-07 14:26 were measured again (no load kept; 0.3 now)" in fresh.source
+    # no load (a GPU's probe): kept timings are used as they are
+    cache.write_text('{"k": {"sampling": [1.0, 1.0], "update": [1.0, 1.0], "measured": "2026-12-07 14:26"}}')
+    assert cached_probe(cache, "k", measure(FASTER)).update == EQUAL and len(calls) == 3
+
+
+def test_a_start_on_a_cpu_reads_the_machines_load_for_the_probe_cache(monkeypatch, saved_model, tmp_path):
+    loads, measured = [], []
+    monkeypatch.setattr(actor_module, "machine_load", lambda: loads.append(1) or QUIET)
+    monkeypatch.setattr(
+        actor_module,
+        "measure_phases",
+        lambda *a, **k: measured.append(1) or PhaseProbe(FASTER, SLOWER, 1.0, "probe 1.0 s"),
+    )
+    config = tasks.backend_config(
+        f"model.path={saved_model}", "backend.num_threads=1", f"backend.dtype_cache={tmp_path / 'd.json'}"
+    )
+    backend = TorchBackend(config)
+    assert (
+        loads == [1]
+        and measured == [1]
+        and (backend.precision.sampling, backend.precision.update) == (torch.bfloat16, None)
+    )
+    kept = json.loads((tmp_path / "d.json").read_text())
+    assert [entry["load"] for entry in kept.values()] == [list(QUIET)]
 
 
 def test_the_key_names_the_machine_the_model_and_the_shapes(saved_model):

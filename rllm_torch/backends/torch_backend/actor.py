@@ -40,7 +40,7 @@ from rllm_torch.backends.torch_backend.precision import (
     choose_precision,
     measure_phases,
 )
-from rllm_torch.backends.torch_backend.probe_cache import cached_probe, probe_key
+from rllm_torch.backends.torch_backend.probe_cache import cached_probe, machine_load, probe_key
 from rllm_torch.core.errors import ConfigError, ModelNotFoundError
 from rllm_torch.core.losses import losses_need
 from rllm_torch.trainer.ranks import RunRanks
@@ -146,6 +146,7 @@ class Actor:
                 self.settings.dtype_cache,
                 key,
                 lambda: measure_phases(self.model, score, shapes, vocab_size=len(self.tokenizer)),
+                load=machine_load if self.device.type == "cpu" else None,
             )
             return measured.averaged(self.ranks.process_group if self.ranks.distributed else None)
 
