@@ -146,8 +146,10 @@ PROBE_CUTOFF = 3.0
 #: ... plus this many seconds in the warm-up, whose first bf16 call builds its kernels.
 PROBE_SLACK_S = 1.0
 #: Tokens of the timed training micro-batch: the matmuls' widths are the model's own, this sets
-#: their height (enough to run at the machine's rate) and bounds the probe's cost to seconds.
-PROBE_UPDATE_TOKENS = 256
+#: their height and bounds the probe's cost to seconds. At 256 tokens AMX's bf16 did not show (SmolLM2,
+#: 2 cores: bf16 1.04x faster, while the recipe's update, about 6,000 tokens a micro-batch, took 9.8 s
+#: in bf16 and 19.4 s in float32); at 1,024 it did (1.5x), as at 2,048 (1.6x).
+PROBE_UPDATE_TOKENS = 1024
 #: A row of the timed micro-batch: the responses' length plus a typical chat prompt's.
 PROBE_PROMPT_TOKENS = 96
 
@@ -320,9 +322,9 @@ def measure_phases(
     (the scorer the update runs, with activation checkpointing and LoRA as configured). Each phase:
     a pilot round (small calls that build the kernels; the update also one untimed full round),
     then ``repeats`` (sampling, update) rounds, the dtypes alternating, medians; a bf16 call that takes :data:`PROBE_CUTOFF` times
-    float32's is stopped there (:func:`_time_phase`). On SmolLM2 and 2 CPU cores: 10-20 s where
-    bf16 runs natively (a decoding step of 64 rows takes 0.15-0.2 s, a 256-token forward and
-    backward 1.5-2 s), a few seconds more where it is emulated. Random token ids from a generator
+    float32's is stopped there (:func:`_time_phase`). On SmolLM2 and 2 CPU cores: 30-40 s where
+    bf16 runs natively (a decoding step of 64 rows takes 0.15-0.2 s, a 1,024-token forward and
+    backward 4.5-7 s), a few seconds more where it is emulated. Random token ids from a generator
     of its own and the global RNG state restored, so the run's numbers do not depend on the probe;
     gradients are dropped afterwards.
 
