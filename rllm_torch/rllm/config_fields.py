@@ -31,20 +31,20 @@ __all__ = [
 LR_SCHEDULES = ("linear", "cosine", "constant")
 COMPAT_MODES = ("rllm_torch", "rllm")  # AlgorithmConfig.compat
 
-#: ``compat="rllm"``: the estimator options that give rLLM's numbers where ours differ on purpose
-#: (an option the config sets itself wins). REINFORCE++ baseline: rLLM's code centres a group of
-#: one on its own reward (its advantage 0, its docstring and verl say baseline 0, which we keep).
 #: The loss a run takes when its estimator is this one and ``loss_fn`` is not set (rLLM terminal-rl's
 #: ``_ESTIMATOR_DEFAULT_LOSS``); any other estimator's run takes ``ppo``.
 ESTIMATOR_DEFAULT_LOSS = {"echo": "echo"}
 
 
 def default_loss_fn(estimator: object) -> str:
-    """The loss a run with ``estimator`` trains with when ``loss_fn`` is not set."""
-    name = estimator.value if isinstance(estimator, Enum) else estimator
-    return ESTIMATOR_DEFAULT_LOSS.get(name, "ppo")
+    """The loss a run with ``estimator`` (a name, or the enum's member: a str) trains with when
+    ``loss_fn`` is not set."""
+    return ESTIMATOR_DEFAULT_LOSS.get(estimator, "ppo")
 
 
+#: ``compat="rllm"``: the estimator options that give rLLM's numbers where ours differ on purpose
+#: (an option the config sets itself wins). REINFORCE++ baseline: rLLM's code centres a group of
+#: one on its own reward (its advantage 0, its docstring and verl say baseline 0, which we keep).
 RLLM_COMPAT_ESTIMATOR_OPTIONS: dict[str, dict[str, Any]] = {
     "reinforce_plus_plus_baseline": {"singleton_baseline": "mean"},
 }

@@ -131,10 +131,10 @@ def cached_probe(
     entry, again = _read(file).get(key), ""
     if isinstance(entry, dict):
         try:
-            kept = PhaseProbe(_timings(entry["sampling"]), _timings(entry["update"]), seconds=0.0)
+            sampling, update = _timings(entry["sampling"]), _timings(entry["update"])
             then = tuple(entry["load"]) if "load" in entry else None
             if now is None or is_busy(now) or (then is not None and not is_busy(then)):
-                return PhaseProbe(kept.sampling, kept.update, 0.0, f"as measured {entry['measured']}, kept in {path}")
+                return PhaseProbe(sampling, update, 0.0, f"as measured {entry['measured']}, kept in {path}")
             was = f"load {then[0]:.1f} on {then[1]} cores" if then else "no load kept"
             again = f"; the kept timings of {entry['measured']} were measured again ({was}; {now[0]:.1f} now)"
         except (KeyError, TypeError, ValueError, IndexError):

@@ -289,7 +289,8 @@ class PolicyUpdater:
         sum, and the token sums of their metrics over their rows, as ``actor/<key>``."""
         mask_RT, rollout = batch.response_mask[rows], batch.rollout_log_probs[rows]
         reference = batch.ref_log_probs[rows] if batch.ref_log_probs is not None else None
-        obs_RT = batch.obs_mask[rows] if batch.obs_mask is not None else torch.zeros_like(mask_RT)
+        no_obs_RT = torch.zeros_like(mask_RT)  # what a loss that does not ask for the observation tokens sees
+        obs_RT = batch.obs_mask[rows] if batch.obs_mask is not None else no_obs_RT
         loss, stats = fwd.log_probs.new_zeros(()), {}
         for role_loss, of_loss_R in self._row_losses:  # one loss for the whole batch, or one per role's rows
             part_RT, action_RT, observed_RT = mask_RT, trained_RT, obs_RT
@@ -304,7 +305,7 @@ class PolicyUpdater:
                 logp_old=fwd.old_log_probs,
                 advantages=advantages,
                 action_mask=action_RT,  # the tokens trained on; the normaliser stays the mini-batch's (as TRL)
-                obs_mask=observed_RT if "obs_mask" in role_loss.needs else torch.zeros_like(action_RT),
+                obs_mask=observed_RT if "obs_mask" in role_loss.needs else no_obs_RT,
                 aggregate=agg.pinned(mode, pinned.get(mode, agg.normaliser)),
                 logp_ref=reference,
                 logp_rollout=rollout,
