@@ -145,6 +145,9 @@ PROBE_PILOT_TOKENS = 16
 PROBE_CUTOFF = 3.0
 #: ... plus this many seconds in the warm-up, whose first bf16 call builds its kernels.
 PROBE_SLACK_S = 1.0
+#: A bf16 call is never stopped before this many seconds: a call of microseconds (a tiny model)
+#: varies by several times from one call to the next, and costs nothing worth cutting.
+PROBE_MIN_CUT_S = 0.25
 #: Tokens of the timed training micro-batch: the matmuls' widths are the model's own, this sets
 #: their height and bounds the probe's cost to seconds. At 256 tokens AMX's bf16 did not show (SmolLM2,
 #: 2 cores: bf16 1.04x faster, while the recipe's update, about 6,000 tokens a micro-batch, took 9.8 s
@@ -278,7 +281,8 @@ def _time_phase(
     rounds, after a pilot round (``pilot=True``: a small call that builds the kernels) and
     ``warm_ups`` untimed full rounds, the dtypes alternating within a round so that a change of
     load hits both alike. A bf16 call that takes :data:`PROBE_CUTOFF` times its round's float32
-    call (plus :data:`PROBE_SLACK_S` in the pilot) is stopped there and the phase's timing ends:
+    call (at least :data:`PROBE_MIN_CUT_S`; plus :data:`PROBE_SLACK_S` in the pilot) is stopped
+    there and the phase's timing ends:
     bf16 is that much slower at least (on a CPU that emulates bf16 a full probe took 3 minutes)."""
 
     def timed(dtype: torch.dtype | None, pilot: bool) -> float:
@@ -292,7 +296,7 @@ def _time_phase(
     for round_ in range(1 + warm_ups + repeats):
         pilot = round_ == 0
         seconds = timed(None, pilot)
-        limit = PROBE_CUTOFF * seconds + (PROBE_SLACK_S if pilot else 0.0)
+        limit = max(PROBE_CUTOFF * seconds, PROBE_MIN_CUT_S) + (PROBE_SLACK_S if pilot else 0.0)
         start = time.perf_counter()
         try:
             with _time_limit(start + limit):
