@@ -142,29 +142,35 @@ def _glibc() -> tuple[Callable[[], _MallInfo2], Callable[[int], int], Callable[[
     return mallinfo2, malloc_trim, mallopt
 
 
-HOST_MMAP_THRESHOLD_BYTES = 2**20
-"""Host tensors of at least this size get pages of their own, returned when freed (1 MiB)."""
+HOST_MMAP_THRESHOLD_BYTES = 32 * 2**20
+"""Host tensors of at least this size get pages of their own, returned when freed (32 MiB, glibc's
+own largest dynamic threshold); smaller ones come from the heap, which keeps their pages for the
+next allocation until :func:`release_host_memory` returns them."""
 
-_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
 
 
 def map_host_tensors(threshold_bytes: int = HOST_MMAP_THRESHOLD_BYTES) -> bool:
-    """Fix glibc's mmap threshold at ``threshold_bytes`` (``mallopt(M_MMAP_THRESHOLD)``, which also
-    stops its dynamic rise): every CPU tensor at least that large is mapped on its own and unmapped
-    when freed, instead of coming from the heap. Returns whether it was set (glibc only).
+    """Fix glibc's mmap threshold at ``threshold_bytes`` and its trim threshold at twice that
+    (``mallopt``; where glibc's dynamic rule ends up, without depending on what was freed first):
+    CPU tensors below the threshold come from the heap, which keeps the pages of those freed for
+    the next ones, and the trainer returns the heap's freed pages between stages and before each
+    optimizer step (:func:`release_host_memory`). Returns whether it was set (glibc only).
 
-    Why: by default the threshold rises to 32 MiB after the first large free, so a training step's
-    activations and a 135M model's per-layer gradients (0.4-3.5 MiB each) are carved from one heap,
-    where the long-lived gradients pin the pages of the activations freed around them: at
-    SmolLM2-135M's step (activation checkpointing, shared prompts) the heap held 1.0 GiB of freed
-    memory at the backward's peak, which :func:`release_host_memory` cannot return (it is not at the
-    heap's top). Fixed at 1 MiB, the same step peaked at 2.53 GiB instead of 3.49 in the same
-    process measurement, at no step time measurable on this shared machine (issue 43). The
-    process-wide setting is made once by the torch backend on a CPU device.
+    Why: every page a fresh allocation touches costs a page fault and the kernel's zeroing. A
+    training step allocates and frees its activations and temporaries (0.4-12 MiB each on
+    SmolLM2-135M) thousands of times; mapped each on its own (the threshold fixed at 1 MiB, as
+    issue 43 had it, to keep the freed ones out of the heap) they are faulted in every time. On
+    the README recipe's step (Intel Xeon with AMX, 2 cores; ``benchmarks/RESULTS_update.md``) that
+    cost 1.6x on the update and 1.4x on sampling, for 0.7 GiB less peak resident memory (2.9 GiB
+    against 3.6): the heap's freed pages pinned between the gradients stay resident until the
+    next :func:`release_host_memory`. The process-wide setting is made once by the torch backend
+    on a CPU device.
     """
     if (glibc := _glibc()) is None:
         return False
-    return bool(glibc[2](_M_MMAP_THRESHOLD, threshold_bytes))
+    mallopt = glibc[2]
+    return bool(mallopt(_M_MMAP_THRESHOLD, threshold_bytes)) and bool(mallopt(_M_TRIM_THRESHOLD, 2 * threshold_bytes))
 
 
 def release_host_memory(min_free_bytes: int = RELEASE_HOST_MEMORY_BYTES) -> bool:

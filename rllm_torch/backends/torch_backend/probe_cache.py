@@ -4,8 +4,9 @@ run is reproducible on its machine, and a restart costs nothing.
 
 One JSON file maps a key to its timings. The key names everything the timings depend on: the CPU
 (or GPU) model, torch's thread count and version, the libraries' instruction-set caps when set
-(:data:`LIBRARY_CAPS`), the model's class and size (LoRA: the trained parameters), the probe's
-shapes and activation checkpointing. Another machine, torch, model or batch measures anew; deleting
+(:data:`LIBRARY_CAPS`), the host heap's setting (:func:`~.micro_batches.map_host_tensors`), the
+model's class and size (LoRA: the trained parameters), the probe's shapes and activation
+checkpointing. Another machine, torch, model or batch measures anew; deleting
 the file (or ``backend.dtype_cache=null``) measures at every start.
 
 Timings taken while other work held the CPU are not what the machine does alone, and a choice made
@@ -29,6 +30,7 @@ import torch
 from torch import nn
 
 from rllm_torch.backends.torch_backend.forward import causal_lm
+from rllm_torch.backends.torch_backend.micro_batches import HOST_MMAP_THRESHOLD_BYTES
 from rllm_torch.backends.torch_backend.precision import PhaseProbe, PhaseTimings, ProbeShapes
 
 __all__ = ["probe_key", "cached_probe", "machine_load", "is_busy", "LIBRARY_CAPS", "BUSY_SHARE"]
@@ -87,6 +89,8 @@ def probe_key(model: nn.Module, device: torch.device, shapes: ProbeShapes) -> st
         _processor(device),
         f"{torch.get_num_threads()} threads" if device.type == "cpu" else device.type,
         f"torch {torch.__version__}",
+        # the host heap's setting decides how much of a step is page faults (micro_batches.map_host_tensors)
+        *([f"host heap below {HOST_MMAP_THRESHOLD_BYTES >> 20} MiB"] if device.type == "cpu" else []),
         *(f"{name}={os.environ[name]}" for name in LIBRARY_CAPS if name in os.environ),
         type(lm).__name__,
         f"{size} parameters, {trainable} trained",
