@@ -23,7 +23,8 @@ and in bf16: the body's ``6 x`` parameters per token through it (``8 x`` with ch
 forward runs again in the backward) and the head's ``8 x`` its parameters per scored token (its
 chunks recompute their logits in the backward). Attention's own matmuls are not in the floor; the
 profile columns show the share of each call that attention, the matmuls and the rest (elementwise
-work, autocast's casts, the norms) take. ``saved`` is what the forward keeps for the backward
+work, autocast's casts, the norms) take. The process runs under the torch backend's host heap
+setting (:func:`~rllm_torch.backends.torch_backend.micro_batches.map_host_tensors`), as a run's does. ``saved`` is what the forward keeps for the backward
 (``torch.autograd.graph.saved_tensors_hooks``, distinct storages): the activation memory that
 checkpointing trades for the second forward.
 """
@@ -47,6 +48,7 @@ from results import add_write_results, write_results_file
 
 from rllm_torch.backends.torch_backend.forward import PolicyScorer
 from rllm_torch.backends.torch_backend.logprobs import default_chunk_tokens
+from rllm_torch.backends.torch_backend.micro_batches import map_host_tensors
 from rllm_torch.backends.torch_backend.model import adamw, build_policy, enable_gradient_checkpointing
 from rllm_torch.backends.torch_backend.pretrained import pretrained_dir
 from rllm_torch.backends.torch_backend.shared_prompts import pack_rows
@@ -156,6 +158,7 @@ def main(argv: list[str] | None = None) -> None:
     add_write_results(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    map_host_tensors()  # the torch backend's host heap setting on a CPU: the trainer's step runs under it
     directory = pretrained_dir(args.model_path, cache_dir=args.gguf_cache_dir)
     tokenizer = load_tokenizer(directory, "")
     base = build_policy(type("M", (), {"path": str(directory), "gguf_cache_dir": None})(), tokenizer)
@@ -217,7 +220,8 @@ def main(argv: list[str] | None = None) -> None:
     load = os.getloadavg()[0]
     results = []
     for name, dtype, checkpointing, bf16_weights in [rows[i] for i in args.variants] if args.variants else rows:
-        step, saved = variant(None if bf16_weights else dtype, checkpointing, bf16_weights)
+        autocast = torch.bfloat16 if dtype == torch.bfloat16 and not bf16_weights else None
+        step, saved = variant(autocast, checkpointing, bf16_weights)
         step()  # warm-up (AdamW's state is made here)
         times = []
         for _ in range(args.repeats):
