@@ -158,3 +158,19 @@ def test_a_steps_temporaries_reuse_kept_pages_instead_of_faulting_fresh_ones(thr
         assert float(faults) < 900, faults  # under a tenth of the 9,216 pages a round touches
     else:
         assert float(faults) > 8000, faults
+
+
+def test_the_torch_backend_sets_the_host_heap_on_a_cpu_device(monkeypatch):
+    """The heap setting is the backend's to make, once, at start-up on a CPU device (its real call
+    runs; the wrapper only records it)."""
+    from rllm_torch.backends.torch_backend import backend as backend_module
+
+    calls = []
+
+    def recorded(*args, **kwargs):
+        calls.append((args, kwargs))
+        return micro_batches.map_host_tensors(*args, **kwargs)
+
+    monkeypatch.setattr(backend_module, "map_host_tensors", recorded)
+    backend_module.TorchBackend(tasks.backend_config())
+    assert calls == [((), {})]  # the default: HOST_MMAP_THRESHOLD_BYTES
