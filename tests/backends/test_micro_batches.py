@@ -174,3 +174,21 @@ def test_the_torch_backend_sets_the_host_heap_on_a_cpu_device(monkeypatch):
     monkeypatch.setattr(backend_module, "map_host_tensors", recorded)
     backend_module.TorchBackend(tasks.backend_config())
     assert calls == [((), {})]  # the default: HOST_MMAP_THRESHOLD_BYTES
+
+
+@pytest.mark.skipif(micro_batches._glibc() is None, reason="glibc's mallopt only")
+def test_the_heap_setting_is_glibcs_mmap_threshold_at_32_mib_and_its_trim_threshold_at_twice_that(monkeypatch):
+    """glibc has no getter for either threshold, and whether a freed block sits at the heap's top
+    (where the trim threshold acts) varies from process to process, so the calls themselves are
+    checked, against malloc.h's parameter numbers (M_TRIM_THRESHOLD -1, M_MMAP_THRESHOLD -3); the
+    real mallopt still runs."""
+    mallinfo2, malloc_trim, mallopt = micro_batches._glibc()
+    calls = []
+
+    def recorded(parameter, value):
+        calls.append((parameter, value))
+        return mallopt(parameter, value)
+
+    monkeypatch.setattr(micro_batches, "_glibc", lambda: (mallinfo2, malloc_trim, recorded))
+    assert micro_batches.map_host_tensors()
+    assert sorted(calls) == [(-3, 32 * 2**20), (-1, 64 * 2**20)]
