@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
     body_tokens = int(packed.input_ids.numel()) if packed is not None else int(mask.sum())
     head = base.get_output_embeddings().weight
     head_rows = min(default_chunk_tokens(head.shape[0]), scored)  # the head runs chunk by chunk
-    # (tokens, in_features, out_features, passes of 2 FLOPs per weight and token without / with checkpointing)
+    # (tokens, in_features, out_features, how many such layers) of the body
     work = [(body_tokens, i, o, count) for (i, o), count in linear_shapes(base).items()]
     head_shape = (head_rows, head.shape[1], head.shape[0])
     rates = {
