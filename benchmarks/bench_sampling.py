@@ -90,18 +90,29 @@ def timed(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
+    """The checkpoint, its GGUF cache, the thread count and the timed calls of a benchmark on the real checkpoint."""
     parser.add_argument("--model-path", required=True, help="the checkpoint: a directory or a .gguf file")
     parser.add_argument("--gguf-cache-dir", default="~/.cache/rllm_torch/gguf")
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per variant (median)")
-    add_write_results(parser)
-    args = parser.parse_args(argv)
+
+
+def load_checkpoint(args: argparse.Namespace) -> tuple:
+    """``(tokenizer, model)`` of ``args.model_path`` (float32), torch's threads set to ``args.threads``."""
     torch.set_num_threads(args.threads)
     directory = pretrained_dir(args.model_path, cache_dir=args.gguf_cache_dir)
     tokenizer = load_tokenizer(directory, "")
-    model = build_policy(type("M", (), {"path": str(directory), "gguf_cache_dir": None})(), tokenizer).eval()
+    return tokenizer, build_policy(type("M", (), {"path": str(directory), "gguf_cache_dir": None})(), tokenizer)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_checkpoint_arguments(parser)
+    add_write_results(parser)
+    args = parser.parse_args(argv)
+    tokenizer, model = load_checkpoint(args)
+    model.eval()
     problems = word_addition_problems(PROMPTS, min_digits=2, max_digits=2, seed=0)
     distinct = encode_prompts(tokenizer, [p["prompt"] for p in problems], apply_chat_template=True)
     prompts = [ids for ids in distinct for _ in range(ROLLOUTS)]

@@ -43,16 +43,16 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 import transformers
+from bench_sampling import add_checkpoint_arguments, load_checkpoint
 from machine import cpu_name
 from results import add_write_results, write_results_file
 
 from rllm_torch.backends.torch_backend.forward import PolicyScorer
 from rllm_torch.backends.torch_backend.logprobs import default_chunk_tokens
 from rllm_torch.backends.torch_backend.micro_batches import map_host_tensors
-from rllm_torch.backends.torch_backend.model import adamw, build_policy, enable_gradient_checkpointing
-from rllm_torch.backends.torch_backend.pretrained import pretrained_dir
+from rllm_torch.backends.torch_backend.model import adamw, enable_gradient_checkpointing
 from rllm_torch.backends.torch_backend.shared_prompts import pack_rows
-from rllm_torch.backends.torch_backend.tokenizer import encode_prompts, load_tokenizer
+from rllm_torch.backends.torch_backend.tokenizer import encode_prompts
 from rllm_torch.rollouts.word_addition import word_addition_problems
 
 PROMPTS, ROLLOUTS, MIN_RESPONSE, MAX_RESPONSE = 8, 8, 16, 32
@@ -147,21 +147,15 @@ def profile_shares(call: Callable[[], None]) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model-path", required=True, help="the checkpoint: a directory or a .gguf file")
-    parser.add_argument("--gguf-cache-dir", default="~/.cache/rllm_torch/gguf")
-    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
-    parser.add_argument("--repeats", type=int, default=3, help="timed calls per variant (median)")
+    add_checkpoint_arguments(parser)
     parser.add_argument("--floor-repeats", type=int, default=3, help="timed rounds per linear shape and dtype")
     parser.add_argument("--variants", nargs="+", type=int, help="run only these rows of the table (0-based)")
     parser.add_argument("--title", default="The update on the real checkpoint against its floors")
     parser.add_argument("--append", action="store_true", help="add a section to the results file")
     add_write_results(parser)
     args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
     map_host_tensors()  # the torch backend's host heap setting on a CPU: the trainer's step runs under it
-    directory = pretrained_dir(args.model_path, cache_dir=args.gguf_cache_dir)
-    tokenizer = load_tokenizer(directory, "")
-    base = build_policy(type("M", (), {"path": str(directory), "gguf_cache_dir": None})(), tokenizer)
+    tokenizer, base = load_checkpoint(args)
     ids, mask, positions = recipe_rows(tokenizer)
     scored = int(positions.sum())
 

@@ -161,10 +161,11 @@ def map_host_tensors(threshold_bytes: int = HOST_MMAP_THRESHOLD_BYTES) -> bool:
     training step allocates and frees its activations and temporaries (0.4-12 MiB each on
     SmolLM2-135M) thousands of times; mapped each on its own (the threshold fixed at 1 MiB, as
     issue 43 had it, to keep the freed ones out of the heap) they are faulted in every time. On
-    the README recipe's step (Intel Xeon with AMX, 2 cores; ``benchmarks/RESULTS_update.md``) that
-    cost 1.6x on the update and 1.4x on sampling, for 0.7 GiB less peak resident memory (2.9 GiB
-    against 3.6): the heap's freed pages pinned between the gradients stay resident until the
-    next :func:`release_host_memory`. The process-wide setting is made once by the torch backend
+    the README recipe (Intel Xeon with AMX, 2 cores; ``benchmarks/RESULTS_pretrained.md``) the
+    update's median went from 13.8-15.7 s to 8.3-9.2 s and the whole command from 6 min 31 s -
+    7 min 18 s to 5 min 2 s - 5 min 28 s, at a peak of 3.83-3.90 GiB instead of 3.08-3.11: the
+    heap's freed pages pinned between the gradients stay resident until the next
+    :func:`release_host_memory`. The process-wide setting is made once by the torch backend
     on a CPU device.
     """
     if (glibc := _glibc()) is None:
